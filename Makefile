@@ -1,0 +1,63 @@
+# fero's front door. `make help` lists the targets.
+
+GO            ?= go
+BIN           := $(CURDIR)/.bin
+STATICCHECK   := $(BIN)/staticcheck
+# Pinned: staticcheck 2026.1 (module version v0.7.0).
+STATICCHECK_VERSION := v0.7.0
+# Fuzz time per target: a short pass in `make test`, a long one in `make fuzz`.
+FUZZTIME_SHORT ?= 5s
+FUZZTIME       ?= 2m
+TEST_TIMEOUT   ?= 20m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: vet ## vet, the race-enabled short test suite, and a short fuzz pass (the CI command).
+	$(GO) test -race -short -timeout $(TEST_TIMEOUT) ./...
+	./scripts/fuzz.sh $(FUZZTIME_SHORT)
+
+.PHONY: test-long
+test-long: vet ## The full suite with -race, including the large cluster and scale tests.
+	$(GO) test -race -timeout 90m ./...
+
+.PHONY: vet
+vet: ## go vet over every package.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: vet $(STATICCHECK) ## vet plus staticcheck (installed into .bin at a pinned version).
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(BIN) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: fuzz
+fuzz: ## Every fuzz target for FUZZTIME each (default 2m).
+	./scripts/fuzz.sh $(FUZZTIME)
+
+.PHONY: bench
+bench: ## Go micro-benchmarks (benchstat-ready, -count=5) and the transport harness's short profile.
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/... | tee bench.out
+	$(GO) run ./cmd/fero-bench transport --short
+
+.PHONY: generate
+generate: ## Regenerate every generated file.
+	$(GO) generate ./...
+
+.PHONY: checkgenerate
+checkgenerate: generate ## Fail if generated files are stale.
+	@git diff --exit-code -- . || (echo "generated files are stale: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain --untracked-files=all -- . | grep -v '^??.*\.bin/')" || (git status --short; echo "generate produced untracked files" >&2; exit 1)
+
+.PHONY: tidy-check
+tidy-check: ## Fail if go.mod/go.sum are not tidy.
+	$(GO) mod tidy -diff
+
+.PHONY: clean
+clean: ## Remove build and tool output.
+	rm -rf $(BIN) bench.out
