@@ -1,0 +1,224 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+)
+
+// Kind says what a frame is.
+type Kind uint8
+
+// Frame kinds. A caller chooses the mode of a call by the kind of its first
+// frame; the callee answers KindCall with one KindReply or KindError, and
+// KindStream with any number of KindChunk frames ended by KindReply or
+// KindError. KindSend is never answered.
+const (
+	KindSend   Kind = 1 // one-way message
+	KindCall   Kind = 2 // request expecting one reply
+	KindStream Kind = 3 // request expecting a stream of replies
+	KindReply  Kind = 4 // final reply to call id
+	KindChunk  Kind = 5 // one reply of a stream; more follow
+	KindError  Kind = 6 // final error reply to call id
+	KindCancel Kind = 7 // the caller gave up on call id
+	kindMax         = KindCancel
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindSend:
+		return "send"
+	case KindCall:
+		return "call"
+	case KindStream:
+		return "stream"
+	case KindReply:
+		return "reply"
+	case KindChunk:
+		return "chunk"
+	case KindError:
+		return "error"
+	case KindCancel:
+		return "cancel"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// IsRequest reports whether frames of this kind start a call.
+func (k Kind) IsRequest() bool { return k >= KindSend && k <= KindStream }
+
+// Frame is one decoded frame. Payload aliases the bytes it was parsed from.
+type Frame struct {
+	Kind    Kind
+	ID      uint64
+	Op      uint32
+	Payload []byte
+}
+
+// LengthSize is the size of the length prefix.
+const LengthSize = 4
+
+// DefaultMaxFrame is the default limit on a frame's body length.
+const DefaultMaxFrame = 16 << 20
+
+// FrameSize returns the encoded size of a frame, length prefix included,
+// with a payload of n bytes.
+func FrameSize(id uint64, op uint32, n int) int {
+	return LengthSize + 2 + uintSize(id) + uintSize(uint64(op)) + binHeaderSize(n) + n
+}
+
+// AppendFrame appends the encoding of one frame to b.
+func AppendFrame(b []byte, kind Kind, id uint64, op uint32, payload []byte) []byte {
+	b = AppendFrameHeader(b, kind, id, op, len(payload))
+	return append(b, payload...)
+}
+
+// AppendFrameHeader appends everything of a frame but its n payload bytes,
+// which the caller appends next. It lets a payload be encoded straight into
+// the output buffer.
+func AppendFrameHeader(b []byte, kind Kind, id uint64, op uint32, n int) []byte {
+	body := FrameSize(id, op, n) - LengthSize
+	b = binary.BigEndian.AppendUint32(b, uint32(body))
+	b = append(b, codeFixArrayLow|4, byte(kind))
+	b = appendUint(b, id)
+	b = appendUint(b, uint64(op))
+	return appendBinHeader(b, n)
+}
+
+// ParseBody decodes a frame body (the bytes after the length prefix).
+// f.Payload aliases body.
+func ParseBody(body []byte, f *Frame) error {
+	d := decoder{b: body}
+	if n := d.arrayLen(); d.err == nil && n != 4 {
+		return fmt.Errorf("%w: frame has %d fields, want 4", ErrMalformed, n)
+	}
+	kind := d.uint("kind")
+	id := d.uint("id")
+	op := d.uint("op")
+	payload := d.bytes("payload")
+	if d.err != nil {
+		return d.err
+	}
+	if kind == 0 || kind > uint64(kindMax) {
+		return fmt.Errorf("%w: unknown frame kind %d", ErrMalformed, kind)
+	}
+	if op > math.MaxUint32 {
+		return fmt.Errorf("%w: op %d out of range", ErrMalformed, op)
+	}
+	if d.off != len(body) {
+		return fmt.Errorf("%w: %d trailing bytes after frame", ErrMalformed, len(body)-d.off)
+	}
+	*f = Frame{Kind: Kind(kind), ID: id, Op: uint32(op), Payload: payload}
+	return nil
+}
+
+// Reader splits a byte stream into frames.
+//
+// It reads into blocks it never reuses, so a Frame's Payload stays valid
+// after later calls to Next; the garbage collector frees a block once no
+// payload refers to it. Keep a copy of a payload you retain for long, or a
+// small payload will pin its whole block.
+type Reader struct {
+	r         io.Reader
+	max       int
+	blockSize int
+	buf       []byte // len(buf) is the block's capacity in use
+	start     int    // first unparsed byte
+	end       int    // end of bytes read
+}
+
+// DefaultBlockSize is the read block size of a Reader.
+const DefaultBlockSize = 64 << 10
+
+// NewReader returns a Reader that refuses frames whose body exceeds
+// maxFrame bytes (DefaultMaxFrame if maxFrame <= 0).
+func NewReader(r io.Reader, maxFrame int) *Reader {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	return &Reader{r: r, max: maxFrame, blockSize: DefaultBlockSize}
+}
+
+// Next reads the next frame into f. At a clean end of stream it returns
+// io.EOF; a stream that ends inside a frame gives io.ErrUnexpectedEOF.
+func (r *Reader) Next(f *Frame) error {
+	if err := r.fill(LengthSize); err != nil {
+		return err
+	}
+	n := int(binary.BigEndian.Uint32(r.buf[r.start:]))
+	if n > r.max {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, r.max)
+	}
+	if err := r.fill(LengthSize + n); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	body := r.buf[r.start+LengthSize : r.start+LengthSize+n : r.start+LengthSize+n]
+	r.start += LengthSize + n
+	return ParseBody(body, f)
+}
+
+// Buffered reports whether a complete frame is already buffered, so that
+// Next will not block.
+func (r *Reader) Buffered() bool {
+	avail := r.end - r.start
+	if avail < LengthSize {
+		return false
+	}
+	return avail-LengthSize >= int(binary.BigEndian.Uint32(r.buf[r.start:]))
+}
+
+// fill makes at least n unparsed bytes available.
+func (r *Reader) fill(n int) error {
+	if r.end-r.start >= n {
+		return nil
+	}
+	if len(r.buf)-r.start < n {
+		// Start a new block; the old one stays with the payloads cut from it.
+		size := max(r.blockSize, n)
+		nb := make([]byte, size)
+		r.end = copy(nb, r.buf[r.start:r.end])
+		r.buf, r.start = nb, 0
+	}
+	for r.end-r.start < n {
+		m, err := r.r.Read(r.buf[r.end:])
+		r.end += m
+		if err != nil {
+			if r.end-r.start >= n {
+				return nil
+			}
+			if err == io.EOF && r.end-r.start > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// AppendErrorPayload appends the payload of a KindError frame.
+func AppendErrorPayload(b []byte, code uint32, msg string) []byte {
+	b = appendArrayHeader(b, 2)
+	b = appendUint(b, uint64(code))
+	return appendStr(b, msg)
+}
+
+// ParseErrorPayload decodes the payload of a KindError frame.
+func ParseErrorPayload(p []byte) (code uint32, msg string, err error) {
+	d := decoder{b: p}
+	if n := d.arrayLen(); d.err == nil && n != 2 {
+		return 0, "", fmt.Errorf("%w: error payload has %d fields, want 2", ErrMalformed, n)
+	}
+	c := d.uint("code")
+	m := d.bytes("message")
+	if d.err != nil {
+		return 0, "", d.err
+	}
+	if c > math.MaxUint32 {
+		return 0, "", fmt.Errorf("%w: error code %d out of range", ErrMalformed, c)
+	}
+	return uint32(c), string(m), nil
+}
