@@ -1,0 +1,137 @@
+// Package errs owns fero's coded error: the one error type that crosses
+// the wire. pkg/fero re-exports it; internal packages create and inspect it
+// here so they need not import the public package.
+package errs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Code classifies an error. Codes 1–16 follow the familiar RPC set; a
+// service may use any other value for its own conditions (the original's
+// HTTP-like statuses such as 405 fit as they are).
+type Code uint32
+
+// The predefined codes.
+const (
+	OK                 Code = 0
+	Canceled           Code = 1
+	Unknown            Code = 2
+	InvalidArgument    Code = 3
+	DeadlineExceeded   Code = 4
+	NotFound           Code = 5
+	AlreadyExists      Code = 6
+	PermissionDenied   Code = 7
+	ResourceExhausted  Code = 8
+	FailedPrecondition Code = 9
+	Aborted            Code = 10
+	OutOfRange         Code = 11
+	Unimplemented      Code = 12
+	Internal           Code = 13
+	Unavailable        Code = 14
+	DataLoss           Code = 15
+	Unauthenticated    Code = 16
+)
+
+var codeNames = [...]string{
+	OK: "ok", Canceled: "canceled", Unknown: "unknown", InvalidArgument: "invalid_argument",
+	DeadlineExceeded: "deadline_exceeded", NotFound: "not_found", AlreadyExists: "already_exists",
+	PermissionDenied: "permission_denied", ResourceExhausted: "resource_exhausted",
+	FailedPrecondition: "failed_precondition", Aborted: "aborted", OutOfRange: "out_of_range",
+	Unimplemented: "unimplemented", Internal: "internal", Unavailable: "unavailable",
+	DataLoss: "data_loss", Unauthenticated: "unauthenticated",
+}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "code_" + strconv.FormatUint(uint64(c), 10)
+}
+
+// Error is an error with a code. Only the code and message cross the wire;
+// the wrapped cause stays local.
+type Error struct {
+	code   Code
+	msg    string
+	cause  error
+	remote bool
+}
+
+// New returns an error with the given code and message.
+func New(code Code, msg string) *Error { return &Error{code: code, msg: msg} }
+
+// Errorf formats a message; %w verbs wrap their operands as causes, which
+// errors.Is and errors.As see locally.
+func Errorf(code Code, format string, args ...any) *Error {
+	err := fmt.Errorf(format, args...)
+	e := &Error{code: code, msg: err.Error()}
+	switch err.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.cause = err
+	}
+	return e
+}
+
+// FromWire rebuilds an error received from a peer.
+func FromWire(code uint32, msg string) *Error {
+	return &Error{code: Code(code), msg: msg, remote: true}
+}
+
+// Code returns the error's code.
+func (e *Error) Code() Code { return e.code }
+
+// Message returns the message without the code prefix.
+func (e *Error) Message() string { return e.msg }
+
+// Remote reports whether the error was received from a peer.
+func (e *Error) Remote() bool { return e.remote }
+
+func (e *Error) Error() string {
+	if e.msg == "" {
+		return "fero: " + e.code.String()
+	}
+	return "fero: " + e.code.String() + ": " + e.msg
+}
+
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is lets errors.Is match two coded errors by code and message, so a
+// sentinel still matches after it has crossed the wire.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.code == e.code && t.msg == e.msg
+}
+
+// CodeOf returns the code of err: its own if it is or wraps an *Error,
+// Canceled or DeadlineExceeded for context errors, OK for nil and Unknown
+// otherwise.
+func CodeOf(err error) Code {
+	if err == nil {
+		return OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.code
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return DeadlineExceeded
+	}
+	return Unknown
+}
+
+// MessageOf returns the message to send for err: an *Error's message, or
+// err.Error() for any other error.
+func MessageOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.msg
+	}
+	return err.Error()
+}

@@ -1,0 +1,42 @@
+package errs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestCodeOf(t *testing.T) {
+	assert.Equal(t, OK, CodeOf(nil))
+	assert.Equal(t, NotFound, CodeOf(New(NotFound, "no such key")))
+	assert.Equal(t, NotFound, CodeOf(fmt.Errorf("get: %w", New(NotFound, "x"))))
+	assert.Equal(t, Canceled, CodeOf(fmt.Errorf("wait: %w", context.Canceled)))
+	assert.Equal(t, DeadlineExceeded, CodeOf(context.DeadlineExceeded))
+	assert.Equal(t, Unknown, CodeOf(io.EOF))
+}
+
+func TestErrorText(t *testing.T) {
+	assert.Equal(t, "fero: unimplemented: verb FOO", New(Unimplemented, "verb FOO").Error())
+	assert.Equal(t, "fero: unavailable", New(Unavailable, "").Error())
+	assert.Equal(t, "fero: code_405: method not allowed", New(405, "method not allowed").Error())
+}
+
+func TestWrapAndWire(t *testing.T) {
+	e := Errorf(Unavailable, "dial %s: %w", "10.0.0.1", io.ErrClosedPipe)
+	assert.ErrorIs(t, e, io.ErrClosedPipe, "the local cause is kept")
+	back := FromWire(uint32(e.Code()), e.Message())
+	assert.True(t, back.Remote())
+	assert.ErrorIs(t, back, e, "a coded error matches after crossing the wire")
+	assert.False(t, errors.Is(back, io.ErrClosedPipe), "the cause does not cross the wire")
+	assert.Equal(t, "boom", MessageOf(errors.New("boom")))
+
+	sentinel := errors.New("lost")
+	two := Errorf(Unavailable, "%w: %w", sentinel, io.EOF)
+	assert.ErrorIs(t, two, sentinel)
+	assert.ErrorIs(t, two, io.EOF)
+	assert.Nil(t, New(NotFound, "x").Unwrap())
+}

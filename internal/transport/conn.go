@@ -1,0 +1,640 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+const protocolVersion = 1
+
+var preface = [8]byte{'F', 'E', 'R', 'O', 0, 0, 0, protocolVersion}
+
+// Conn is one established connection. Both ends may call and serve over
+// it. Its methods are safe for concurrent use.
+type Conn struct {
+	nc      net.Conn
+	cfg     *config
+	handler Handler
+	out     *outbox
+
+	nextID  atomic.Uint64
+	pmu     sync.Mutex
+	pending map[uint64]*pending // nil once the connection ended
+	omu     sync.Mutex
+	open    map[uint64]*Request // requests we serve that await an answer
+
+	ctx        context.Context // cancelled when the connection ends
+	cancel     context.CancelCauseFunc
+	endOnce    sync.Once
+	ended      atomic.Bool
+	err        error // why it ended; written once before ended is set
+	readerDone chan struct{}
+	done       chan struct{}
+	onEnd      func()
+}
+
+// Caller is what Conn and Peer have in common: the ways to call.
+type Caller interface {
+	Send(ctx context.Context, op uint32, payload []byte, opts ...CallOption) error
+	Call(ctx context.Context, op uint32, payload []byte, opts ...CallOption) ([]byte, error)
+	Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error
+	Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error)
+}
+
+var (
+	_ Caller = (*Conn)(nil)
+	_ Caller = (*Peer)(nil)
+)
+
+func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
+	c := &Conn{
+		nc:         nc,
+		cfg:        cfg,
+		handler:    h,
+		out:        newOutbox(cfg.outboxLimit),
+		pending:    make(map[uint64]*pending),
+		open:       make(map[uint64]*Request),
+		readerDone: make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.out.buf = append(c.out.buf, preface[:]...)
+	return c
+}
+
+func (c *Conn) start() {
+	go c.readLoop()
+	go c.writeLoop()
+	c.out.wake <- struct{}{} // the preface is queued
+}
+
+// DialConn connects to addr and returns the connection. It does not
+// reconnect; use Dial for a Peer that does.
+func DialConn(ctx context.Context, addr string, opts ...Option) (*Conn, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return dialConn(ctx, addr, &cfg)
+}
+
+func dialConn(ctx context.Context, addr string, cfg *config) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, errs.Errorf(errs.Unavailable, "dial %s: %w", addr, err)
+	}
+	setNoDelay(nc)
+	if cfg.tls != nil {
+		tc := cfg.tls.Clone()
+		if tc.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				tc.ServerName = host
+			}
+		}
+		tlsConn := tls.Client(nc, tc)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, errs.Errorf(errs.Unavailable, "tls handshake with %s: %w", addr, err)
+		}
+		nc = tlsConn
+	}
+	c := newConn(nc, cfg, cfg.handler)
+	c.start()
+	return c, nil
+}
+
+func setNoDelay(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true) // Go's default, made explicit: latency over packet count
+	}
+}
+
+// RemoteAddr returns the address of the other end.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Done is closed once the connection has ended and its goroutines exited.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error {
+	if !c.ended.Load() {
+		return nil
+	}
+	return c.err
+}
+
+// Close flushes queued frames (for at most the close timeout), ends the
+// connection, fails calls still waiting with ErrClosed and waits for the
+// connection's goroutines. It is idempotent. Do not call it from a
+// handler running on this connection's reader goroutine: that would wait
+// for itself; use go c.Close() there.
+func (c *Conn) Close() error {
+	c.end(ErrClosed, true)
+	<-c.done
+	return nil
+}
+
+// end ends the connection once: later causes are ignored.
+func (c *Conn) end(cause error, flush bool) {
+	c.endOnce.Do(func() {
+		c.err = cause
+		c.ended.Store(true)
+		c.cancel(cause)
+		c.out.close(cause, flush && c.cfg.closeTimeout > 0)
+		if !flush {
+			c.nc.Close() // unblocks the reader and writer now
+		}
+		c.pmu.Lock()
+		ps := c.pending
+		c.pending = nil
+		c.pmu.Unlock()
+		for _, p := range ps {
+			p.deliver(nil, cause)
+		}
+	})
+}
+
+func (c *Conn) lost(cause error) error {
+	if errors.Is(cause, io.EOF) {
+		cause = errors.New("closed by peer")
+	}
+	return errs.Errorf(errs.Unavailable, "%w: %s: %w", ErrConnLost, c.nc.RemoteAddr(), cause)
+}
+
+func (c *Conn) readLoop() {
+	defer close(c.readerDone)
+	if err := c.readPreface(); err != nil {
+		c.cfg.logger.Warn("fero: transport: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+		c.end(c.lost(err), false)
+		return
+	}
+	r := wire.NewReader(c.nc, c.cfg.maxFrame)
+	for {
+		var f wire.Frame
+		if err := r.Next(&f); err != nil {
+			if c.ended.Load() {
+				return // we closed it
+			}
+			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge) {
+				c.cfg.logger.Warn("fero: transport: closing connection after bad input", "remote", c.nc.RemoteAddr(), "err", err)
+			} else {
+				c.cfg.logger.Debug("fero: transport: connection lost", "remote", c.nc.RemoteAddr(), "err", err)
+			}
+			c.end(c.lost(err), false)
+			return
+		}
+		if err := c.dispatch(&f); err != nil {
+			c.cfg.logger.Warn("fero: transport: closing connection after protocol error", "remote", c.nc.RemoteAddr(), "err", err)
+			c.end(c.lost(err), false)
+			return
+		}
+	}
+}
+
+func (c *Conn) readPreface() error {
+	var got [len(preface)]byte
+	if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.connectTimeout)); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c.nc, got[:]); err != nil {
+		return fmt.Errorf("reading preface: %w", err)
+	}
+	if [4]byte(got[:4]) != [4]byte(preface[:4]) {
+		return fmt.Errorf("%w: not a fero peer (preface % x)", wire.ErrMalformed, got)
+	}
+	if got[7] != protocolVersion {
+		return fmt.Errorf("%w: peer speaks protocol version %d, we speak %d", wire.ErrMalformed, got[7], protocolVersion)
+	}
+	return c.nc.SetReadDeadline(time.Time{})
+}
+
+func (c *Conn) writeLoop() {
+	defer func() {
+		c.nc.Close()
+		<-c.readerDone
+		if c.onEnd != nil {
+			c.onEnd()
+		}
+		close(c.done)
+	}()
+	var free []byte
+	for {
+		batch, last := c.out.take(free)
+		if last && len(batch) > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.closeTimeout))
+		}
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), c.cfg.maxBatch)
+			if _, err := c.nc.Write(rest[:n]); err != nil {
+				if !c.ended.Load() {
+					c.cfg.logger.Debug("fero: transport: write failed", "remote", c.nc.RemoteAddr(), "err", err)
+				}
+				c.end(c.lost(err), false)
+				return
+			}
+			rest = rest[n:]
+		}
+		if last {
+			return
+		}
+		// Keep the buffer for the next swap unless a burst grew it large.
+		if cap(batch) <= 4*c.cfg.maxBatch {
+			free = batch[:0]
+		} else {
+			free = nil
+		}
+	}
+}
+
+// writeFrame queues one frame, blocking while the outbox is full unless
+// failFast.
+func (c *Conn) writeFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast bool) error {
+	n := wire.FrameSize(id, op, len(payload))
+	if n-wire.LengthSize > c.cfg.maxFrame {
+		return ErrTooLarge
+	}
+	if err := c.out.lock(ctx, n, failFast); err != nil {
+		return err
+	}
+	empty := len(c.out.buf) == 0
+	c.out.buf = wire.AppendFrame(c.out.buf, kind, id, op, payload)
+	c.out.unlock(empty)
+	return nil
+}
+
+func (c *Conn) writeErrorFrame(id uint64, code errs.Code, msg string) error {
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	var buf [4200]byte
+	return c.writeFrame(c.ctx, wire.KindError, id, 0, wire.AppendErrorPayload(buf[:0], uint32(code), msg), false)
+}
+
+func (c *Conn) dispatch(f *wire.Frame) error {
+	switch f.Kind {
+	case wire.KindSend, wire.KindCall, wire.KindStream:
+		return c.serve(f)
+	case wire.KindReply, wire.KindChunk, wire.KindError:
+		c.complete(f)
+	case wire.KindCancel:
+		c.cancelRequest(f.ID)
+	}
+	return nil
+}
+
+func (c *Conn) serve(f *wire.Frame) error {
+	req := &Request{conn: c, kind: f.Kind, id: f.ID, op: f.Op, payload: f.Payload}
+	if f.Kind != wire.KindSend {
+		c.omu.Lock()
+		_, dup := c.open[f.ID]
+		if !dup {
+			c.open[f.ID] = req
+		}
+		c.omu.Unlock()
+		if dup {
+			return fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
+		}
+	}
+	if c.handler == nil {
+		_ = req.Fail(errs.New(errs.Unimplemented, "this end serves no requests"))
+		return nil
+	}
+	c.callHandler(req)
+	return nil
+}
+
+func (c *Conn) callHandler(req *Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.logger.Error("fero: transport: handler panicked", "op", req.op, "panic", p, "stack", string(debug.Stack()))
+			_ = req.Fail(errs.Errorf(errs.Internal, "handler panicked: %v", p))
+		}
+	}()
+	c.handler.ServeCall(req)
+}
+
+func (c *Conn) closeRequest(id uint64, r *Request) {
+	c.omu.Lock()
+	if c.open[id] == r {
+		delete(c.open, id)
+	}
+	c.omu.Unlock()
+}
+
+func (c *Conn) cancelRequest(id uint64) {
+	c.omu.Lock()
+	r := c.open[id]
+	delete(c.open, id)
+	c.omu.Unlock()
+	if r == nil {
+		return // answered already
+	}
+	r.mu.Lock()
+	r.canceled = true
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.mu.Unlock()
+}
+
+func (c *Conn) complete(f *wire.Frame) {
+	c.pmu.Lock()
+	p := c.pending[f.ID]
+	if p != nil && f.Kind != wire.KindChunk {
+		delete(c.pending, f.ID)
+	}
+	c.pmu.Unlock()
+	if p == nil {
+		return // a late answer to a call the caller gave up on
+	}
+	switch f.Kind {
+	case wire.KindChunk:
+		if p.st != nil {
+			p.st.push(f.Payload)
+		}
+	case wire.KindReply:
+		p.deliver(f.Payload, nil)
+	case wire.KindError:
+		code, msg, err := wire.ParseErrorPayload(f.Payload)
+		if err != nil {
+			p.deliver(nil, errs.Errorf(errs.Internal, "unreadable error reply: %w", err))
+			return
+		}
+		p.deliver(nil, errs.FromWire(code, msg))
+	}
+}
+
+// pending is a call of ours awaiting its answer.
+type pending struct {
+	cb   func([]byte, error) // Go
+	ch   chan result         // Call
+	st   *Stream             // Stream
+	stop func() bool         // stops the context watch of Go and Stream
+}
+
+type result struct {
+	b   []byte
+	err error
+}
+
+func (p *pending) deliver(b []byte, err error) {
+	if p.stop != nil {
+		p.stop()
+	}
+	switch {
+	case p.cb != nil:
+		p.cb(b, err)
+	case p.st != nil:
+		p.st.end(b, err)
+	default:
+		p.ch <- result{b, err}
+	}
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan result, 1)} }}
+
+func (c *Conn) register(id uint64, p *pending) error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.pending == nil {
+		return c.err
+	}
+	c.pending[id] = p
+	return nil
+}
+
+// unregister removes a call; false means its answer (or the connection's
+// end) got there first and is being delivered.
+func (c *Conn) unregister(id uint64) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if _, ok := c.pending[id]; !ok {
+		return false
+	}
+	delete(c.pending, id)
+	return true
+}
+
+func (c *Conn) sendCancel(id uint64) {
+	// Best effort: never block a caller that is giving up.
+	_ = c.writeFrame(context.Background(), wire.KindCancel, id, 0, nil, true)
+}
+
+// Send queues a one-way message. Nothing is kept for it once queued.
+func (c *Conn) Send(ctx context.Context, op uint32, payload []byte, opts ...CallOption) error {
+	return c.writeFrame(ctx, wire.KindSend, 0, op, payload, failFast(opts))
+}
+
+// Call sends a request and waits for its reply. The reply aliases the
+// connection's read buffer.
+func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...CallOption) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := pendingPool.Get().(*pending)
+	id := c.nextID.Add(1)
+	if err := c.register(id, p); err != nil {
+		pendingPool.Put(p)
+		return nil, err
+	}
+	if err := c.writeFrame(ctx, wire.KindCall, id, op, payload, failFast(opts)); err != nil {
+		if !c.unregister(id) {
+			<-p.ch // the connection's end delivered to it
+		}
+		pendingPool.Put(p)
+		return nil, err
+	}
+	select {
+	case r := <-p.ch:
+		pendingPool.Put(p)
+		return r.b, r.err
+	case <-ctx.Done():
+		if c.unregister(id) {
+			c.sendCancel(id)
+		} else {
+			<-p.ch
+		}
+		pendingPool.Put(p)
+		return nil, ctx.Err()
+	}
+}
+
+// Go sends a request and calls done with its reply or error, exactly once,
+// on the connection's reader goroutine (or on the goroutine that cancels
+// ctx). done must not block. If Go returns an error, done is not called.
+func (c *Conn) Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	id := c.nextID.Add(1)
+	p := &pending{cb: done}
+	if ctx.Done() != nil {
+		p.stop = context.AfterFunc(ctx, func() {
+			if c.unregister(id) {
+				c.sendCancel(id)
+				done(nil, ctx.Err())
+			}
+		})
+	}
+	if err := c.register(id, p); err != nil {
+		if p.stop != nil {
+			p.stop()
+		}
+		return err
+	}
+	if err := ctx.Err(); err != nil && c.unregister(id) {
+		// ctx ended before the call was registered for its watch to see.
+		p.stop()
+		return err
+	}
+	if err := c.writeFrame(ctx, wire.KindCall, id, op, payload, failFast(opts)); err != nil {
+		if c.unregister(id) {
+			if p.stop != nil {
+				p.stop()
+			}
+			return err
+		}
+		return nil // done has the error
+	}
+	return nil
+}
+
+// Stream sends a request whose answer is a stream of replies.
+func (c *Conn) Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	s := &Stream{c: c, id: id, ctx: ctx, limit: c.cfg.streamBuffer, notify: make(chan struct{}, 1)}
+	p := &pending{st: s}
+	if err := c.register(id, p); err != nil {
+		return nil, err
+	}
+	if err := c.writeFrame(ctx, wire.KindStream, id, op, payload, failFast(opts)); err != nil {
+		if c.unregister(id) {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Stream is the caller's end of a streaming call.
+type Stream struct {
+	c      *Conn
+	id     uint64
+	ctx    context.Context
+	limit  int
+	notify chan struct{}
+
+	mu     sync.Mutex
+	items  [][]byte
+	bytes  int
+	ended  bool
+	err    error // io.EOF after a clean end
+	closed bool
+}
+
+func (s *Stream) push(b []byte) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	if s.bytes+len(b) > s.limit {
+		s.ended = true
+		s.err = errs.Errorf(errs.ResourceExhausted, "stream consumer fell %d bytes behind (limit %d)", s.bytes+len(b), s.limit)
+		s.mu.Unlock()
+		if s.c.unregister(s.id) {
+			s.c.sendCancel(s.id)
+		}
+		s.signal()
+		return
+	}
+	s.items = append(s.items, b)
+	s.bytes += len(b)
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Stream) end(b []byte, err error) {
+	s.mu.Lock()
+	if !s.ended {
+		s.ended = true
+		if err == nil {
+			if len(b) > 0 {
+				s.items = append(s.items, b)
+			}
+			err = io.EOF
+		}
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Stream) signal() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Recv returns the next reply in order. After the final reply it returns
+// io.EOF; after a failure, the error. A non-empty final reply is returned
+// before io.EOF.
+func (s *Stream) Recv() ([]byte, error) {
+	for {
+		s.mu.Lock()
+		if len(s.items) > 0 {
+			b := s.items[0]
+			s.items[0] = nil
+			s.items = s.items[1:]
+			s.bytes -= len(b)
+			s.mu.Unlock()
+			return b, nil
+		}
+		if s.ended {
+			err := s.err
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.notify:
+		case <-s.ctx.Done():
+			s.Close()
+			return nil, s.ctx.Err()
+		}
+	}
+}
+
+// Close abandons the stream, telling the callee. It is idempotent.
+func (s *Stream) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	if !s.ended {
+		s.ended, s.err = true, ErrClosed
+	}
+	s.mu.Unlock()
+	if s.c.unregister(s.id) {
+		s.c.sendCancel(s.id)
+	}
+}

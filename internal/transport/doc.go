@@ -1,0 +1,57 @@
+// Package transport owns connections between fero nodes: many concurrent
+// calls multiplexed over one TCP connection (optionally TLS), completing
+// out of order.
+//
+// # Calls
+//
+// A caller picks the mode of each call, and pays only for that mode:
+//
+//   - Send: one-way. Nothing is kept in memory for it after it is queued,
+//     and the callee's replies to it are discarded without being encoded.
+//   - Call, Go: one request, one reply. Call blocks; Go runs a callback on
+//     the connection's reader goroutine and starts no goroutine of its own.
+//   - Stream: one request, a stream of replies ended by a final one.
+//
+// Every call takes a context. When it ends before the reply, the call
+// returns the context's error at once and a cancel frame tells the callee,
+// whose Request.Context is then cancelled.
+//
+// # Handlers
+//
+// The handler of incoming requests runs on the connection's reader
+// goroutine, one request at a time in arrival order, so a stream of
+// one-way messages is handled in the order it was sent. A handler must not
+// block: it replies at once, or hands the Request to another goroutine,
+// which may reply later (a Request is safe to use from any goroutine). A
+// panicking handler answers its call with an Internal error; the
+// connection and the process carry on.
+//
+// # The outbox
+//
+// Each connection has one writer goroutine and an outbox of encoded frames.
+// Senders encode straight into the outbox; while a write is in flight,
+// frames accumulate and the next write takes them all, up to MaxBatch bytes
+// per write. When the writer is idle a frame is written at once. There is
+// no timer: batching comes only from load. The outbox holds at most
+// OutboxLimit bytes (one frame larger than that is let through alone);
+// beyond it a sender blocks until there is room or its context ends, or,
+// with the FailFast call option, gets ErrOutboxFull at once. A connection
+// therefore holds at most about 2×OutboxLimit bytes of outgoing data (the
+// batch being written plus the outbox), however slow its peer.
+//
+// # Connections
+//
+// Each side starts with an 8-byte preface ("FERO", three zero bytes, the
+// protocol version) and checks the other's. A frame the reader cannot
+// parse, or one over MaxFrame, closes that connection with a logged error;
+// its calls fail with an Unavailable error and the server goes on serving
+// every other connection.
+//
+// Conn is one established connection; both ends may call and serve over
+// it. Peer wraps a Conn to one address and redials it with capped
+// exponential backoff and full jitter when it breaks. Calls in flight on a
+// broken connection fail at once with ErrConnLost; calls made while a Peer
+// is reconnecting wait for the new connection (or fail fast), so nothing is
+// dropped silently. A one-way Send that returned nil is at most once: it
+// may be lost if the connection breaks before the bytes leave.
+package transport

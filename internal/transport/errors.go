@@ -1,0 +1,28 @@
+package transport
+
+import (
+	"errors"
+
+	"github.com/fero-go/fero/internal/errs"
+)
+
+var (
+	// ErrClosed is returned by calls on a connection, peer or server that
+	// was closed locally.
+	ErrClosed = errs.New(errs.Unavailable, "transport closed")
+	// ErrConnLost is wrapped by the error of every call that was in flight
+	// when its connection broke.
+	ErrConnLost = errors.New("connection lost")
+	// ErrOutboxFull is returned by a FailFast call when the outbox is full.
+	ErrOutboxFull = errs.New(errs.ResourceExhausted, "outbox full")
+	// ErrUnavailable is returned by a FailFast call on a Peer that is
+	// reconnecting, and by any call on a Peer that exhausted its retries.
+	ErrUnavailable = errs.New(errs.Unavailable, "peer unavailable")
+	// ErrTooLarge is returned for a payload over the frame limit.
+	ErrTooLarge = errs.New(errs.InvalidArgument, "payload exceeds the frame limit")
+	// ErrNotStream is returned by Request.Chunk on a call that did not ask
+	// for a stream.
+	ErrNotStream = errs.New(errs.FailedPrecondition, "call is not a stream")
+	// ErrReplied is returned when a request is answered a second time.
+	ErrReplied = errs.New(errs.FailedPrecondition, "request already answered")
+)

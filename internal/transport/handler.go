@@ -1,0 +1,168 @@
+package transport
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Handler serves requests. See the package comment for the rules a
+// handler follows.
+type Handler interface {
+	ServeCall(*Request)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(*Request)
+
+// ServeCall calls f(r).
+func (f HandlerFunc) ServeCall(r *Request) { f(r) }
+
+// Mux routes requests to handlers by op. Register every op before the mux
+// serves its first request.
+type Mux struct {
+	handlers map[uint32]Handler
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{handlers: make(map[uint32]Handler)} }
+
+// Handle routes op to h.
+func (m *Mux) Handle(op uint32, h Handler) { m.handlers[op] = h }
+
+// HandleFunc routes op to f.
+func (m *Mux) HandleFunc(op uint32, f func(*Request)) { m.handlers[op] = HandlerFunc(f) }
+
+// ServeCall dispatches r, answering an unknown op with Unimplemented.
+func (m *Mux) ServeCall(r *Request) {
+	h, ok := m.handlers[r.op]
+	if !ok {
+		_ = r.Fail(errs.Errorf(errs.Unimplemented, "no handler for op %d", r.op))
+		return
+	}
+	h.ServeCall(r)
+}
+
+// Mode is how a caller asked to be answered.
+type Mode uint8
+
+// Call modes.
+const (
+	ModeSend   Mode = Mode(wire.KindSend)
+	ModeCall   Mode = Mode(wire.KindCall)
+	ModeStream Mode = Mode(wire.KindStream)
+)
+
+// Request is one incoming call. Its methods are safe for concurrent use.
+// Answering a one-way request is allowed and costs nothing: the answer is
+// dropped before it is encoded.
+type Request struct {
+	conn    *Conn
+	kind    wire.Kind
+	id      uint64
+	op      uint32
+	payload []byte
+	done    atomic.Bool
+
+	mu       sync.Mutex
+	ctx      context.Context
+	cancel   context.CancelFunc
+	canceled bool
+}
+
+// Op returns the operation number.
+func (r *Request) Op() uint32 { return r.op }
+
+// Payload returns the request bytes. They alias the connection's read
+// buffer; copy what you keep for long.
+func (r *Request) Payload() []byte { return r.payload }
+
+// Mode returns how the caller asked to be answered.
+func (r *Request) Mode() Mode { return Mode(r.kind) }
+
+// Conn returns the connection the request arrived on.
+func (r *Request) Conn() *Conn { return r.conn }
+
+// Context is cancelled when the caller cancels the call, when the request
+// has been answered, or when the connection closes.
+func (r *Request) Context() context.Context {
+	if r.kind == wire.KindSend {
+		return r.conn.ctx
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		r.ctx, r.cancel = context.WithCancel(r.conn.ctx)
+		if r.canceled || r.done.Load() {
+			r.cancel()
+		}
+	}
+	return r.ctx
+}
+
+// finish marks the request answered. It reports false if it already was.
+func (r *Request) finish() bool {
+	if !r.done.CompareAndSwap(false, true) {
+		return false
+	}
+	r.conn.closeRequest(r.id, r)
+	r.mu.Lock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+	canceled := r.canceled
+	r.mu.Unlock()
+	return !canceled
+}
+
+// Reply sends the final answer. It may block while the outbox is full.
+func (r *Request) Reply(payload []byte) error {
+	if r.kind == wire.KindSend {
+		return nil
+	}
+	if r.done.Load() {
+		return ErrReplied
+	}
+	if !r.finish() {
+		return nil // the caller gave up; nobody wants the answer
+	}
+	return r.conn.writeFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false)
+}
+
+// Chunk sends one intermediate answer of a stream.
+func (r *Request) Chunk(payload []byte) error {
+	switch {
+	case r.kind == wire.KindSend:
+		return nil
+	case r.kind != wire.KindStream:
+		return ErrNotStream
+	case r.done.Load():
+		return ErrReplied
+	}
+	r.mu.Lock()
+	canceled := r.canceled
+	r.mu.Unlock()
+	if canceled {
+		return context.Canceled
+	}
+	return r.conn.writeFrame(r.conn.ctx, wire.KindChunk, r.id, 0, payload, false)
+}
+
+// Fail sends err as the final answer. The caller receives an *errs.Error
+// with err's code (Unknown for an uncoded error) and message.
+func (r *Request) Fail(err error) error {
+	if r.kind == wire.KindSend {
+		return nil
+	}
+	if r.done.Load() {
+		return ErrReplied
+	}
+	if !r.finish() {
+		return nil
+	}
+	code, msg := errs.CodeOf(err), errs.MessageOf(err)
+	return r.conn.writeErrorFrame(r.id, code, msg)
+}

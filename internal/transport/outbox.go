@@ -1,0 +1,107 @@
+package transport
+
+import (
+	"context"
+	"sync"
+)
+
+// outbox is a connection's queue of encoded frames: senders append under
+// mu, the writer goroutine takes everything queued at once.
+type outbox struct {
+	mu    sync.Mutex
+	buf   []byte
+	limit int
+	err   error         // set once closed; returned to senders
+	flush bool          // on close: write what is queued first
+	space chan struct{} // made by a blocked sender, closed when the writer takes the queue
+	wake  chan struct{} // capacity 1: tells the writer there is work
+}
+
+func newOutbox(limit int) *outbox {
+	return &outbox{limit: limit, wake: make(chan struct{}, 1)}
+}
+
+// lock waits until n more bytes fit, and returns with o.mu held. An empty
+// outbox always takes a frame, so one frame over the limit passes alone.
+func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
+	o.mu.Lock()
+	for {
+		if o.err != nil {
+			err := o.err
+			o.mu.Unlock()
+			return err
+		}
+		if len(o.buf) == 0 || len(o.buf)+n <= o.limit {
+			return nil
+		}
+		if failFast {
+			o.mu.Unlock()
+			return ErrOutboxFull
+		}
+		if o.space == nil {
+			o.space = make(chan struct{})
+		}
+		space := o.space
+		o.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		o.mu.Lock()
+	}
+}
+
+// unlock releases o.mu after an append; wasEmpty says the append found
+// the outbox empty, so the writer may be asleep.
+func (o *outbox) unlock(wasEmpty bool) {
+	o.mu.Unlock()
+	if wasEmpty {
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take blocks until there are bytes to write or the outbox is closed. It
+// returns the queued bytes, leaving free (emptied) as the new queue, and
+// whether this is the last batch.
+func (o *outbox) take(free []byte) (batch []byte, last bool) {
+	o.mu.Lock()
+	for len(o.buf) == 0 && o.err == nil {
+		o.mu.Unlock()
+		<-o.wake
+		o.mu.Lock()
+	}
+	batch = o.buf
+	o.buf = free[:0]
+	if o.space != nil {
+		close(o.space)
+		o.space = nil
+	}
+	last = o.err != nil
+	if last && !o.flush {
+		batch = nil
+	}
+	o.mu.Unlock()
+	return batch, last
+}
+
+// close refuses further frames with err. With flush, the writer still
+// writes what is queued.
+func (o *outbox) close(err error, flush bool) {
+	o.mu.Lock()
+	if o.err == nil {
+		o.err, o.flush = err, flush
+	}
+	if o.space != nil {
+		close(o.space)
+		o.space = nil
+	}
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
