@@ -76,7 +76,12 @@ func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
 func (c *Conn) start() {
 	go c.readLoop()
 	go c.writeLoop()
-	c.out.wake <- struct{}{} // the preface is queued
+	// The preface is queued. The reader may already have ended the
+	// connection, which also wakes the writer, so never block here.
+	select {
+	case c.out.wake <- struct{}{}:
+	default:
+	}
 }
 
 // DialConn connects to addr and returns the connection. It does not

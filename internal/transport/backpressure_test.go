@@ -1,0 +1,133 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// stalledPeer accepts one connection, sends a preface and never reads.
+func stalledPeer(t *testing.T) (addr string, release func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		_, _ = nc.Write(preface[:])
+		accepted <- nc
+	}()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			ln.Close()
+			if nc, ok := <-accepted; ok {
+				nc.Close()
+			}
+		})
+	}
+	t.Cleanup(release)
+	return ln.Addr().String(), release
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// TestStalledPeerBoundsMemory writes ~64 MiB at a peer that never reads.
+// Senders must block (or fail fast) once the outbox holds its limit, and
+// the sender's heap must not grow past about twice the limit.
+func TestStalledPeerBoundsMemory(t *testing.T) {
+	const limit = 1 << 20
+	addr, release := stalledPeer(t)
+	c, err := DialConn(ctxT(t), addr, WithOutboxLimit(limit), WithMaxBatch(64<<10), WithCloseTimeout(0))
+	require.NoError(t, err)
+	defer c.Close()
+	defer release()
+
+	payload := make([]byte, 1024)
+	before := heapInUse()
+
+	// Fail fast: fills up, then refuses.
+	var full int
+	for i := 0; i < 64<<10; i++ {
+		if err := c.Send(context.Background(), opCount, payload, FailFast); err != nil {
+			require.ErrorIs(t, err, ErrOutboxFull)
+			full++
+			break
+		}
+	}
+	require.Equal(t, 1, full, "a fail-fast sender was refused once the outbox was full")
+
+	// Blocking: 8 senders try 8 MiB each; each blocks until its context
+	// ends because nothing drains.
+	var wg sync.WaitGroup
+	blocked := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			for i := 0; i < 8<<10; i++ {
+				if err := c.Send(ctx, opCount, payload); err != nil {
+					blocked <- err
+					return
+				}
+			}
+			blocked <- nil
+		}()
+	}
+	wg.Wait()
+	close(blocked)
+	for err := range blocked {
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	grown := int64(heapInUse()) - int64(before)
+	t.Logf("heap grew %d KiB against an outbox limit of %d KiB (64 MiB attempted)", grown>>10, limit>>10)
+	assert.Less(t, grown, int64(3*limit), "the sender's heap is bounded by the outbox, not by what was attempted")
+}
+
+// TestBlockedSenderResumes: a sender blocked on a full outbox goes on as
+// soon as the peer reads.
+func TestBlockedSenderResumes(t *testing.T) {
+	ts := newTestServer(t)
+	p := dialTest(t, ts.Addr().String(), WithOutboxLimit(4096))
+	ctx := ctxT(t)
+	for i := 0; i < 20000; i++ {
+		require.NoError(t, p.Send(ctx, opCount, make([]byte, 200)))
+	}
+	_, err := p.Call(ctx, opEcho, nil)
+	require.NoError(t, err)
+	assert.EqualValues(t, 20000, ts.count.Load())
+}
+
+func TestOutboxTakesEverythingQueued(t *testing.T) {
+	o := newOutbox(1 << 20)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		require.NoError(t, o.lock(ctx, 3, false))
+		empty := len(o.buf) == 0
+		o.buf = append(o.buf, 'a'+byte(i), 'b'+byte(i), 'c'+byte(i))
+		o.unlock(empty)
+	}
+	assert.Len(t, o.wake, 1, "only the append into an empty outbox wakes the writer")
+	batch, last := o.take(nil)
+	assert.Equal(t, "abcbcdcde", string(batch), "one batch carries every frame queued meanwhile")
+	assert.False(t, last)
+	o.close(ErrClosed, true)
+	require.ErrorIs(t, o.lock(ctx, 1, false), ErrClosed)
+}
