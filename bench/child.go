@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The parent and its children talk in lines. A server prints its address,
+// then answers "usage" on stdin with a JSON Usage line; stdin closing stops
+// it. A client prints JSON clientMsg lines: ready after dialling and warming
+// up, progress while running, then one result; it starts measuring at the
+// wall-clock instant the parent sends as "go <unix-ns>", so every client
+// starts together, and stdin closing aborts it.
+
+// The child subcommands, as the parent invokes them.
+const (
+	ServeCommand  = "serve"
+	ClientCommand = "client"
+	cmdUsage      = "usage"
+	cmdGo         = "go"
+)
+
+// ServeSpec is everything a server process needs. The parent sends it as
+// JSON.
+type ServeSpec struct {
+	System string       `json:"system"`
+	Serve  ServeOptions `json:"serve"`
+}
+
+type clientMsg struct {
+	Ready    bool          `json:"ready,omitempty"`
+	Progress int64         `json:"progress,omitempty"`
+	Result   *ClientResult `json:"result,omitempty"`
+	Err      string        `json:"error,omitempty"`
+}
+
+// lineWriter serializes JSON lines to a child's stdout.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) line(s string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := io.WriteString(l.w, s+"\n")
+	return err
+}
+
+func (l *lineWriter) json(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	return l.line(string(b))
+}
+
+// ServeChild runs the server side of a child process: it serves spec on
+// the system from reg until ctx is done or stdin closes.
+func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Reader, stdout io.Writer) error {
+	sys, err := reg.Lookup(spec.System)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &lineWriter{w: stdout}
+	ready := make(chan struct{})
+	serveErr := make(chan error, 1)
+	go func() {
+		serveErr <- sys.Serve(ctx, spec.Serve, func(addr string) {
+			if out.line(addr) == nil {
+				close(ready)
+			}
+		})
+	}()
+	// The control channel: commands until EOF, which stops the server.
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			select {
+			case cmds <- strings.TrimSpace(sc.Text()):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case err := <-serveErr:
+			if err != nil {
+				return fmt.Errorf("serve %s: %w", spec.System, err)
+			}
+			return nil
+		case c, ok := <-cmds:
+			if !ok {
+				cancel()
+				return <-serveErr
+			}
+			if c == cmdUsage {
+				u, err := SelfUsage()
+				if err != nil {
+					return err
+				}
+				if err := out.json(u); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// ClientChild runs the client side of a child process.
+func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Reader, stdout io.Writer) (err error) {
+	out := &lineWriter{w: stdout}
+	defer func() {
+		if err != nil {
+			// The parent reads the reason from stdout; stderr has it too.
+			_ = out.json(clientMsg{Err: err.Error()})
+		}
+	}()
+	sys, err := reg.Lookup(spec.System)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, err := sys.Dial(ctx, spec.Dial)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", spec.System, err)
+	}
+	defer conn.Close()
+	if err := warmUp(ctx, conn, spec); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if err := out.json(clientMsg{Ready: true}); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(stdin)
+	if !sc.Scan() {
+		return errors.New("bench client: stdin closed before go")
+	}
+	f := strings.Fields(sc.Text())
+	if len(f) != 2 || f[0] != cmdGo {
+		return fmt.Errorf("bench client: want %q, got %q", cmdGo+" <unix-ns>", sc.Text())
+	}
+	at, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("bench client: bad start time: %w", err)
+	}
+	// Abort when the parent goes away.
+	go func() {
+		for sc.Scan() {
+		}
+		cancel()
+	}()
+	if d := time.Until(time.Unix(0, at)); d > 0 {
+		if err := NewRealClock().Sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+
+	var p progress
+	if spec.ProgressEvery > 0 {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(spec.ProgressEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					_ = out.json(clientMsg{Progress: p.done.Load()})
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	before, err := SelfUsage()
+	if err != nil {
+		return err
+	}
+	res, err := runScenario(ctx, conn, spec, &p)
+	if err != nil {
+		return fmt.Errorf("%s: %w", spec.Scenario, err)
+	}
+	after, err := SelfUsage()
+	if err != nil {
+		return err
+	}
+	res.CPU = after.CPU.Sub(before.CPU)
+	res.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	return out.json(clientMsg{Result: &res})
+}

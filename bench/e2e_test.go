@@ -1,0 +1,129 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fero-go/fero/bench"
+	"github.com/fero-go/fero/bench/echo"
+)
+
+const childEnv = "FERO_BENCH_TEST_CHILD"
+
+var registry = bench.Registry{"echo": echo.System{}}
+
+// TestMain turns the test binary into a benchmark child when the runner
+// re-executes it, so the end-to-end test uses real separate processes.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "" {
+		os.Exit(m.Run())
+	}
+	if err := runChild(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func runChild(args []string) error {
+	if len(args) != 3 || args[1] != "--spec" {
+		return fmt.Errorf("want <serve|client> --spec JSON, got %q", args)
+	}
+	ctx := context.Background()
+	switch args[0] {
+	case bench.ServeCommand:
+		var s bench.ServeSpec
+		if err := json.Unmarshal([]byte(args[2]), &s); err != nil {
+			return err
+		}
+		return bench.ServeChild(ctx, registry, s, os.Stdin, os.Stdout)
+	case bench.ClientCommand:
+		var s bench.ClientSpec
+		if err := json.Unmarshal([]byte(args[2]), &s); err != nil {
+			return err
+		}
+		return bench.ClientChild(ctx, registry, s, os.Stdin, os.Stdout)
+	}
+	return fmt.Errorf("unknown child command %q", args[0])
+}
+
+func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var progressed int
+	s := &bench.Session{
+		Runner: &bench.Runner{
+			Exe:           os.Args[0],
+			Env:           append(os.Environ(), childEnv+"=1"),
+			ProgressEvery: 10 * time.Millisecond,
+			OnProgress:    func(bench.Trial, int64, int64, time.Duration) { progressed++ },
+		},
+		Systems:   []string{"echo"},
+		Scenarios: []bench.Scenario{bench.OneWay, bench.RequestReply, bench.RoundTrip, bench.FixedRate},
+		Matrix: bench.Matrix{
+			Sizes: []int{64}, Records: []int64{3000}, Clients: []int{1}, Servers: []int{1}, Rates: []float64{2000},
+		},
+		Params: bench.Params{
+			Window: 64, WarmupRecords: 100, Count: 300, WarmupCount: 20,
+			Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond, Timeout: 2 * time.Second,
+			TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
+		},
+		Runs: 1,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Groups, 4)
+
+	for _, g := range rep.Groups {
+		name := fmt.Sprintf("%s %s", g.Scenario, g.Config)
+		assert.Zero(t, g.Errors, name)
+		assert.Greater(t, g.ServerCPU.Median+g.ClientCPU.Median, 0.0, name)
+		assert.Greater(t, g.ClientMaxRSS.Median, 0.0, name)
+		assert.Greater(t, g.ServerMaxRSS.Median, 0.0, name)
+		switch g.Scenario {
+		case bench.OneWay, bench.RequestReply:
+			require.Len(t, g.Milestones, 2, name)
+			assert.Equal(t, bench.Tacks, g.Milestones[0].Name)
+			assert.LessOrEqual(t, g.Milestones[0].Seconds.Median, g.Milestones[1].Seconds.Median, name)
+			assert.Greater(t, g.Milestones[1].RecordsPerSec.Median, 0.0, name)
+		case bench.RoundTrip:
+			assert.EqualValues(t, 300*g.Config.Clients, g.Latency[bench.HistLatency].Count, name)
+		case bench.FixedRate:
+			lat := g.Latency[bench.HistLatency]
+			require.NotNil(t, lat, name)
+			assert.Positive(t, g.RequestedRate, name)
+			// Every measured send is accounted for: completed or an error.
+			assert.EqualValues(t, lat.Count, g.Latency[bench.HistService].Count, name)
+			assert.EqualValues(t, lat.Count, g.Latency[bench.HistLag].Count, name)
+			assert.Positive(t, lat.Count, name)
+		}
+	}
+	// Several clients and servers: the records split and the results merge.
+	s.Scenarios = []bench.Scenario{bench.RequestReply}
+	s.Matrix.Clients, s.Matrix.Servers = []int{2}, []int{2}
+	multi, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, multi.Groups, 1)
+	require.Len(t, multi.Trials, 1)
+	assert.EqualValues(t, 3000, multi.Trials[0].Records)
+	assert.Zero(t, multi.Trials[0].Errors)
+
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteText(&b))
+	assert.Contains(t, b.String(), "latency at a fixed rate (open loop)")
+	paths, err := rep.WriteFiles(t.TempDir())
+	require.NoError(t, err)
+	assert.NotEmpty(t, paths)
+	assert.Positive(t, progressed)
+}

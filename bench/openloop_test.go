@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock advances only when slept on or told to.
+type fakeClock struct {
+	now    time.Duration
+	sleeps int
+}
+
+func (c *fakeClock) Now() time.Duration { return c.now }
+
+func (c *fakeClock) Sleep(_ context.Context, d time.Duration) error {
+	c.sleeps++
+	c.now += d
+	return nil
+}
+
+func TestScheduleDueIsComputedFromIndex(t *testing.T) {
+	s := Schedule{Start: 7 * time.Second, Rate: 3}
+	assert.Equal(t, 7*time.Second, s.Due(0))
+	// 1/3 s is not a whole number of nanoseconds; accumulating it would
+	// drift by a nanosecond every three sends.
+	assert.Equal(t, 7*time.Second+time.Second, s.Due(3))
+	assert.Equal(t, 7*time.Second+1_000_000*time.Second, s.Due(3_000_000))
+	assert.Equal(t, time.Second/3, s.Interval())
+}
+
+func TestScheduleCountBefore(t *testing.T) {
+	s := Schedule{Start: time.Second, Rate: 1000}
+	assert.EqualValues(t, 0, s.CountBefore(time.Second))
+	assert.EqualValues(t, 1, s.CountBefore(time.Second+1))
+	assert.EqualValues(t, 1, s.CountBefore(time.Second+time.Millisecond))
+	assert.EqualValues(t, 2, s.CountBefore(time.Second+time.Millisecond+1))
+	assert.EqualValues(t, 1000, s.CountBefore(2*time.Second))
+	for _, tt := range []time.Duration{0, 1, 999_999, 1_000_000, 1_000_001, 123_456_789} {
+		n := s.CountBefore(s.Start + tt)
+		if n > 0 {
+			assert.Less(t, s.Due(n-1), s.Start+tt)
+		}
+		assert.GreaterOrEqual(t, s.Due(n), s.Start+tt)
+	}
+}
+
+type sent struct {
+	i                int64
+	intended, actual time.Duration
+	measured         bool
+}
+
+func TestOpenLoopKeepsScheduleThroughStall(t *testing.T) {
+	clock := &fakeClock{now: 5 * time.Second}
+	const rate = 1000 // 1 ms interval
+	interval := time.Millisecond
+	loop := OpenLoop{Clock: clock, Rate: rate, Warmup: 10 * time.Millisecond, Duration: 90 * time.Millisecond}
+	var got []sent
+	flushes := 0
+	st, err := loop.Run(context.Background(), func(i int64, intended, actual time.Duration, measured bool) error {
+		got = append(got, sent{i, intended, actual, measured})
+		if i == 20 {
+			// The system stalls the sender for 30 intervals.
+			clock.now += 30 * interval
+		}
+		return nil
+	}, func() error { flushes++; return nil })
+	require.NoError(t, err)
+
+	start := 5 * time.Second
+	require.Len(t, got, 100, "every send of warm-up + duration is issued, none skipped")
+	assert.EqualValues(t, 100, st.Sent)
+	assert.EqualValues(t, 90, st.Measured)
+	for k, s := range got {
+		assert.EqualValues(t, k, s.i)
+		// Intended times never move, before or after the stall.
+		assert.Equal(t, start+time.Duration(k)*interval, s.intended, "send %d", k)
+		assert.GreaterOrEqual(t, s.actual, s.intended)
+		assert.Equal(t, k >= 10, s.measured, "send %d", k)
+	}
+	// Before the stall each send goes out on time.
+	for _, s := range got[:21] {
+		assert.Equal(t, s.intended, s.actual)
+	}
+	// The stall ended at 51 ms: sends 21..50 were overdue and went out at
+	// once, each with the lag the stall gave it; t0 was not reset, so send
+	// 51 is back on its original time.
+	stallEnd := start + 50*time.Millisecond
+	for _, s := range got[21:51] {
+		assert.Equal(t, stallEnd, s.actual, "send %d", s.i)
+		assert.Equal(t, stallEnd-s.intended, s.actual-s.intended)
+	}
+	assert.Equal(t, got[51].intended, got[51].actual)
+	// Lagged counts sends more than one interval late: 21..48.
+	assert.EqualValues(t, 28, st.Lagged)
+	assert.Greater(t, flushes, 0)
+	assert.Equal(t, start+10*time.Millisecond, st.MeasureStart)
+	assert.Equal(t, start+100*time.Millisecond, st.End)
+}
+
+func TestOpenLoopFlushesBeforeSleeping(t *testing.T) {
+	clock := &fakeClock{}
+	var events []string
+	loop := OpenLoop{Clock: clock, Rate: 100, Duration: 50 * time.Millisecond}
+	_, err := loop.Run(context.Background(), func(int64, time.Duration, time.Duration, bool) error {
+		events = append(events, "send")
+		return nil
+	}, func() error { events = append(events, "flush"); return nil })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"send", "flush", "send", "flush", "send", "flush", "send", "flush", "send", "flush"}, events)
+	assert.Equal(t, 4, clock.sleeps)
+}
+
+func TestOpenLoopRejectsBadRate(t *testing.T) {
+	for _, l := range []OpenLoop{{Rate: 0, Duration: time.Second}, {Rate: 10}, {Rate: -1, Duration: time.Second}} {
+		l.Clock = &fakeClock{}
+		_, err := l.Run(context.Background(), nil, nil)
+		assert.ErrorIs(t, err, ErrBadRate)
+	}
+}
+
+func TestOpenLoopStopsOnContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := &fakeClock{}
+	n := 0
+	_, err := OpenLoop{Clock: clock, Rate: 1000, Duration: time.Hour}.Run(ctx, func(int64, time.Duration, time.Duration, bool) error {
+		n++
+		if n == 5 {
+			cancel()
+		}
+		return nil
+	}, nil)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 5, n)
+}
+
+// recordingConn completes every Go from the test, in order, as a Conn
+// whose replies arrive when the test says.
+type recordingConn struct {
+	clock   *fakeClock
+	latency time.Duration
+	pending []func([]byte, error)
+	closed  bool
+}
+
+func (c *recordingConn) Send(context.Context, []byte) error { return nil }
+func (c *recordingConn) Sync(context.Context) error         { return nil }
+func (c *recordingConn) Call(context.Context, []byte) ([]byte, error) {
+	return nil, nil
+}
+func (c *recordingConn) Go(_ context.Context, _ []byte, done func([]byte, error)) error {
+	// Replies come back after a fixed service time, which the fake
+	// clock's next sleep covers; deliver them at the next flush.
+	c.pending = append(c.pending, done)
+	return nil
+}
+func (c *recordingConn) Flush(context.Context) error {
+	save := c.clock.now
+	c.clock.now += c.latency
+	for _, d := range c.pending {
+		d(nil, nil)
+	}
+	c.pending = nil
+	c.clock.now = save
+	return nil
+}
+func (c *recordingConn) Close() error {
+	for _, d := range c.pending {
+		d(nil, ErrClosed)
+	}
+	c.pending, c.closed = nil, true
+	return nil
+}
+
+func TestRunFixedRateRecordsFromIntendedTime(t *testing.T) {
+	clock := &fakeClock{}
+	conn := &recordingConn{clock: clock, latency: 200 * time.Microsecond}
+	spec := ClientSpec{Scenario: FixedRate, Rate: 1000, Warmup: 5 * time.Millisecond, Duration: 100 * time.Millisecond, Timeout: time.Second}
+	res, err := runFixedRate(context.Background(), conn, clock, nil, spec, nil)
+	require.NoError(t, err)
+	assert.True(t, conn.closed)
+	assert.EqualValues(t, 100, res.Sent)
+	assert.EqualValues(t, 100, res.Records)
+	assert.Zero(t, res.Errors)
+	lat, err := DecodeRecorder(res.Histograms[HistLatency])
+	require.NoError(t, err)
+	assert.EqualValues(t, 100, lat.Count())
+	assert.True(t, lat.Histogram().ValuesAreEquivalent(int64(200*time.Microsecond), lat.Histogram().ValueAtPercentile(50)))
+	lag, err := DecodeRecorder(res.Histograms[HistLag])
+	require.NoError(t, err)
+	assert.Zero(t, lag.Histogram().Max(), "the fake generator is never late")
+}

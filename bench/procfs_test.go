@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const sampleStat = `cpu  10132153 290696 3084719 46828483 16683 0 25195 175 0 0
+cpu0 1393280 32966 572056 13343292 6130 0 17875 0 0 0
+intr 199292 0 0
+ctxt 12345
+`
+
+func TestParseProcStat(t *testing.T) {
+	s, err := ParseProcStat(strings.NewReader(sampleStat))
+	require.NoError(t, err)
+	assert.Equal(t, CPUStat{User: 10132153, Nice: 290696, System: 3084719, Idle: 46828483, IOWait: 16683, IRQ: 0, SoftIRQ: 25195, Steal: 175}, s)
+	_, err = ParseProcStat(strings.NewReader("intr 1 2 3\n"))
+	assert.Error(t, err)
+	_, err = ParseProcStat(strings.NewReader("cpu 1 x 3 4\n"))
+	assert.Error(t, err)
+	// Old kernels without steal and beyond.
+	s, err = ParseProcStat(strings.NewReader("cpu 1 2 3 4\n"))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, s.Idle)
+}
+
+func TestBusynessBetween(t *testing.T) {
+	a := CPUStat{User: 100, System: 50, Idle: 850}
+	b := CPUStat{User: 250, System: 100, Idle: 1050, Steal: 10}
+	// 210 busy of 410 ticks.
+	got := BusynessBetween(a, b, 100)
+	assert.InDelta(t, 210.0/410, got.Busy, 1e-9)
+	assert.InDelta(t, 10.0/410, got.Steal, 1e-9)
+	assert.InDelta(t, 2.1, got.Seconds, 1e-9)
+	assert.Equal(t, Busyness{}, BusynessBetween(a, a, 100))
+}
+
+const sampleCPUInfo = `processor	: 0
+vendor_id	: AuthenticAMD
+model name	: AMD EPYC 7B13
+cpu MHz		: 2450.000
+
+processor	: 1
+vendor_id	: AuthenticAMD
+model name	: AMD EPYC 7B13
+`
+
+func TestParseCPUInfo(t *testing.T) {
+	ci, err := ParseCPUInfo(strings.NewReader(sampleCPUInfo))
+	require.NoError(t, err)
+	assert.Equal(t, CPUInfo{Model: "AMD EPYC 7B13", Count: 2}, ci)
+}
+
+func TestCPUTimes(t *testing.T) {
+	a := CPUTimes{User: 3 * time.Second, Sys: time.Second}
+	b := CPUTimes{User: time.Second, Sys: time.Second / 2}
+	assert.Equal(t, CPUTimes{User: 2 * time.Second, Sys: time.Second / 2}, a.Sub(b))
+	assert.Equal(t, 4*time.Second, a.Total())
+}
+
+func TestSelfUsage(t *testing.T) {
+	u, err := SelfUsage()
+	require.NoError(t, err)
+	assert.Positive(t, u.MaxRSS)
+}

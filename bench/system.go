@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// System is one system under test. A server process calls Serve; a client
+// process calls Dial. Both run in processes the harness starts, so an
+// implementation holds no state between the two.
+type System interface {
+	// Serve runs one server until ctx is cancelled, then stops it and
+	// returns. It calls ready once, with the address clients dial, when the
+	// server accepts connections.
+	Serve(ctx context.Context, opts ServeOptions, ready func(addr string)) error
+	// Dial opens one client connection. The harness gives each client
+	// process one Conn.
+	Dial(ctx context.Context, opts DialOptions) (Conn, error)
+}
+
+// ServeOptions says where and as which member of the run a server starts.
+type ServeOptions struct {
+	// Addr is the address to listen on; port 0 picks a free port.
+	Addr string `json:"addr"`
+	// Index is this server's position among the run's servers, from 0.
+	Index int `json:"index"`
+	// Peers are the addresses of the servers started before this one, for
+	// systems whose servers form a cluster.
+	Peers []string `json:"peers,omitempty"`
+}
+
+// DialOptions says which servers a client may use and which client it is.
+type DialOptions struct {
+	// Servers are the addresses every server reported as ready, in order.
+	Servers []string `json:"servers"`
+	// Index is this client's position among the run's clients, from 0;
+	// systems without routing spread clients as Servers[Index%len(Servers)].
+	Index int `json:"index"`
+}
+
+// Conn is one client connection to a system under test. The scenarios use it
+// from one goroutine at a time (Go's done callbacks run elsewhere).
+//
+// Contract, which the scenarios rely on to record without locks:
+//   - No method retains payload after it returns.
+//   - done is called exactly once for every Go that returned nil, and never
+//     for one that returned an error. Calls of done never overlap and each
+//     happens before the next, so state touched only by done needs no lock.
+//     reply is valid only until done returns.
+//   - Close fails every outstanding Go with an error and returns only after
+//     every done has returned.
+type Conn interface {
+	// Send hands one one-way record to the connection. It may buffer; it
+	// returns once the record is the connection's to deliver.
+	Send(ctx context.Context, payload []byte) error
+	// Sync returns once the server has received every record sent with Send
+	// before the call: it is the "all acknowledged" point of one-way mode.
+	Sync(ctx context.Context) error
+	// Go sends a request without waiting and calls done with its reply.
+	Go(ctx context.Context, payload []byte, done func(reply []byte, err error)) error
+	// Call sends a request and waits for its reply.
+	Call(ctx context.Context, payload []byte) ([]byte, error)
+	// Close ends the connection; see the contract above.
+	Close() error
+}
+
+// Flusher is implemented by a Conn that buffers Send and Go until told to
+// write (as the raw echo does, to be the fastest possible floor). The
+// scenarios flush before they wait for anything the server must answer and
+// at the end of each burst of sends. A Conn that writes on its own needs no
+// Flush.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// flush flushes c if it buffers.
+func flush(ctx context.Context, c Conn) error {
+	if f, ok := c.(Flusher); ok {
+		if err := f.Flush(ctx); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
+	}
+	return nil
+}
+
+// Registry maps a system's name, as given on the command line, to the
+// system. The parent process passes names to its children, which look them
+// up in their own copy of the registry.
+type Registry map[string]System
+
+// ErrUnknownSystem is returned for a system name missing from a Registry.
+var ErrUnknownSystem = errors.New("bench: unknown system")
+
+// Lookup returns the named system.
+func (r Registry) Lookup(name string) (System, error) {
+	s, ok := r[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownSystem, name, r.Names())
+	}
+	return s, nil
+}
+
+// Names lists the registered systems in sorted order.
+func (r Registry) Names() []string {
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

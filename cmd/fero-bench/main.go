@@ -1,0 +1,397 @@
+// Command fero-bench is fero's benchmark harness. It runs every server and
+// client of a trial as a separate OS process (itself, re-executed with a
+// hidden subcommand), measures throughput, unloaded round trips and
+// latency at a fixed rate, and reports them against the raw TCP echo floor
+// measured in the same run. The library behind it is package bench.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fero-go/fero/bench"
+	"github.com/fero-go/fero/bench/echo"
+	"github.com/fero-go/fero/bench/transportsut"
+)
+
+// registry is every system fero-bench can measure. A new system under test
+// plugs in here and nowhere else.
+var registry = bench.Registry{
+	"echo":      echo.System{},
+	"transport": transportsut.System{},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fero-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fero-bench",
+		Short: "Benchmark fero against a raw TCP echo floor, in separate processes",
+		Long: `fero-bench measures systems under test with three labelled scenarios:
+
+  oneway     throughput (closed loop, pipelined): tacks, then yacks after a final sync
+  reqreply   throughput (closed loop, pipelined): tacks, then sacks when every reply is back
+  roundtrip  unloaded round trip: sequential ping-pong after a warm-up
+  rate       latency at a fixed rate (open loop): send i due at t0 + i/R, latency from that time
+
+Servers and clients run as separate processes on this host over loopback.
+-m, -r, -l and -c take comma-separated lists and every permutation runs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newBenchCmd("echo", "Measure the raw length-prefixed TCP echo alone (the floor)", []string{"echo"}, ""),
+		newBenchCmd("transport", "Measure internal/transport side by side with the echo floor, as ratios to it", []string{"echo", "transport"}, "echo"),
+		newBenchCmd("run", "Measure any registered systems (--systems) side by side", nil, ""),
+		newServeCmd(),
+		newClientCmd(),
+	)
+	return root
+}
+
+type benchFlags struct {
+	sizes, records, clients, servers string
+	scenarios                        string
+	systems, baseline                string
+	window                           int
+	warmupRecords                    int64
+	count, warmupCount               int64
+	rates, sweep                     string
+	duration, warmup, timeout        time.Duration
+	trialTimeout                     time.Duration
+	runs                             int
+	jsonPath, outDir                 string
+	host                             string
+	short                            bool
+	progress                         string
+}
+
+func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if systems != nil {
+				f.systems = strings.Join(systems, ",")
+				f.baseline = baseline
+			}
+			return runBench(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.sizes, "size", "m", "100", "message sizes in bytes, comma-separated")
+	fl.StringVarP(&f.records, "records", "r", "1000000", "records per throughput trial (total over clients), comma-separated")
+	fl.StringVarP(&f.clients, "clients", "l", "1", "client processes, comma-separated")
+	fl.StringVarP(&f.servers, "servers", "c", "1", "server processes, comma-separated")
+	fl.StringVarP(&f.scenarios, "scenario", "s", "", "scenarios: oneway,reqreply,roundtrip,rate (default oneway,reqreply,roundtrip, plus rate when --rate or --sweep is set)")
+	if systems == nil {
+		fl.StringVar(&f.systems, "systems", "echo", "systems to measure, comma-separated (known: "+strings.Join(registry.Names(), ", ")+")")
+		fl.StringVar(&f.baseline, "baseline", "", "system to quote the others against")
+	}
+	fl.IntVar(&f.window, "window", 1000, "request→reply: requests in flight per client")
+	fl.Int64Var(&f.warmupRecords, "warmup-records", 10000, "throughput: unmeasured records per client before each trial")
+	fl.Int64VarP(&f.count, "count", "n", 10000, "round trip: measured calls per client")
+	fl.Int64Var(&f.warmupCount, "warmup-count", 1000, "round trip: unmeasured calls per client first")
+	fl.StringVar(&f.rates, "rate", "", "fixed rate: total requests per second, comma-separated")
+	fl.StringVar(&f.sweep, "sweep", "", "fixed rate: fractions of the lowest measured request→reply max, e.g. 0.25,0.5,0.75,0.9")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "fixed rate: measured duration")
+	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "fixed rate: unmeasured warm-up on the same schedule")
+	fl.DurationVar(&f.timeout, "timeout", time.Second, "fixed rate: a slower request is an error (its latency is kept)")
+	fl.DurationVar(&f.trialTimeout, "trial-timeout", 10*time.Minute, "upper bound on one trial, processes included")
+	fl.IntVar(&f.runs, "runs", 1, "repetitions, configurations interleaved; reports median [min … max]")
+	fl.StringVar(&f.jsonPath, "json", "", "write the full report as JSON to this file")
+	fl.StringVar(&f.outDir, "out", "", "write .hgrm distributions (µs) and SVG latency charts into this directory")
+	fl.StringVar(&f.host, "host", "127.0.0.1", "loopback address servers listen on")
+	fl.StringVar(&f.progress, "progress", "auto", "live progress line on stderr: auto (when a terminal), always, never")
+	if use == "transport" {
+		fl.BoolVar(&f.short, "short", false, "quick profile (under ~2 minutes): 200k records, the rate scenario at a quarter of the slower system's max for 5s")
+	}
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, f *benchFlags) error {
+	if f.short {
+		applyShort(cmd, f)
+	}
+	m, err := parseMatrix(f)
+	if err != nil {
+		return err
+	}
+	systems := splitList(f.systems)
+	for _, s := range systems {
+		if _, err := registry.Lookup(s); err != nil {
+			return err
+		}
+	}
+	scenarios, err := parseScenarios(f)
+	if err != nil {
+		return err
+	}
+	sweep, err := parseFloats(f.sweep)
+	if err != nil {
+		return fmt.Errorf("--sweep: %w", err)
+	}
+	if f.host != "127.0.0.1" && f.host != "::1" && f.host != "localhost" {
+		return fmt.Errorf("--host %q: fero-bench measures over loopback only", f.host)
+	}
+	exe, err := bench.Executable()
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	showProgress := f.progress == "always" || (f.progress == "auto" && isTerminal(os.Stderr))
+	runner := &bench.Runner{Exe: exe, ProgressEvery: 500 * time.Millisecond}
+	var current string
+	if showProgress {
+		runner.OnProgress = func(t bench.Trial, done, total int64, elapsed time.Duration) {
+			pct := 0.0
+			if total > 0 {
+				pct = 100 * float64(done) / float64(total)
+			}
+			fmt.Fprintf(stderr, "\r\033[K%s  %5.1f%%  %s", current, pct, elapsed.Round(100*time.Millisecond))
+		}
+	}
+	s := &bench.Session{
+		Runner:    runner,
+		Systems:   systems,
+		Baseline:  f.baseline,
+		Scenarios: scenarios,
+		Matrix:    m,
+		Runs:      f.runs,
+		Sweep:     sweep,
+		Params: bench.Params{
+			Window:        f.window,
+			WarmupRecords: f.warmupRecords,
+			Count:         f.count,
+			WarmupCount:   f.warmupCount,
+			Warmup:        f.warmup,
+			Duration:      f.duration,
+			Timeout:       f.timeout,
+			TrialTimeout:  f.trialTimeout,
+			Host:          f.host,
+		},
+		OnTrial: func(t bench.Trial, i, n int) {
+			pos := "calibration"
+			if i >= 0 {
+				pos = fmt.Sprintf("%d/%d", i+1, n)
+			}
+			current = fmt.Sprintf("[%s run %d] %s · %s · %s", pos, t.Run, t.System, t.Scenario, t.Config)
+			if showProgress {
+				fmt.Fprintf(stderr, "\r\033[K%s", current)
+			} else {
+				fmt.Fprintln(stderr, current)
+			}
+		},
+		OnCalibrated: func(rate float64) {
+			if showProgress {
+				fmt.Fprint(stderr, "\r\033[K")
+			}
+			fmt.Fprintf(stderr, "sweep: rates are fractions of %s req/s, the lowest request→reply throughput measured\n", strconv.FormatFloat(rate, 'f', 0, 64))
+		},
+	}
+	rep, err := s.Run(cmd.Context(), bench.CollectEnvironment())
+	if showProgress {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if f.jsonPath != "" {
+		if err := writeJSON(f.jsonPath, rep); err != nil {
+			return err
+		}
+	}
+	if f.outDir != "" {
+		paths, err := rep.WriteFiles(f.outDir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "\nwrote %d files into %s\n", len(paths), f.outDir)
+	}
+	return nil
+}
+
+// applyShort sets the quick profile's defaults for every flag the user did
+// not set.
+func applyShort(cmd *cobra.Command, f *benchFlags) {
+	set := func(name string, apply func()) {
+		if !cmd.Flags().Changed(name) {
+			apply()
+		}
+	}
+	set("records", func() { f.records = "200000" })
+	set("sweep", func() {
+		if !cmd.Flags().Changed("rate") {
+			f.sweep = "0.25"
+		}
+	})
+	set("duration", func() { f.duration = 5 * time.Second })
+	set("warmup", func() { f.warmup = time.Second })
+	set("scenario", func() { f.scenarios = "oneway,reqreply,roundtrip,rate" })
+}
+
+func writeJSON(path string, rep *bench.Report) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	err = rep.WriteJSON(fh)
+	if cerr := fh.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", path, cerr)
+	}
+	return err
+}
+
+func parseMatrix(f *benchFlags) (bench.Matrix, error) {
+	var m bench.Matrix
+	ints := func(flag, s string) ([]int, error) {
+		vs, err := bench.ParseInts(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		out := make([]int, len(vs))
+		for i, v := range vs {
+			out[i] = int(v)
+		}
+		return out, nil
+	}
+	var err error
+	if m.Sizes, err = ints("-m", f.sizes); err != nil {
+		return m, err
+	}
+	if m.Records, err = bench.ParseInts(f.records); err != nil {
+		return m, fmt.Errorf("-r: %w", err)
+	}
+	if m.Clients, err = ints("-l", f.clients); err != nil {
+		return m, err
+	}
+	if m.Servers, err = ints("-c", f.servers); err != nil {
+		return m, err
+	}
+	if m.Rates, err = parseFloats(f.rates); err != nil {
+		return m, fmt.Errorf("--rate: %w", err)
+	}
+	return m, m.Validate()
+}
+
+func parseScenarios(f *benchFlags) ([]bench.Scenario, error) {
+	names := f.scenarios
+	if names == "" {
+		names = "oneway,reqreply,roundtrip"
+		if f.rates != "" || f.sweep != "" {
+			names += ",rate"
+		}
+	}
+	var out []bench.Scenario
+	for _, n := range splitList(names) {
+		s, err := bench.ParseScenario(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range splitList(s) {
+		mult := 1.0
+		switch {
+		case strings.HasSuffix(f, "k"):
+			mult, f = 1e3, strings.TrimSuffix(f, "k")
+		case strings.HasSuffix(f, "m"):
+			mult, f = 1e6, strings.TrimSuffix(f, "m")
+		}
+		v, err := strconv.ParseFloat(strings.ReplaceAll(f, "_", ""), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number: %w", f, err)
+		}
+		if v <= 0 {
+			return nil, fmt.Errorf("%q must be positive", f)
+		}
+		out = append(out, v*mult)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// The hidden child subcommands. Their only input is a JSON spec from the
+// parent; their protocol is documented in package bench.
+
+func newServeCmd() *cobra.Command {
+	var spec string
+	cmd := &cobra.Command{
+		Use:    bench.ServeCommand,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var s bench.ServeSpec
+			if err := json.Unmarshal([]byte(spec), &s); err != nil {
+				return fmt.Errorf("serve --spec: %w", err)
+			}
+			return bench.ServeChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&spec, "spec", "", "server spec (JSON)")
+	return cmd
+}
+
+func newClientCmd() *cobra.Command {
+	var spec string
+	cmd := &cobra.Command{
+		Use:    bench.ClientCommand,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var s bench.ClientSpec
+			if err := json.Unmarshal([]byte(spec), &s); err != nil {
+				return fmt.Errorf("client --spec: %w", err)
+			}
+			err := bench.ClientChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
+			if errors.Is(err, context.Canceled) {
+				return fmt.Errorf("client stopped: %w", err)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&spec, "spec", "", "client spec (JSON)")
+	return cmd
+}
