@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -367,6 +369,11 @@ func newServeCmd() *cobra.Command {
 			if err := json.Unmarshal([]byte(spec), &s); err != nil {
 				return fmt.Errorf("serve --spec: %w", err)
 			}
+			stop, err := startProfile("server")
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return bench.ServeChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
@@ -385,7 +392,12 @@ func newClientCmd() *cobra.Command {
 			if err := json.Unmarshal([]byte(spec), &s); err != nil {
 				return fmt.Errorf("client --spec: %w", err)
 			}
-			err := bench.ClientChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
+			stop, err := startProfile("client")
+			if err != nil {
+				return err
+			}
+			defer stop()
+			err = bench.ClientChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("client stopped: %w", err)
 			}
@@ -394,4 +406,29 @@ func newClientCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&spec, "spec", "", "client spec (JSON)")
 	return cmd
+}
+
+// profileDirEnv names a directory into which every child process writes a
+// CPU profile of its whole life (role-pid.pprof), for finding where a
+// system under test spends its time. Profiling slows what it measures:
+// never quote figures from a profiled run.
+const profileDirEnv = "FERO_BENCH_PROFILE_DIR"
+
+func startProfile(role string) (stop func(), err error) {
+	dir := os.Getenv(profileDirEnv)
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", role, os.Getpid())))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", profileDirEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", profileDirEnv, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

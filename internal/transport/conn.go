@@ -30,10 +30,17 @@ type Conn struct {
 
 	nextID  atomic.Uint64
 	pmu     sync.Mutex
-	pending map[uint64]*pending // nil once the connection ended
+	pending pendingTable                   // calls of ours awaiting an answer
+	pclosed bool                           // set when the connection ends: no new calls
+	watches map[context.Context]*ctxWatch // one per context that Go calls wait under
+	// The last watch used: pipelined calls share a context, so this saves
+	// the map lookups on the hot path.
+	lastCtx   context.Context
+	lastWatch *ctxWatch
 	omu     sync.Mutex
 	open    map[uint64]*Request // requests we serve that await an answer
 
+	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
 	cancel     context.CancelCauseFunc
 	endOnce    sync.Once
@@ -63,12 +70,12 @@ func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
 		cfg:        cfg,
 		handler:    h,
 		out:        newOutbox(cfg.outboxLimit),
-		pending:    make(map[uint64]*pending),
 		open:       make(map[uint64]*Request),
 		readerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.oneway = Request{conn: c, kind: wire.KindSend}
 	c.out.buf = append(c.out.buf, preface[:]...)
 	return c
 }
@@ -164,8 +171,11 @@ func (c *Conn) end(cause error, flush bool) {
 			c.nc.Close() // unblocks the reader and writer now
 		}
 		c.pmu.Lock()
-		ps := c.pending
-		c.pending = nil
+		c.pclosed = true
+		ps := c.pending.drain()
+		for ctx, w := range c.watches {
+			c.dropWatch(ctx, w)
+		}
 		c.pmu.Unlock()
 		for _, p := range ps {
 			p.deliver(nil, cause)
@@ -202,10 +212,19 @@ func (c *Conn) readLoop() {
 			c.end(c.lost(err), false)
 			return
 		}
+		// While more complete frames wait in memory, answers queue up
+		// without waking the writer; they leave together after the last.
+		more := r.Buffered()
+		if more {
+			c.out.setHold(true)
+		}
 		if err := c.dispatch(&f); err != nil {
 			c.cfg.logger.Warn("fero: transport: closing connection after protocol error", "remote", c.nc.RemoteAddr(), "err", err)
 			c.end(c.lost(err), false)
 			return
+		}
+		if !more {
+			c.out.setHold(false)
 		}
 	}
 }
@@ -256,8 +275,10 @@ func (c *Conn) writeLoop() {
 		if last {
 			return
 		}
-		// Keep the buffer for the next swap unless a burst grew it large.
-		if cap(batch) <= 4*c.cfg.maxBatch {
+		// Reuse the buffer for the next swap, so a busy connection stops
+		// allocating; let it go once a batch fills less than a quarter of
+		// a large one, so an idle connection does not keep a burst's size.
+		if cap(batch) <= c.cfg.maxBatch || len(batch) >= cap(batch)/4 {
 			free = batch[:0]
 		} else {
 			free = nil
@@ -302,23 +323,41 @@ func (c *Conn) dispatch(f *wire.Frame) error {
 }
 
 func (c *Conn) serve(f *wire.Frame) error {
-	req := &Request{conn: c, kind: f.Kind, id: f.ID, op: f.Op, payload: f.Payload}
-	if f.Kind != wire.KindSend {
-		c.omu.Lock()
-		_, dup := c.open[f.ID]
-		if !dup {
-			c.open[f.ID] = req
+	if f.Kind == wire.KindSend {
+		// One-way requests cannot be answered, so the reader reuses one
+		// Request for them all (see Request).
+		req := &c.oneway
+		req.op, req.payload = f.Op, f.Payload
+		if c.handler != nil {
+			c.callHandler(req)
 		}
-		c.omu.Unlock()
-		if dup {
-			return fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
-		}
+		return nil
 	}
+	c.omu.Lock()
+	_, dup := c.open[f.ID]
+	c.omu.Unlock()
+	if dup {
+		return fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
+	}
+	req := &Request{conn: c, kind: f.Kind, id: f.ID, op: f.Op, payload: f.Payload}
 	if c.handler == nil {
 		_ = req.Fail(errs.New(errs.Unimplemented, "this end serves no requests"))
 		return nil
 	}
 	c.callHandler(req)
+	if req.done.Load() {
+		return nil // answered inline: nothing can cancel it any more
+	}
+	// Still open: cancel frames, read by this goroutine after the handler
+	// returned, must find it. finish sets done before it looks here, so
+	// either it sees the entry or we see done.
+	c.omu.Lock()
+	c.open[f.ID] = req
+	req.open.Store(true)
+	c.omu.Unlock()
+	if req.done.Load() {
+		c.closeRequest(f.ID, req)
+	}
 	return nil
 }
 
@@ -358,9 +397,11 @@ func (c *Conn) cancelRequest(id uint64) {
 
 func (c *Conn) complete(f *wire.Frame) {
 	c.pmu.Lock()
-	p := c.pending[f.ID]
-	if p != nil && f.Kind != wire.KindChunk {
-		delete(c.pending, f.ID)
+	var p *pending
+	if f.Kind == wire.KindChunk {
+		p = c.pending.get(f.ID)
+	} else {
+		p = c.takeLocked(f.ID)
 	}
 	c.pmu.Unlock()
 	if p == nil {
@@ -385,10 +426,18 @@ func (c *Conn) complete(f *wire.Frame) {
 
 // pending is a call of ours awaiting its answer.
 type pending struct {
-	cb   func([]byte, error) // Go
-	ch   chan result         // Call
-	st   *Stream             // Stream
-	stop func() bool         // stops the context watch of Go and Stream
+	cb  func([]byte, error) // Go
+	ctx context.Context     // Go: the cancellable context it waits under
+	ch  chan result         // Call
+	st  *Stream             // Stream
+}
+
+// ctxWatch cancels the Go calls waiting under one context. Pipelined calls
+// usually share a context, so one context.AfterFunc serves them all
+// instead of one registration (and its allocations) per call.
+type ctxWatch struct {
+	n    int // calls waiting under the context
+	stop func() bool
 }
 
 type result struct {
@@ -396,13 +445,16 @@ type result struct {
 	err error
 }
 
+// deliver hands over the answer. It runs once per call, after the call
+// left the table, so nothing else refers to p: a Go call's record goes
+// back to the pool before its callback runs.
 func (p *pending) deliver(b []byte, err error) {
-	if p.stop != nil {
-		p.stop()
-	}
 	switch {
 	case p.cb != nil:
-		p.cb(b, err)
+		cb := p.cb
+		p.cb, p.ctx = nil, nil
+		pendingPool.Put(p)
+		cb(b, err)
 	case p.st != nil:
 		p.st.end(b, err)
 	default:
@@ -415,10 +467,26 @@ var pendingPool = sync.Pool{New: func() any { return &pending{ch: make(chan resu
 func (c *Conn) register(id uint64, p *pending) error {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
-	if c.pending == nil {
+	if c.pclosed {
 		return c.err
 	}
-	c.pending[id] = p
+	c.pending.put(id, p)
+	if p.ctx != nil {
+		w := c.lastWatch
+		if p.ctx != c.lastCtx {
+			w = c.watches[p.ctx]
+		}
+		if w == nil {
+			if c.watches == nil {
+				c.watches = make(map[context.Context]*ctxWatch)
+			}
+			ctx := p.ctx
+			w = &ctxWatch{stop: context.AfterFunc(ctx, func() { c.cancelCalls(ctx) })}
+			c.watches[ctx] = w
+		}
+		w.n++
+		c.lastCtx, c.lastWatch = p.ctx, w
+	}
 	return nil
 }
 
@@ -427,11 +495,47 @@ func (c *Conn) register(id uint64, p *pending) error {
 func (c *Conn) unregister(id uint64) bool {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
-	if _, ok := c.pending[id]; !ok {
-		return false
+	return c.takeLocked(id) != nil
+}
+
+// takeLocked removes a call from the table and from its context's watch.
+func (c *Conn) takeLocked(id uint64) *pending {
+	p := c.pending.take(id)
+	if p != nil && p.ctx != nil {
+		w := c.lastWatch
+		if p.ctx != c.lastCtx {
+			w = c.watches[p.ctx]
+		}
+		if w != nil {
+			if w.n--; w.n == 0 {
+				c.dropWatch(p.ctx, w)
+			}
+		}
 	}
-	delete(c.pending, id)
-	return true
+	return p
+}
+
+func (c *Conn) dropWatch(ctx context.Context, w *ctxWatch) {
+	w.stop()
+	delete(c.watches, ctx)
+	if c.lastWatch == w {
+		c.lastCtx, c.lastWatch = nil, nil
+	}
+}
+
+// cancelCalls fails every Go call waiting under ctx, which just ended,
+// and tells the callee about each.
+func (c *Conn) cancelCalls(ctx context.Context) {
+	c.pmu.Lock()
+	gone := c.pending.takeIf(func(p *pending) bool { return p.ctx == ctx })
+	if w := c.watches[ctx]; w != nil {
+		c.dropWatch(ctx, w)
+	}
+	c.pmu.Unlock()
+	for _, g := range gone {
+		c.sendCancel(g.id)
+		g.p.deliver(nil, ctx.Err())
+	}
 }
 
 func (c *Conn) sendCancel(id uint64) {
@@ -486,36 +590,34 @@ func (c *Conn) Go(ctx context.Context, op uint32, payload []byte, done func(repl
 		return err
 	}
 	id := c.nextID.Add(1)
-	p := &pending{cb: done}
+	p := pendingPool.Get().(*pending)
+	p.cb = done
 	if ctx.Done() != nil {
-		p.stop = context.AfterFunc(ctx, func() {
-			if c.unregister(id) {
-				c.sendCancel(id)
-				done(nil, ctx.Err())
-			}
-		})
+		p.ctx = ctx
 	}
 	if err := c.register(id, p); err != nil {
-		if p.stop != nil {
-			p.stop()
-		}
+		p.release()
 		return err
 	}
 	if err := ctx.Err(); err != nil && c.unregister(id) {
 		// ctx ended before the call was registered for its watch to see.
-		p.stop()
+		p.release()
 		return err
 	}
 	if err := c.writeFrame(ctx, wire.KindCall, id, op, payload, failFast(opts)); err != nil {
 		if c.unregister(id) {
-			if p.stop != nil {
-				p.stop()
-			}
+			p.release()
 			return err
 		}
 		return nil // done has the error
 	}
 	return nil
+}
+
+// release returns an undelivered Go call's record to the pool.
+func (p *pending) release() {
+	p.cb, p.ctx = nil, nil
+	pendingPool.Put(p)
 }
 
 // Stream sends a request whose answer is a stream of replies.

@@ -31,8 +31,11 @@
 // Each connection has one writer goroutine and an outbox of encoded frames.
 // Senders encode straight into the outbox; while a write is in flight,
 // frames accumulate and the next write takes them all, up to MaxBatch bytes
-// per write. When the writer is idle a frame is written at once. There is
-// no timer: batching comes only from load. The outbox holds at most
+// per write. When the writer is idle a frame is written at once, with one
+// exception: answers produced while the reader works through frames it has
+// already received are written together once it has handled the last of
+// them (as a server flushes when its input runs dry). There is no timer:
+// batching comes only from load and never waits for input yet to come. The outbox holds at most
 // OutboxLimit bytes (one frame larger than that is let through alone);
 // beyond it a sender blocks until there is room or its context ends, or,
 // with the FailFast call option, gets ErrOutboxFull at once. A connection

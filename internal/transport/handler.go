@@ -59,6 +59,12 @@ const (
 // Request is one incoming call. Its methods are safe for concurrent use.
 // Answering a one-way request is allowed and costs nothing: the answer is
 // dropped before it is encoded.
+//
+// A one-way (ModeSend) Request is valid only until the handler returns:
+// the connection reuses it for the next message, so that one-way traffic
+// allocates nothing per message. A handler that works on a one-way
+// message later keeps Op() and Payload(), not the *Request. Requests of
+// the other modes may be kept until answered, and used after.
 type Request struct {
 	conn    *Conn
 	kind    wire.Kind
@@ -66,6 +72,8 @@ type Request struct {
 	op      uint32
 	payload []byte
 	done    atomic.Bool
+	open    atomic.Bool // in conn.open: it outlived its handler call
+	hasCtx  atomic.Bool // Context was called
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -96,6 +104,7 @@ func (r *Request) Context() context.Context {
 	defer r.mu.Unlock()
 	if r.ctx == nil {
 		r.ctx, r.cancel = context.WithCancel(r.conn.ctx)
+		r.hasCtx.Store(true)
 		if r.canceled || r.done.Load() {
 			r.cancel()
 		}
@@ -103,12 +112,23 @@ func (r *Request) Context() context.Context {
 	return r.ctx
 }
 
-// finish marks the request answered. It reports false if it already was.
+// finish marks the request answered. It reports false if it already was,
+// or if the caller cancelled it. A request answered inside its handler
+// call, without asking for a context, takes no lock here: only requests
+// that outlived the handler can be cancelled or hold a context. (Each
+// flag is set before the other side's is read, so one of the two always
+// sees the other: see Context and Conn.serve.)
 func (r *Request) finish() bool {
 	if !r.done.CompareAndSwap(false, true) {
 		return false
 	}
-	r.conn.closeRequest(r.id, r)
+	open, hasCtx := r.open.Load(), r.hasCtx.Load()
+	if open {
+		r.conn.closeRequest(r.id, r)
+	}
+	if !open && !hasCtx {
+		return true
+	}
 	r.mu.Lock()
 	if r.cancel != nil {
 		r.cancel()

@@ -15,6 +15,11 @@ type outbox struct {
 	flush bool          // on close: write what is queued first
 	space chan struct{} // made by a blocked sender, closed when the writer takes the queue
 	wake  chan struct{} // capacity 1: tells the writer there is work
+	// hold is set by the reader while it dispatches frames it already has
+	// in memory: their answers go out in one write when it is done, as
+	// the echo floor flushes only when its input runs dry.
+	hold bool
+	held bool // an append found the outbox empty while held
 }
 
 func newOutbox(limit int) *outbox {
@@ -38,6 +43,9 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 			o.mu.Unlock()
 			return ErrOutboxFull
 		}
+		// A full outbox is never held back: the writer must make room.
+		o.held = false
+		o.signal()
 		if o.space == nil {
 			o.space = make(chan struct{})
 		}
@@ -55,12 +63,36 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 // unlock releases o.mu after an append; wasEmpty says the append found
 // the outbox empty, so the writer may be asleep.
 func (o *outbox) unlock(wasEmpty bool) {
+	if wasEmpty && o.hold {
+		o.held, wasEmpty = true, false
+	}
 	o.mu.Unlock()
 	if wasEmpty {
-		select {
-		case o.wake <- struct{}{}:
-		default:
-		}
+		o.signal()
+	}
+}
+
+func (o *outbox) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setHold starts or ends a hold; ending it wakes the writer if an append
+// was held back.
+func (o *outbox) setHold(on bool) {
+	o.mu.Lock()
+	if o.hold == on {
+		o.mu.Unlock()
+		return
+	}
+	o.hold = on
+	wake := !on && o.held
+	o.held = false
+	o.mu.Unlock()
+	if wake {
+		o.signal()
 	}
 }
 

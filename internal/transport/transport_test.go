@@ -515,3 +515,43 @@ func TestBidirectionalCalls(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "client:hi", string(reply))
 }
+
+// TestGoCallsShareOneContextWatch: calls under one context are cancelled
+// together, and the watch goes away with the last call.
+func TestGoCallsShareOneContextWatch(t *testing.T) {
+	ts := newTestServer(t)
+	p := dialTest(t, ts.Addr().String())
+	c := p.cur.Load()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	const n = 20
+	errc := make(chan error, n)
+	for i := 0; i < n; i++ {
+		require.NoError(t, p.Go(ctx, opWait, nil, func(_ []byte, err error) { errc <- err }))
+	}
+	c.pmu.Lock()
+	assert.Len(t, c.watches, 1, "one watch for twenty calls")
+	c.pmu.Unlock()
+	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == n }, 10*time.Second, time.Millisecond)
+	cancel()
+	for i := 0; i < n; i++ {
+		assert.ErrorIs(t, <-errc, context.Canceled)
+	}
+	for i := 0; i < n; i++ {
+		<-ts.canceled // the server saw each cancellation
+	}
+
+	// Answered calls release the watch too.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	done := make(chan struct{}, n)
+	for i := 0; i < n; i++ {
+		require.NoError(t, p.Go(ctx2, opEcho, nil, func([]byte, error) { done <- struct{}{} }))
+	}
+	for i := 0; i < n; i++ {
+		<-done
+	}
+	c.pmu.Lock()
+	assert.Empty(t, c.watches)
+	c.pmu.Unlock()
+}

@@ -89,6 +89,82 @@ func AppendFrameHeader(b []byte, kind Kind, id uint64, op uint32, n int) []byte 
 // ParseBody decodes a frame body (the bytes after the length prefix).
 // f.Payload aliases body.
 func ParseBody(body []byte, f *Frame) error {
+	if parseBodyFast(body, f) {
+		return nil
+	}
+	return parseBodySlow(body, f)
+}
+
+// parseBodyFast reads the shapes AppendFrame writes (unsigned ints, bin
+// payload) with one bounds check per field. Anything else, valid or not,
+// goes to parseBodySlow, which also produces the errors.
+func parseBodyFast(body []byte, f *Frame) bool {
+	if len(body) < 5 || body[0] != codeFixArrayLow|4 || body[1] == 0 || body[1] > byte(kindMax) {
+		return false
+	}
+	off := 2
+	id, ok := fastUint(body, &off)
+	if !ok {
+		return false
+	}
+	op, ok := fastUint(body, &off)
+	if !ok || op > math.MaxUint32 || off >= len(body) {
+		return false
+	}
+	var n int
+	switch body[off] {
+	case codeBin8:
+		if off+2 > len(body) {
+			return false
+		}
+		n, off = int(body[off+1]), off+2
+	case codeBin16:
+		if off+3 > len(body) {
+			return false
+		}
+		n, off = int(binary.BigEndian.Uint16(body[off+1:])), off+3
+	case codeBin32:
+		if off+5 > len(body) {
+			return false
+		}
+		n, off = int(binary.BigEndian.Uint32(body[off+1:])), off+5
+	default:
+		return false
+	}
+	if n != len(body)-off {
+		return false
+	}
+	*f = Frame{Kind: Kind(body[1]), ID: id, Op: uint32(op), Payload: body[off:len(body):len(body)]}
+	return true
+}
+
+func fastUint(b []byte, off *int) (uint64, bool) {
+	i := *off
+	if i >= len(b) {
+		return 0, false
+	}
+	c := b[i]
+	switch {
+	case c <= codePosFixMax:
+		*off = i + 1
+		return uint64(c), true
+	case c == codeUint8 && i+2 <= len(b):
+		*off = i + 2
+		return uint64(b[i+1]), true
+	case c == codeUint16 && i+3 <= len(b):
+		*off = i + 3
+		return uint64(binary.BigEndian.Uint16(b[i+1:])), true
+	case c == codeUint32 && i+5 <= len(b):
+		*off = i + 5
+		return uint64(binary.BigEndian.Uint32(b[i+1:])), true
+	case c == codeUint64 && i+9 <= len(b):
+		*off = i + 9
+		return binary.BigEndian.Uint64(b[i+1:]), true
+	}
+	return 0, false
+}
+
+func parseBodySlow(body []byte, f *Frame) error {
 	d := decoder{b: body}
 	if n := d.arrayLen(); d.err == nil && n != 4 {
 		return fmt.Errorf("%w: frame has %d fields, want 4", ErrMalformed, n)

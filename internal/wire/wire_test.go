@@ -356,6 +356,20 @@ func TestRecordErrors(t *testing.T) {
 	}
 }
 
+// TestFastAndSlowPathsAgree: every body the fast path accepts, the slow
+// path accepts with the same result.
+func TestFastAndSlowPathsAgree(t *testing.T) {
+	for _, g := range goldenVectors() {
+		if !strings.HasPrefix(g.name, "frame") {
+			continue
+		}
+		var fast, slow Frame
+		require.True(t, parseBodyFast(g.bytes[LengthSize:], &fast), g.name)
+		require.NoError(t, parseBodySlow(g.bytes[LengthSize:], &slow), g.name)
+		assert.Equal(t, slow, fast, g.name)
+	}
+}
+
 func FuzzParseBody(f *testing.F) {
 	for _, g := range goldenVectors() {
 		if strings.HasPrefix(g.name, "frame") {
@@ -363,7 +377,11 @@ func FuzzParseBody(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var fr Frame
+		var fr, slow Frame
+		if parseBodyFast(body, &fr) {
+			require.NoError(t, parseBodySlow(body, &slow), "the fast path accepted what the slow path refuses")
+			require.Equal(t, slow, fr)
+		}
 		if err := ParseBody(body, &fr); err != nil {
 			return
 		}
