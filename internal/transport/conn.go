@@ -30,15 +30,15 @@ type Conn struct {
 
 	nextID  atomic.Uint64
 	pmu     sync.Mutex
-	pending pendingTable                   // calls of ours awaiting an answer
-	pclosed bool                           // set when the connection ends: no new calls
+	pending pendingTable                  // calls of ours awaiting an answer
+	pclosed bool                          // set when the connection ends: no new calls
 	watches map[context.Context]*ctxWatch // one per context that Go calls wait under
 	// The last watch used: pipelined calls share a context, so this saves
 	// the map lookups on the hot path.
 	lastCtx   context.Context
 	lastWatch *ctxWatch
-	omu     sync.Mutex
-	open    map[uint64]*Request // requests we serve that await an answer
+	omu       sync.Mutex
+	open      map[uint64]*Request // requests we serve that await an answer
 
 	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
