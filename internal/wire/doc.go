@@ -41,6 +41,12 @@
 // Records may be concatenated in one payload; ParseRecord reports how many
 // bytes it consumed.
 //
+// Values come from the network, so every decode goes through
+// ValidateValue first: a value whose containers declare more elements than
+// it has bytes, or that nests deeper than MaxValueDepth, is refused before
+// the msgpack decoder can be made to allocate gigabytes or recurse without
+// end.
+//
 // Golden byte vectors for every shape live in testdata/; a change to the
 // format must change them deliberately (go test -run Golden -update).
 package wire

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // RecordType is the kind of change a record commits.
@@ -107,13 +105,14 @@ func (r *Record) ValueBytes() []byte { return r.raw }
 
 // Value decodes the value into a dynamic Go value (maps, slices, strings,
 // numbers) the first time it is called and returns the same result after.
-// It is safe for concurrent use.
+// A malformed or hostile value is an error (see ValidateValue). It is safe
+// for concurrent use.
 func (r *Record) Value() (any, error) {
 	r.once.Do(func() {
 		if len(r.raw) == 0 {
 			return
 		}
-		r.err = msgpack.Unmarshal(r.raw, &r.val)
+		r.err = DecodeValue(r.raw, &r.val)
 	})
 	return r.val, r.err
 }
@@ -124,5 +123,5 @@ func (r *Record) DecodeValue(v any) error {
 	if len(r.raw) == 0 {
 		return nil
 	}
-	return msgpack.Unmarshal(r.raw, v)
+	return DecodeValue(r.raw, v)
 }

@@ -1,0 +1,123 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// MaxValueDepth bounds how deeply arrays and maps may nest in a value.
+const MaxValueDepth = 256
+
+// ValidateValue checks that b holds exactly one well-formed msgpack value
+// whose containers each declare no more elements than bytes remain, nested
+// at most MaxValueDepth deep. Decoding a value that passes allocates
+// memory proportional to its size; without the check, a few hostile bytes
+// declaring a 4-billion-element array make the msgpack decoder (which
+// caps typed slices but not []any) allocate tens of gigabytes, and deep
+// nesting exhausts the stack.
+func ValidateValue(b []byte) error {
+	d := decoder{b: b}
+	d.skipValue(0)
+	if d.err != nil {
+		return d.err
+	}
+	if d.off != len(b) {
+		return fmt.Errorf("%w: %d trailing bytes after the value", ErrMalformed, len(b)-d.off)
+	}
+	return nil
+}
+
+// DecodeValue validates b and decodes it into v.
+func DecodeValue(b []byte, v any) error {
+	if err := ValidateValue(b); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
+}
+
+func (d *decoder) skipBytes(n uint64) {
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("value declares %d bytes, %d remain", n, len(d.b)-d.off)
+		return
+	}
+	d.off += int(n)
+}
+
+func (d *decoder) skipValue(depth int) {
+	if depth > MaxValueDepth {
+		d.fail("value nests deeper than %d", MaxValueDepth)
+		return
+	}
+	c := d.byte1()
+	if d.err != nil {
+		return
+	}
+	var items uint64 // elements of a container to walk
+	switch {
+	case c <= codePosFixMax || c >= 0xe0: // fixints
+		return
+	case c >= 0x80 && c <= 0x8f: // fixmap
+		items = 2 * uint64(c&0x0f)
+	case c >= codeFixArrayLow && c <= codeFixArrayMax:
+		items = uint64(c & 0x0f)
+	case c >= codeFixStrLow && c <= codeFixStrMax:
+		d.skipBytes(uint64(c & 0x1f))
+		return
+	}
+	if items > 0 {
+		d.skipItems(items, depth)
+		return
+	}
+	switch c {
+	case codeNil, 0xc2, 0xc3: // nil, false, true
+	case codeBin8, codeStr8:
+		d.skipBytes(d.be(1))
+	case codeBin16, codeStr16:
+		d.skipBytes(d.be(2))
+	case codeBin32, codeStr32:
+		d.skipBytes(d.be(4))
+	case 0xc7, 0xc8, 0xc9: // ext 8/16/32: length, type byte, data
+		n := d.be(1 << (c - 0xc7))
+		d.skipBytes(1 + n)
+	case 0xca: // float32
+		d.skipBytes(4)
+	case 0xcb: // float64
+		d.skipBytes(8)
+	case codeUint8, codeInt8:
+		d.skipBytes(1)
+	case codeUint16, codeInt16:
+		d.skipBytes(2)
+	case codeUint32, codeInt32:
+		d.skipBytes(4)
+	case codeUint64, codeInt64:
+		d.skipBytes(8)
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16: type byte, data
+		d.skipBytes(1 + 1<<(c-0xd4))
+	case codeArray16:
+		d.skipItems(d.be(2), depth)
+	case codeArray32:
+		d.skipItems(d.be(4), depth)
+	case 0xde: // map16
+		d.skipItems(2*d.be(2), depth)
+	case 0xdf: // map32
+		d.skipItems(2*d.be(4), depth)
+	default: // 0xc1 is never used
+		d.fail("invalid value code 0x%02x", c)
+	}
+}
+
+// skipItems walks n elements, refusing counts the remaining bytes cannot
+// hold (every element takes at least one byte).
+func (d *decoder) skipItems(n uint64, depth int) {
+	if d.err != nil {
+		return
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("container declares %d elements, %d bytes remain", n, len(d.b)-d.off)
+		return
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.skipValue(depth + 1)
+	}
+}

@@ -1,0 +1,64 @@
+package wire
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestValidateValueAcceptsWhatMsgpackWrites(t *testing.T) {
+	for _, v := range []any{
+		nil, true, false, 0, -1, 127, -32, 255, -129, 65535, math.MaxInt64, math.MinInt64, uint64(math.MaxUint64),
+		float32(1.5), 2.25, "", "short", string(bytes.Repeat([]byte("x"), 70000)),
+		[]byte{1, 2, 3}, make([]byte, 300), []any{1, "a", []any{nil}},
+		map[string]any{"a": 1, "b": map[string]any{"c": []int{1, 2}}},
+		make([]int, 20), make([]int, 70000), map[int]int{1: 2, 3: 4},
+	} {
+		b, err := msgpack.Marshal(v)
+		require.NoError(t, err)
+		assert.NoErrorf(t, ValidateValue(b), "%T %v", v, b[:min(len(b), 16)])
+	}
+	// Extension types, as the library encodes time.
+	b, err := msgpack.Marshal(map[string]any{"t": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}})
+	require.NoError(t, err)
+	assert.NoError(t, ValidateValue(b))
+}
+
+func TestValidateValueRefusesHostileValues(t *testing.T) {
+	deep := append(bytes.Repeat([]byte{0x91}, MaxValueDepth+2), 0x01)
+	for name, b := range map[string][]byte{
+		"empty":                        {},
+		"array32 of 4 billion":         {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"map32 of 4 billion":           {0xdf, 0xff, 0xff, 0xff, 0xff},
+		"array16 past the end":         {0xdc, 0x00, 0x05, 0x01, 0x02},
+		"str32 past the end":           {0xdb, 0x7f, 0xff, 0xff, 0xff, 'a'},
+		"nested too deep":              deep,
+		"reserved code":                {0xc1},
+		"trailing bytes":               {0x01, 0x02},
+		"ext past the end":             {0xc9, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"the crasher the fuzzer found": []byte("\xdd\xa4\x30\x97\x8c0000"),
+	} {
+		assert.ErrorIsf(t, ValidateValue(b), ErrMalformed, "%s", name)
+		var v any
+		assert.Errorf(t, DecodeValue(b, &v), "%s", name)
+	}
+}
+
+func FuzzValidateValue(f *testing.F) {
+	for _, v := range []any{map[string]any{"a": []any{1, "x", nil}}, 1.5, "s"} {
+		b, _ := msgpack.Marshal(v)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if ValidateValue(b) != nil {
+			return
+		}
+		// What passes decodes without blowing up memory or the stack.
+		var v any
+		_ = msgpack.Unmarshal(b, &v)
+	})
+}
