@@ -125,7 +125,7 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 		o.unlock(empty)
 	}
 	assert.Len(t, o.wake, 1, "only the append into an empty outbox wakes the writer")
-	batch, last := o.take(nil)
+	batch, last := o.take(nil, 1<<20)
 	assert.Equal(t, "abcbcdcde", string(batch), "one batch carries every frame queued meanwhile")
 	assert.False(t, last)
 	o.close(ErrClosed, true)

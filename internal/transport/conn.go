@@ -198,6 +198,7 @@ func (c *Conn) readLoop() {
 		return
 	}
 	r := wire.NewReader(c.nc, c.cfg.maxFrame)
+	holding := false
 	for {
 		var f wire.Frame
 		if err := r.Next(&f); err != nil {
@@ -215,16 +216,23 @@ func (c *Conn) readLoop() {
 		// While more complete frames wait in memory, answers queue up
 		// without waking the writer; they leave together after the last.
 		more := r.Buffered()
-		if more {
+		if more && !holding {
 			c.out.setHold(true)
+			holding = true
 		}
-		if err := c.dispatch(&f); err != nil {
+		keep, err := c.dispatch(&f)
+		if err != nil {
 			c.cfg.logger.Warn("fero: transport: closing connection after protocol error", "remote", c.nc.RemoteAddr(), "err", err)
 			c.end(c.lost(err), false)
 			return
 		}
-		if !more {
+		if keep {
+			// The frame's bytes outlive this dispatch: keep the block.
+			r.Pin()
+		}
+		if !more && holding {
 			c.out.setHold(false)
+			holding = false
 		}
 	}
 }
@@ -257,7 +265,7 @@ func (c *Conn) writeLoop() {
 	}()
 	var free []byte
 	for {
-		batch, last := c.out.take(free)
+		batch, last := c.out.take(free, 2*c.cfg.maxBatch)
 		if last && len(batch) > 0 {
 			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.closeTimeout))
 		}
@@ -276,13 +284,8 @@ func (c *Conn) writeLoop() {
 			return
 		}
 		// Reuse the buffer for the next swap, so a busy connection stops
-		// allocating; let it go once a batch fills less than a quarter of
-		// a large one, so an idle connection does not keep a burst's size.
-		if cap(batch) <= c.cfg.maxBatch || len(batch) >= cap(batch)/4 {
-			free = batch[:0]
-		} else {
-			free = nil
-		}
+		// allocating; take lets large buffers go when the writer idles.
+		free = batch[:0]
 	}
 }
 
@@ -310,19 +313,23 @@ func (c *Conn) writeErrorFrame(id uint64, code errs.Code, msg string) error {
 	return c.writeFrame(c.ctx, wire.KindError, id, 0, wire.AppendErrorPayload(buf[:0], uint32(code), msg), false)
 }
 
-func (c *Conn) dispatch(f *wire.Frame) error {
+// dispatch handles one frame and reports whether its bytes must stay valid
+// after it returns: a request still unanswered, or a reply handed to a
+// goroutine other than the reader's. Everything else lets the reader
+// refill the block.
+func (c *Conn) dispatch(f *wire.Frame) (keep bool, err error) {
 	switch f.Kind {
 	case wire.KindSend, wire.KindCall, wire.KindStream:
 		return c.serve(f)
 	case wire.KindReply, wire.KindChunk, wire.KindError:
-		c.complete(f)
+		return c.complete(f), nil
 	case wire.KindCancel:
 		c.cancelRequest(f.ID)
 	}
-	return nil
+	return false, nil
 }
 
-func (c *Conn) serve(f *wire.Frame) error {
+func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 	if f.Kind == wire.KindSend {
 		// One-way requests cannot be answered, so the reader reuses one
 		// Request for them all (see Request).
@@ -331,22 +338,22 @@ func (c *Conn) serve(f *wire.Frame) error {
 		if c.handler != nil {
 			c.callHandler(req)
 		}
-		return nil
+		return false, nil
 	}
 	c.omu.Lock()
 	_, dup := c.open[f.ID]
 	c.omu.Unlock()
 	if dup {
-		return fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
+		return false, fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
 	}
 	req := &Request{conn: c, kind: f.Kind, id: f.ID, op: f.Op, payload: f.Payload}
 	if c.handler == nil {
 		_ = req.Fail(errs.New(errs.Unimplemented, "this end serves no requests"))
-		return nil
+		return false, nil
 	}
 	c.callHandler(req)
 	if req.done.Load() {
-		return nil // answered inline: nothing can cancel it any more
+		return false, nil // answered inline: nothing can cancel it any more
 	}
 	// Still open: cancel frames, read by this goroutine after the handler
 	// returned, must find it. finish sets done before it looks here, so
@@ -358,7 +365,7 @@ func (c *Conn) serve(f *wire.Frame) error {
 	if req.done.Load() {
 		c.closeRequest(f.ID, req)
 	}
-	return nil
+	return true, nil
 }
 
 func (c *Conn) callHandler(req *Request) {
@@ -395,7 +402,7 @@ func (c *Conn) cancelRequest(id uint64) {
 	r.mu.Unlock()
 }
 
-func (c *Conn) complete(f *wire.Frame) {
+func (c *Conn) complete(f *wire.Frame) (keep bool) {
 	c.pmu.Lock()
 	var p *pending
 	if f.Kind == wire.KindChunk {
@@ -405,8 +412,11 @@ func (c *Conn) complete(f *wire.Frame) {
 	}
 	c.pmu.Unlock()
 	if p == nil {
-		return // a late answer to a call the caller gave up on
+		return false // a late answer to a call the caller gave up on
 	}
+	// A Go callback runs here and must not keep the reply; Call and
+	// Stream hand it to another goroutine.
+	keep = p.cb == nil
 	switch f.Kind {
 	case wire.KindChunk:
 		if p.st != nil {
@@ -418,10 +428,12 @@ func (c *Conn) complete(f *wire.Frame) {
 		code, msg, err := wire.ParseErrorPayload(f.Payload)
 		if err != nil {
 			p.deliver(nil, errs.Errorf(errs.Internal, "unreadable error reply: %w", err))
-			return
+			return false
 		}
 		p.deliver(nil, errs.FromWire(code, msg))
+		return false // the message was copied into the error
 	}
+	return keep
 }
 
 // pending is a call of ours awaiting its answer.
@@ -584,7 +596,9 @@ func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...Call
 
 // Go sends a request and calls done with its reply or error, exactly once,
 // on the connection's reader goroutine (or on the goroutine that cancels
-// ctx). done must not block. If Go returns an error, done is not called.
+// ctx). done must not block, and reply is valid only until done returns:
+// the reader reuses its buffer. If Go returns an error, done is not
+// called.
 func (c *Conn) Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -20,7 +20,11 @@
 //
 // The handler of incoming requests runs on the connection's reader
 // goroutine, one request at a time in arrival order, so a stream of
-// one-way messages is handled in the order it was sent. A handler must not
+// one-way messages is handled in the order it was sent. A request's
+// payload is valid until the request is answered (a one-way message's,
+// while its handler runs), and a reply passed to a Go callback until the
+// callback returns: the reader then refills the same buffer, so traffic
+// that is answered promptly allocates nothing for reading. A handler must not
 // block: it replies at once, or hands the Request to another goroutine,
 // which may reply later (a Request is safe to use from any goroutine). A
 // panicking handler answers its call with an Internal error; the

@@ -24,22 +24,36 @@ func (f HandlerFunc) ServeCall(r *Request) { f(r) }
 // Mux routes requests to handlers by op. Register every op before the mux
 // serves its first request.
 type Mux struct {
-	handlers map[uint32]Handler
+	small [muxSmall]Handler // ops below muxSmall: an index, not a map lookup
+	large map[uint32]Handler
 }
 
+const muxSmall = 64
+
 // NewMux returns an empty Mux.
-func NewMux() *Mux { return &Mux{handlers: make(map[uint32]Handler)} }
+func NewMux() *Mux { return &Mux{large: make(map[uint32]Handler)} }
 
 // Handle routes op to h.
-func (m *Mux) Handle(op uint32, h Handler) { m.handlers[op] = h }
+func (m *Mux) Handle(op uint32, h Handler) {
+	if op < muxSmall {
+		m.small[op] = h
+		return
+	}
+	m.large[op] = h
+}
 
 // HandleFunc routes op to f.
-func (m *Mux) HandleFunc(op uint32, f func(*Request)) { m.handlers[op] = HandlerFunc(f) }
+func (m *Mux) HandleFunc(op uint32, f func(*Request)) { m.Handle(op, HandlerFunc(f)) }
 
 // ServeCall dispatches r, answering an unknown op with Unimplemented.
 func (m *Mux) ServeCall(r *Request) {
-	h, ok := m.handlers[r.op]
-	if !ok {
+	var h Handler
+	if r.op < muxSmall {
+		h = m.small[r.op]
+	} else {
+		h = m.large[r.op]
+	}
+	if h == nil {
 		_ = r.Fail(errs.Errorf(errs.Unimplemented, "no handler for op %d", r.op))
 		return
 	}
@@ -60,11 +74,12 @@ const (
 // Answering a one-way request is allowed and costs nothing: the answer is
 // dropped before it is encoded.
 //
-// A one-way (ModeSend) Request is valid only until the handler returns:
-// the connection reuses it for the next message, so that one-way traffic
-// allocates nothing per message. A handler that works on a one-way
-// message later keeps Op() and Payload(), not the *Request. Requests of
-// the other modes may be kept until answered, and used after.
+// A Payload is valid until the request is answered; a one-way request is
+// never answered, so its Payload is valid only until the handler returns.
+// The connection then reuses the read buffer, so that traffic answered
+// promptly allocates nothing for reading. A one-way Request itself is
+// also reused: a handler that works on a one-way message later keeps a
+// copy of its payload, not the *Request.
 type Request struct {
 	conn    *Conn
 	kind    wire.Kind
@@ -85,7 +100,8 @@ type Request struct {
 func (r *Request) Op() uint32 { return r.op }
 
 // Payload returns the request bytes. They alias the connection's read
-// buffer; copy what you keep for long.
+// buffer and are valid until the request is answered (for a one-way
+// request: until the handler returns). Copy what you keep after that.
 func (r *Request) Payload() []byte { return r.payload }
 
 // Mode returns how the caller asked to be answered.

@@ -12,8 +12,12 @@ import (
 
 // Defaults. The names in parentheses are the original library's constants.
 const (
-	// DefaultOutboxLimit bounds the bytes queued per connection.
-	DefaultOutboxLimit = 4 << 20
+	// DefaultOutboxLimit bounds the bytes queued per connection. It is
+	// small on purpose: the outbox and the batch being written stay in
+	// the CPU's cache. On our 2-core machines (fero-bench transport, 100 B
+	// one-way, 5 interleaved runs) 128 KiB gave 0.74× the raw echo, 256
+	// KiB 0.97×, 512 KiB 0.40× and 4 MiB 0.38×.
+	DefaultOutboxLimit = 256 << 10
 	// DefaultMaxBatch bounds the bytes handed to one write (outbox.max).
 	DefaultMaxBatch = 256 << 10
 	// DefaultConnectTimeout bounds dialing and the TLS handshake

@@ -98,10 +98,18 @@ func (o *outbox) setHold(on bool) {
 
 // take blocks until there are bytes to write or the outbox is closed. It
 // returns the queued bytes, leaving free (emptied) as the new queue, and
-// whether this is the last batch.
-func (o *outbox) take(free []byte) (batch []byte, last bool) {
+// whether this is the last batch. Before it waits, it drops buffers over
+// keep bytes: an idle connection does not hold on to a burst's memory,
+// and a busy one never regrows its buffers.
+func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
 	o.mu.Lock()
 	for len(o.buf) == 0 && o.err == nil {
+		if cap(free) > keep {
+			free = nil
+		}
+		if cap(o.buf) > keep {
+			o.buf = nil
+		}
 		o.mu.Unlock()
 		<-o.wake
 		o.mu.Lock()

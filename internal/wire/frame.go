@@ -191,10 +191,13 @@ func parseBodySlow(body []byte, f *Frame) error {
 
 // Reader splits a byte stream into frames.
 //
-// It reads into blocks it never reuses, so a Frame's Payload stays valid
-// after later calls to Next; the garbage collector frees a block once no
-// payload refers to it. Keep a copy of a payload you retain for long, or a
-// small payload will pin its whole block.
+// A frame's Payload aliases the block it was read into. By default a
+// payload is valid only until the next call to Next: when a block is used
+// up, the reader refills the same block. Call Pin after Next to keep the
+// current block's payloads valid for good; the reader then starts a new
+// block and leaves the old one to the garbage collector once no payload
+// refers to it. Keep a copy of a pinned payload you retain for long, or a
+// small payload will hold its whole block.
 type Reader struct {
 	r         io.Reader
 	max       int
@@ -202,7 +205,11 @@ type Reader struct {
 	buf       []byte // len(buf) is the block's capacity in use
 	start     int    // first unparsed byte
 	end       int    // end of bytes read
+	pinned    bool   // a payload in buf must stay valid
 }
+
+// Pin keeps every payload returned so far valid after later calls to Next.
+func (r *Reader) Pin() { r.pinned = true }
 
 // DefaultBlockSize is the read block size of a Reader.
 const DefaultBlockSize = 64 << 10
@@ -253,11 +260,16 @@ func (r *Reader) fill(n int) error {
 		return nil
 	}
 	if len(r.buf)-r.start < n {
-		// Start a new block; the old one stays with the payloads cut from it.
-		size := max(r.blockSize, n)
-		nb := make([]byte, size)
-		r.end = copy(nb, r.buf[r.start:r.end])
-		r.buf, r.start = nb, 0
+		if !r.pinned && len(r.buf) == r.blockSize && n <= r.blockSize {
+			// Nothing cut from this block is in use: refill it.
+			r.end = copy(r.buf, r.buf[r.start:r.end])
+		} else {
+			// Start a new block; a pinned one stays with its payloads.
+			nb := make([]byte, max(r.blockSize, n))
+			r.end = copy(nb, r.buf[r.start:r.end])
+			r.buf = nb
+		}
+		r.start, r.pinned = 0, false
 	}
 	for r.end-r.start < n {
 		m, err := r.r.Read(r.buf[r.end:])

@@ -139,6 +139,7 @@ func encodeStream(frames []Frame) ([]byte, []Frame) {
 	return b, frames
 }
 
+// readAll keeps every frame, so it pins them.
 func readAll(r *Reader) ([]Frame, error) {
 	var out []Frame
 	for {
@@ -149,6 +150,7 @@ func readAll(r *Reader) ([]Frame, error) {
 			}
 			return out, err
 		}
+		r.Pin()
 		out = append(out, f)
 	}
 }
@@ -203,17 +205,48 @@ func TestReaderSplitLargeFrame(t *testing.T) {
 	}
 }
 
-// TestPayloadsSurviveLaterReads checks that a payload stays intact after
-// the reader has moved on: blocks are never reused.
-func TestPayloadsSurviveLaterReads(t *testing.T) {
+// TestPinnedPayloadsSurviveLaterReads checks that a pinned payload stays
+// intact after the reader has moved on.
+func TestPinnedPayloadsSurviveLaterReads(t *testing.T) {
 	stream, want := testStream(t)
 	r := NewReader(bytes.NewReader(bytes.Repeat(stream, 20)), 0)
 	r.blockSize = 1024
-	got, err := readAll(r)
-	require.NoError(t, err)
+	var got []Frame
+	for {
+		var f Frame
+		err := r.Next(&f)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		r.Pin()
+		got = append(got, f)
+	}
 	for i := 0; i < 20; i++ {
 		sameFrames(t, want, got[i*len(want):(i+1)*len(want)])
 	}
+}
+
+// TestUnpinnedBlocksAreReused: without Pin, a long stream is read through
+// one block, and every frame is still intact when Next returns it.
+func TestUnpinnedBlocksAreReused(t *testing.T) {
+	stream, want := testStream(t)
+	r := NewReader(bytes.NewReader(bytes.Repeat(stream, 50)), 0)
+	r.blockSize = 1024
+	var first *byte
+	for i := 0; i < 50*len(want); i++ {
+		var f Frame
+		require.NoError(t, r.Next(&f))
+		w := want[i%len(want)]
+		require.Equal(t, w.ID, f.ID)
+		require.True(t, bytes.Equal(w.Payload, f.Payload), "frame %d", i)
+		if i == 0 {
+			first = &r.buf[0]
+		}
+	}
+	assert.Same(t, first, &r.buf[0], "the same block throughout")
+	var f Frame
+	assert.Equal(t, io.EOF, r.Next(&f))
 }
 
 func TestReaderErrors(t *testing.T) {
