@@ -1,0 +1,226 @@
+package membership
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// delegate receives memberlist's callbacks. memberlist calls most of them
+// with its node lock held, so they only update the peer table and queue
+// events; nothing here blocks.
+type delegate struct{ m *Membership }
+
+var (
+	_ memberlist.Delegate         = (*delegate)(nil)
+	_ memberlist.EventDelegate    = (*delegate)(nil)
+	_ memberlist.AliveDelegate    = (*delegate)(nil)
+	_ memberlist.PingDelegate     = (*delegate)(nil)
+	_ memberlist.ConflictDelegate = (*delegate)(nil)
+)
+
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
+	m := d.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if existing.Name == m.meta.ID {
+		return
+	}
+	if _, ok := m.conflicts[other.Name]; ok || len(m.conflicts) < maxKnownPeers {
+		m.conflicts[other.Name] = conflict{addr: other.Address(), at: time.Now()}
+	}
+}
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if len(d.m.metaBytes) > limit {
+		return nil // cannot happen: EncodeMeta enforces MetaMaxSize
+	}
+	return bytes.Clone(d.m.metaBytes)
+}
+
+// NotifyMsg handles user messages; the only one is a leave announcement.
+func (d *delegate) NotifyMsg(b []byte) {
+	id, boot, err := decodeLeaving(b)
+	if err != nil {
+		return
+	}
+	m := d.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.peers[id]; ok && p.m.Boot == boot && !p.m.Leaving {
+		mem := p.m
+		mem.Leaving = true
+		m.setStatus(mem, time.Now())
+	}
+}
+func (d *delegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *delegate) LocalState(bool) []byte          { return nil }
+func (d *delegate) MergeRemoteState([]byte, bool)   {}
+func (d *delegate) AckPayload() []byte              { return nil }
+func (d *delegate) NotifyPingComplete(n *memberlist.Node, _ time.Duration, _ []byte) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if p, ok := d.m.peers[n.Name]; ok && p.m.Status == StatusSuspect {
+		mem := p.m
+		mem.Status = liveStatus(mem.Role)
+		d.m.setStatus(mem, time.Now())
+	}
+}
+
+// NotifyAlive admits or refuses a peer before memberlist adds it: metadata
+// must decode, name the same resource, and match the node name.
+func (d *delegate) NotifyAlive(n *memberlist.Node) error {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		return err
+	}
+	m := d.m
+	if meta.Resource != m.cfg.meta.Resource {
+		return ErrForeignResource
+	}
+	if meta.ID != n.Name {
+		return ErrInvalidMeta
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.Name == m.meta.ID {
+		return nil
+	}
+	p, ok := m.peers[n.Name]
+	switch {
+	case !ok:
+		if gone, ok := m.gone[n.Name]; ok && gone.boot == meta.Boot {
+			// This life of the peer left for good (a closed member never
+			// restarts; a new process has a new Boot): a stale message.
+			return ErrInvalidMeta
+		}
+		m.setStatus(Member{Meta: meta, Gossip: n.Address(), Status: StatusConnecting}, time.Now())
+	case p.m.Status == StatusSuspect && meta.Boot == p.m.Boot:
+		// An alive message after suspicion is the peer refuting it.
+		mem := p.m
+		mem.Status = liveStatus(meta.Role)
+		m.setStatus(mem, time.Now())
+	}
+	return nil
+}
+
+func (d *delegate) NotifyJoin(n *memberlist.Node) { d.live(n) }
+
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.live(n) }
+
+func (d *delegate) live(n *memberlist.Node) {
+	meta, err := DecodeMeta(n.Meta)
+	if err != nil {
+		return // refused in NotifyAlive; the local node's meta is valid
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	delete(d.m.conflicts, n.Name)
+	d.m.setStatus(Member{Meta: meta, Gossip: n.Address(), Status: liveStatus(meta.Role)}, time.Now())
+}
+
+func (d *delegate) NotifyLeave(n *memberlist.Node) {
+	m := d.m
+	m.mu.Lock()
+	p, ok := m.peers[n.Name]
+	if !ok {
+		m.mu.Unlock()
+		return
+	}
+	mem := p.m
+	mem.Gossip = n.Address()
+	mem.Status = StatusDead
+	if mem.Leaving {
+		mem.Status = StatusRemoved
+	}
+	m.setStatus(mem, time.Now())
+	m.mu.Unlock()
+	if mem.Status == StatusDead {
+		m.nudge()
+	}
+}
+
+// msgLeaving tags a leave announcement among memberlist user messages.
+const msgLeaving byte = 'L'
+
+type leavingMsg struct {
+	ID   string `msgpack:"i"`
+	Boot uint64 `msgpack:"b"`
+}
+
+func encodeLeaving(id string, boot uint64) ([]byte, error) {
+	b, err := msgpack.Marshal(&leavingMsg{ID: id, Boot: boot})
+	return append([]byte{msgLeaving}, b...), err
+}
+
+// decodeLeaving decodes an untrusted user message.
+func decodeLeaving(b []byte) (string, uint64, error) {
+	if len(b) < 2 || len(b) > 1+memberlist.MetaMaxSize || b[0] != msgLeaving {
+		return "", 0, ErrInvalidMeta
+	}
+	var msg leavingMsg
+	if err := msgpack.Unmarshal(b[1:], &msg); err != nil {
+		return "", 0, fmt.Errorf("%w: %w", ErrInvalidMeta, err)
+	}
+	if msg.ID == "" || len(msg.ID) > MaxIDLen {
+		return "", 0, ErrInvalidMeta
+	}
+	return msg.ID, msg.Boot, nil
+}
+
+// suspect is called from the log bridge: memberlist tells no delegate
+// about suspicion, only its log.
+func (m *Membership) suspect(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.peers[name]; ok && p.m.Status.Live() && name != m.meta.ID {
+		mem := p.m
+		mem.Status = StatusSuspect
+		m.setStatus(mem, time.Now())
+	}
+}
+
+// logBridge turns memberlist's log lines ("[LEVEL] memberlist: text") into
+// slog records, and picks out the one line that reports a suspicion.
+type logBridge struct{ m *Membership }
+
+const suspectPrefix = "Suspect "
+const suspectSuffix = " has failed, no acks received"
+
+func (b *logBridge) Write(p []byte) (int, error) {
+	line := string(bytes.TrimRight(p, "\n"))
+	level := slog.LevelInfo
+	for _, l := range logLevels {
+		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
+			line, level = rest, l.level
+			break
+		}
+	}
+	line, _ = strings.CutPrefix(line, "memberlist: ")
+	if rest, ok := strings.CutPrefix(line, suspectPrefix); ok {
+		if name, ok := strings.CutSuffix(rest, suspectSuffix); ok {
+			b.m.suspect(name)
+		}
+	}
+	b.m.log.Log(context.Background(), level, line, "source", "memberlist")
+	return len(p), nil
+}
+
+var logLevels = []struct {
+	prefix string
+	level  slog.Level
+}{
+	{"[DEBUG] ", slog.LevelDebug},
+	{"[INFO] ", slog.LevelInfo},
+	{"[WARN] ", slog.LevelWarn},
+	{"[ERR] ", slog.LevelError},
+	{"[ERROR] ", slog.LevelError},
+}
