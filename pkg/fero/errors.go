@@ -1,0 +1,46 @@
+package fero
+
+import "github.com/fero-go/fero/internal/errs"
+
+// Error is an error with a [Code]. Errors returned by a remote node arrive
+// as *Error with the code and message the remote side gave; their causes
+// stay on that side.
+type Error = errs.Error
+
+// Code classifies an [Error]. Codes 1–16 follow the familiar RPC set; a
+// service may use any other value for its own conditions (the original's
+// HTTP-like statuses, such as 405, fit as they are).
+type Code = errs.Code
+
+// The predefined codes.
+const (
+	CodeOK                 = errs.OK
+	CodeCanceled           = errs.Canceled
+	CodeUnknown            = errs.Unknown
+	CodeInvalidArgument    = errs.InvalidArgument
+	CodeDeadlineExceeded   = errs.DeadlineExceeded
+	CodeNotFound           = errs.NotFound
+	CodeAlreadyExists      = errs.AlreadyExists
+	CodePermissionDenied   = errs.PermissionDenied
+	CodeResourceExhausted  = errs.ResourceExhausted
+	CodeFailedPrecondition = errs.FailedPrecondition
+	CodeAborted            = errs.Aborted
+	CodeOutOfRange         = errs.OutOfRange
+	CodeUnimplemented      = errs.Unimplemented
+	CodeInternal           = errs.Internal
+	CodeUnavailable        = errs.Unavailable
+	CodeDataLoss           = errs.DataLoss
+	CodeUnauthenticated    = errs.Unauthenticated
+)
+
+// NewError returns an error with the given code and message.
+func NewError(code Code, msg string) *Error { return errs.New(code, msg) }
+
+// Errorf returns an error with the given code and a formatted message; %w
+// verbs wrap their operands, which errors.Is and errors.As see locally.
+func Errorf(code Code, format string, args ...any) *Error { return errs.Errorf(code, format, args...) }
+
+// CodeOf returns err's code: its own if it is or wraps an *Error,
+// CodeCanceled or CodeDeadlineExceeded for context errors, CodeOK for nil
+// and CodeUnknown for anything else.
+func CodeOf(err error) Code { return errs.CodeOf(err) }
