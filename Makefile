@@ -29,6 +29,10 @@ test: vet ## vet, the race-enabled short test suite, and a short fuzz pass (the 
 test-long: vet ## The full suite with -race, including the large cluster and scale tests.
 	$(GO) test -race -timeout 90m ./...
 
+.PHONY: test-multicast
+test-multicast: ## Real UDP multicast discovery in a network namespace of its own (needs root, iproute2).
+	./scripts/multicast-test.sh
+
 .PHONY: vet
 vet: ## go vet over every package.
 	$(GO) vet ./...

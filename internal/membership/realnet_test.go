@@ -183,7 +183,8 @@ func freePortRange(t *testing.T, n int) int {
 }
 
 // TestRealMulticast uses the real default group; multicast leaves
-// 127.0.0.0/8, so it only runs with FERO_TEST_MULTICAST=1.
+// 127.0.0.0/8, so it only runs with FERO_TEST_MULTICAST=1, which `make
+// test-multicast` sets inside a network namespace of its own.
 func TestRealMulticast(t *testing.T) {
 	if os.Getenv("FERO_TEST_MULTICAST") == "" {
 		t.Skip("set FERO_TEST_MULTICAST=1 to test real multicast")
