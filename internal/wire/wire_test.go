@@ -44,8 +44,20 @@ type golden struct {
 	bytes []byte
 }
 
+// sortedMsgpack encodes v with map keys sorted, so golden bytes do not
+// depend on Go's random map iteration order.
+func sortedMsgpack(v any) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
+	}
+	return buf.Bytes()
+}
+
 func goldenVectors() []golden {
-	val, _ := msgpack.Marshal(map[string]any{"name": "ada", "n": 1})
+	val := sortedMsgpack(map[string]any{"name": "ada", "n": 1})
 	return []golden{
 		{"frame_send", AppendFrame(nil, KindSend, 0, 7, []byte("hi"))},
 		{"frame_call_big_ids", AppendFrame(nil, KindCall, 1<<40, 70000, []byte{0xff})},
