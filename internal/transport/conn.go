@@ -135,6 +135,9 @@ func setNoDelay(nc net.Conn) {
 	}
 }
 
+// LocalAddr returns the address of this end.
+func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+
 // RemoteAddr returns the address of the other end.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 

@@ -1,0 +1,188 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// OpHello is the first call on every connection one node dials to another:
+// it names the caller, so the callee can use the connection to call back.
+const OpHello uint32 = 1
+
+type hello struct {
+	ID string `msgpack:"id"`
+}
+
+// pool keeps one live connection per peer node, whichever side opened it:
+// calls in both directions share it. When both sides dial at once, both
+// keep the connection opened by the node with the smaller ID and close the
+// other, so they agree without a further exchange.
+type pool struct {
+	self string
+	opts []transport.Option // for dialing; include the node's handler
+
+	mu      sync.Mutex
+	conns   map[string]pooled
+	dialing map[string]chan struct{} // closed when a dial to the peer ends
+	closed  bool
+	closing sync.WaitGroup // connections being closed in the background
+}
+
+type pooled struct {
+	c         *transport.Conn
+	initiator string // who dialed it
+}
+
+func newPool(self string, opts ...transport.Option) *pool {
+	return &pool{self: self, opts: opts, conns: make(map[string]pooled), dialing: make(map[string]chan struct{})}
+}
+
+// get returns the live connection to peer id, dialing addr if there is
+// none. Concurrent callers share one dial.
+func (p *pool) get(ctx context.Context, id, addr string) (*transport.Conn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, transport.ErrClosed
+		}
+		if pc, ok := p.conns[id]; ok && pc.c.Err() == nil {
+			p.mu.Unlock()
+			return pc.c, nil
+		}
+		if wait, ok := p.dialing[id]; ok {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		p.dialing[id] = done
+		p.mu.Unlock()
+
+		c, err := p.dial(ctx, id, addr)
+		p.mu.Lock()
+		delete(p.dialing, id)
+		close(done)
+		p.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if kept := p.adopt(id, c, p.self); kept != nil {
+			return kept, nil
+		}
+		// Our dial lost to a connection the peer opened meanwhile: loop
+		// to pick that one up.
+	}
+}
+
+func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, error) {
+	c, err := transport.DialConn(ctx, addr, p.opts...)
+	if err != nil {
+		return nil, err
+	}
+	b, err := msgpack.Marshal(hello{ID: p.self})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	reply, err := c.Call(ctx, OpHello, b)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("hello to %s at %s: %w", id, addr, err)
+	}
+	var h hello
+	if err := msgpack.Unmarshal(reply, &h); err != nil || h.ID != id {
+		c.Close()
+		return nil, errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id)
+	}
+	return c, nil
+}
+
+// serveHello answers a peer's hello with our ID and adopts the connection
+// it came on.
+func (p *pool) serveHello(r *transport.Request) {
+	var h hello
+	if err := msgpack.Unmarshal(r.Payload(), &h); err != nil || h.ID == "" {
+		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
+		return
+	}
+	b, err := msgpack.Marshal(hello{ID: p.self})
+	if err != nil {
+		_ = r.Fail(err)
+		return
+	}
+	_ = r.Reply(b)
+	p.adopt(h.ID, r.Conn(), h.ID)
+}
+
+// adopt records c as the connection to id and returns the connection the
+// pool keeps for id: c, or the one that wins over it, or nil if c lost and
+// no live connection is left. The loser is closed in the background (a
+// Close on the reader's own goroutine would wait for itself).
+func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.Conn {
+	p.mu.Lock()
+	if p.closed {
+		p.closeLater(c)
+		p.mu.Unlock()
+		return nil
+	}
+	cur, ok := p.conns[id]
+	if ok && cur.c != c && cur.c.Err() == nil {
+		// Two live connections: keep the one the smaller ID opened.
+		winner := min(p.self, id)
+		if cur.initiator == winner || initiator != winner {
+			p.closeLater(c)
+			p.mu.Unlock()
+			return cur.c
+		}
+		p.closeLater(cur.c)
+	}
+	p.conns[id] = pooled{c: c, initiator: initiator}
+	p.mu.Unlock()
+	return c
+}
+
+// closeLater closes c on a goroutine that close waits for. Callers hold mu.
+func (p *pool) closeLater(c *transport.Conn) {
+	p.closing.Add(1)
+	go func() {
+		defer p.closing.Done()
+		c.Close()
+	}()
+}
+
+// peers returns the IDs of the peers with a live connection.
+func (p *pool) peers() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for id, pc := range p.conns {
+		if pc.c.Err() == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// close closes every connection and waits for them.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[string]pooled{}
+	p.mu.Unlock()
+	for _, pc := range conns {
+		pc.c.Close()
+	}
+	p.closing.Wait()
+}

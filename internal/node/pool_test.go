@@ -1,0 +1,123 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const opWho uint32 = 2
+
+// testNode is a transport server plus a pool, as a node has.
+type testNode struct {
+	id       string
+	srv      *transport.Server
+	pool     *pool
+	accepted atomic.Int64
+}
+
+func newTestNode(t *testing.T, id string) *testNode {
+	t.Helper()
+	n := &testNode{id: id}
+	mux := transport.NewMux()
+	mux.HandleFunc(opWho, func(r *transport.Request) { _ = r.Reply([]byte(id)) })
+	n.pool = newPool(id, transport.WithHandler(mux))
+	mux.HandleFunc(OpHello, n.pool.serveHello)
+	srv, err := transport.Listen("127.0.0.1:0", mux, transport.WithOnConn(func(*transport.Conn) { n.accepted.Add(1) }))
+	require.NoError(t, err)
+	n.srv = srv
+	t.Cleanup(func() {
+		n.pool.close()
+		srv.Close()
+	})
+	return n
+}
+
+func (n *testNode) addr() string { return n.srv.Addr().String() }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestOneConnectionBothWays: after a dials b, b calls a over the same
+// connection, without dialing.
+func TestOneConnectionBothWays(t *testing.T) {
+	a, b := newTestNode(t, "a"), newTestNode(t, "b")
+	ctx := ctxT(t)
+	ab, err := a.pool.get(ctx, "b", b.addr())
+	require.NoError(t, err)
+	who, err := ab.Call(ctx, opWho, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "b", string(who))
+
+	require.Eventually(t, func() bool { return len(b.pool.peers()) == 1 }, 10*time.Second, time.Millisecond)
+	ba, err := b.pool.get(ctx, "a", a.addr())
+	require.NoError(t, err)
+	who, err = ba.Call(ctx, opWho, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "a", string(who))
+	assert.Zero(t, a.accepted.Load(), "b called back over a's connection instead of dialing")
+	assert.Equal(t, ab.LocalAddr().String(), ba.RemoteAddr().String())
+}
+
+// TestSimultaneousDialsConverge: both sides dial at once, many times over;
+// both end up on the one connection the smaller ID opened.
+func TestSimultaneousDialsConverge(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			a, b := newTestNode(t, "a"), newTestNode(t, "b")
+			ctx := ctxT(t)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = a.pool.get(ctx, "b", b.addr()) }()
+			go func() { defer wg.Done(); _, _ = b.pool.get(ctx, "a", a.addr()) }()
+			wg.Wait()
+			require.Eventually(t, func() bool {
+				ab, err1 := a.pool.get(ctx, "b", b.addr())
+				ba, err2 := b.pool.get(ctx, "a", a.addr())
+				return err1 == nil && err2 == nil && ab.LocalAddr().String() == ba.RemoteAddr().String() &&
+					ab.RemoteAddr().String() == ba.LocalAddr().String()
+			}, 10*time.Second, time.Millisecond)
+			ab, err := a.pool.get(ctx, "b", b.addr())
+			require.NoError(t, err)
+			assert.Equal(t, b.addr(), ab.RemoteAddr().String(), "the kept connection is the one a (the smaller ID) opened")
+			who, err := ab.Call(ctx, opWho, nil)
+			require.NoError(t, err)
+			assert.Equal(t, "b", string(who))
+		})
+	}
+}
+
+func TestWrongPeerRefused(t *testing.T) {
+	a, b := newTestNode(t, "a"), newTestNode(t, "b")
+	_, err := a.pool.get(ctxT(t), "c", b.addr())
+	assert.Equal(t, errs.FailedPrecondition, errs.CodeOf(err))
+	assert.ErrorContains(t, err, `answers as "b", not "c"`)
+}
+
+func TestRedialAfterLoss(t *testing.T) {
+	a, b := newTestNode(t, "a"), newTestNode(t, "b")
+	ctx := ctxT(t)
+	ab, err := a.pool.get(ctx, "b", b.addr())
+	require.NoError(t, err)
+	require.NoError(t, ab.Close())
+	ab2, err := a.pool.get(ctx, "b", b.addr())
+	require.NoError(t, err)
+	assert.NotSame(t, ab, ab2)
+	_, err = ab2.Call(ctx, opWho, nil)
+	require.NoError(t, err)
+}
