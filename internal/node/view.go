@@ -1,0 +1,111 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/ring"
+)
+
+// view follows the membership of the resource and keeps the ring map of
+// its live members, and how to reach each of them.
+//
+// A server enters the map once it publishes a data address: before that no
+// one could send it a request. A client is listed whether or not it
+// listens; owners push commits to it over the connection it opened.
+type view struct {
+	ring   *ring.Ring
+	ms     *membership.Membership
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	cur     *ring.Map
+	clients []string
+	addrs   map[string]string // live member ID → data address
+	changed chan struct{}     // capacity 1: the map or the client list changed
+}
+
+func newView(r *ring.Ring, ms *membership.Membership, logger *slog.Logger) *view {
+	return &view{ring: r, ms: ms, logger: logger, addrs: map[string]string{}, changed: make(chan struct{}, 1)}
+}
+
+// refresh rebuilds the map from the live members and reports whether it
+// or the client list changed.
+func (v *view) refresh() bool {
+	live := v.ms.Members()
+	rms := make([]ring.Member, 0, len(live))
+	var clients []string
+	addrs := make(map[string]string, len(live))
+	for _, m := range live {
+		client := m.Role == membership.RoleClient
+		if !client && m.Addr == "" {
+			continue
+		}
+		rms = append(rms, ring.Member{ID: m.ID, Incarnation: m.Boot, Client: client})
+		if client {
+			clients = append(clients, m.ID)
+		}
+		addrs[m.ID] = m.Addr
+	}
+	version, err := v.ring.Version(rms)
+	if err != nil {
+		v.logger.Error("fero: node: cannot place members", "err", err)
+		return false
+	}
+	v.mu.Lock()
+	same := v.cur != nil && v.cur.Version() == version && slices.Equal(v.clients, clients)
+	v.addrs = addrs
+	v.mu.Unlock()
+	if same {
+		return false
+	}
+	m, err := v.ring.Build(rms)
+	if err != nil {
+		v.logger.Error("fero: node: cannot build the partition map", "err", err)
+		return false
+	}
+	v.mu.Lock()
+	v.cur, v.clients = m, clients
+	v.mu.Unlock()
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// run refreshes on every membership event until ctx ends.
+func (v *view) run(ctx context.Context) {
+	sub := v.ms.Subscribe()
+	defer sub.Close()
+	v.refresh()
+	for {
+		select {
+		case _, ok := <-sub.Events():
+			if !ok {
+				return
+			}
+			v.refresh()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// current returns the map and the client IDs.
+func (v *view) current() (*ring.Map, []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.cur, v.clients
+}
+
+// addr returns a live member's data address.
+func (v *view) addr(id string) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	a, ok := v.addrs[id]
+	return a, ok
+}
