@@ -53,20 +53,17 @@ func (d *decoder) skipValue(depth int) {
 	if d.err != nil {
 		return
 	}
-	var items uint64 // elements of a container to walk
 	switch {
 	case c <= codePosFixMax || c >= 0xe0: // fixints
 		return
-	case c >= 0x80 && c <= 0x8f: // fixmap
-		items = 2 * uint64(c&0x0f)
-	case c >= codeFixArrayLow && c <= codeFixArrayMax:
-		items = uint64(c & 0x0f)
+	case c >= 0x80 && c <= 0x8f: // fixmap, possibly empty
+		d.skipItems(2*uint64(c&0x0f), depth)
+		return
+	case c >= codeFixArrayLow && c <= codeFixArrayMax: // fixarray, possibly empty
+		d.skipItems(uint64(c&0x0f), depth)
+		return
 	case c >= codeFixStrLow && c <= codeFixStrMax:
 		d.skipBytes(uint64(c & 0x1f))
-		return
-	}
-	if items > 0 {
-		d.skipItems(items, depth)
 		return
 	}
 	switch c {

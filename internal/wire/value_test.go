@@ -15,12 +15,17 @@ func TestValidateValueAcceptsWhatMsgpackWrites(t *testing.T) {
 		nil, true, false, 0, -1, 127, -32, 255, -129, 65535, math.MaxInt64, math.MinInt64, uint64(math.MaxUint64),
 		float32(1.5), 2.25, "", "short", string(bytes.Repeat([]byte("x"), 70000)),
 		[]byte{1, 2, 3}, make([]byte, 300), []any{1, "a", []any{nil}},
+		map[string]any{}, []any{}, []any{[]any{}, map[string]any{}}, map[string]any{"e": []any{}},
 		map[string]any{"a": 1, "b": map[string]any{"c": []int{1, 2}}},
 		make([]int, 20), make([]int, 70000), map[int]int{1: 2, 3: 4},
 	} {
 		b, err := msgpack.Marshal(v)
 		require.NoError(t, err)
 		assert.NoErrorf(t, ValidateValue(b), "%T %v", v, b[:min(len(b), 16)])
+	}
+	// Empty containers in every encoding, alone and nested.
+	for _, b := range [][]byte{{0x80}, {0x90}, {0x91, 0x90}, {0x81, 0xa1, 'k', 0x80}, {0xdc, 0, 0}, {0xde, 0, 0}, {0xdd, 0, 0, 0, 0}} {
+		assert.NoErrorf(t, ValidateValue(b), "% x", b)
 	}
 	// Extension types, as the library encodes time.
 	b, err := msgpack.Marshal(map[string]any{"t": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}})
