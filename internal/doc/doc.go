@@ -1,0 +1,105 @@
+// Package doc owns a resource's state: the dynamic document that change
+// records apply to. It holds each partition's top-level keys and their
+// values, applies ADD, UPDATE and REMOVE records at paths of any depth,
+// serves local reads, and snapshots, restores and digests partitions. It
+// knows nothing of logs, epochs, owners or the network: the partition
+// engine decides what to apply, and in which order.
+//
+// # Values
+//
+// Values arrive as msgpack bytes. Every value is validated by the rules
+// of wire.ValidateValue before anything is allocated for it (a hostile
+// value cannot make the decoder allocate gigabytes or recurse without
+// end), then kept decoded in one canonical Go form:
+//
+//	msgpack           Go
+//	nil               nil
+//	bool              bool
+//	int, uint         int64; uint64 only above math.MaxInt64
+//	float 32 and 64   float64
+//	str               string
+//	bin               []byte
+//	array             []any
+//	map               map[string]any (keys must be str; a repeated key keeps its last value)
+//	ext, timestamp    Ext
+//
+// Each value encodes back in one canonical way (shortest integers, float64,
+// map keys sorted bytewise), so equal states have byte-identical snapshots
+// and equal digests however their records were encoded, and Go map order
+// never reaches an encoding.
+//
+// # Paths
+//
+// A record's key is a path: segments separated by one byte, '.' unless
+// WithSeparator says otherwise. The first segment is the top-level key,
+// which decides the partition (ring.TopLevel hashes the key up to its first
+// separator). Below it, a segment names a map key, or, in an array, an
+// element by its decimal index without sign or leading zero: in
+// "users.ada.tags.0", users and ada are maps and tags an array.
+//
+// There is no escaping: the separator always splits. The ring's partitioner
+// splits without escaping too, and an escape rule that only the store knew
+// would let the two disagree about a key's top-level segment. So a key
+// without the separator is always one top-level key, and a segment can
+// never contain the separator. A Partitioner must depend on the top-level
+// segment only, or nested keys of one top-level value would be routed to
+// different partitions; Apply refuses a change whose top-level key is not
+// in the partition it is given.
+//
+// # Semantics
+//
+// Each record type below, at a path whose last segment is s in a parent
+// container. The path before s is walked first: UPDATE and ADD create a
+// missing value on the way as a map (as an array when all that follows is
+// the push segment "-"), and fail on a scalar (including nil) or on an
+// array segment that is not an index in range.
+//
+//	record    parent map                 parent array                  scalar parent
+//	UPDATE    set s                      replace element s (s < len)   FailedPrecondition
+//	ADD       set s if absent, else      insert before element s       FailedPrecondition
+//	          FailedPrecondition         (s <= len)
+//	ADD "-"   FailedPrecondition         append (push)                 FailedPrecondition
+//	REMOVE    delete s if present        delete element s if s < len,  no-op
+//	                                     shifting the rest down
+//
+// A top-level key behaves like a key of a map. "-" is the push segment only
+// as the last segment of an ADD; anywhere else it is an ordinary map key
+// (and never an array index). REMOVE of a path that does not resolve to a
+// value, for whatever reason, is a no-op, so REMOVE is idempotent and
+// never fails on the state; after REMOVE of a map key, Get reports no
+// value for it. ADD on a map differs from UPDATE: it is a create-if-absent,
+// which the owner can use as a uniqueness check.
+//
+// Any other failure leaves the state unchanged and returns an *errs.Error:
+// InvalidArgument when the change is wrong whatever the state (value not
+// valid msgpack, map keys not strings, nesting deeper than
+// wire.MaxValueDepth-1 once placed, wrong partition), FailedPrecondition
+// when it does not fit the current state. Apply is deterministic, so the
+// owner applies (or Checks) a change before committing it, commits only
+// what succeeded, and no copy ever meets an error for a committed record.
+//
+// Builder makes the records of the original's helpers: Update, Remove,
+// Add, Push (ADD at path + ".-", which creates the array if it is missing)
+// and Patch (one UPDATE per key of a map under a base path, in key order).
+//
+// # Snapshots and digests
+//
+// A partition's snapshot is one msgpack map from its top-level keys, in
+// sorted order, to their canonical values. Restore validates a snapshot as
+// it validates values, and also refuses keys that contain the separator or
+// belong to another partition, since Get could never find them. Digest
+// hashes every partition's entries in order; two copies with equal digests
+// hold the same state.
+//
+// # Concurrency
+//
+// The workload is read-heavy, so reads take no lock beyond a read lock
+// held for one map lookup. Values are copy-on-write: a change copies the
+// containers along its path and swaps the top-level entry, and nothing
+// stored is modified afterwards. A value from Get is therefore a stable
+// snapshot the reader may keep without copying, but must not modify. The
+// price is that a nested change copies every container on its path, so a
+// huge map under one top-level key is slow to change; many top-level keys
+// are cheap, and spread over partitions besides. Changes to one partition
+// are serialized; different partitions change in parallel.
+package doc

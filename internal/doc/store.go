@@ -1,0 +1,432 @@
+package doc
+
+import (
+	"cmp"
+	"encoding/binary"
+	"iter"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/wire"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Partitioner returns the partition of a top-level key. It must be
+// deterministic and agree with the partitioner that routes records: pass
+// ring.Map.Partition, or rely on the default.
+type Partitioner func(key string) int
+
+// Option configures a [Store]. Options are sealed: only this package makes them.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithSeparator sets the byte that separates path segments (default
+// ring.DefaultSeparator, '.'). It must match the partitioner's: the
+// default ring partitioner hashes the key up to its first separator. It
+// may not be an ASCII digit or '-', which array segments use.
+func WithSeparator(sep byte) Option { return optionFunc(func(c *config) { c.sep = sep }) }
+
+// WithPartitioner sets how Get finds a top-level key's partition and how
+// Apply and Restore check the partition they are given (default: the ring's
+// default, xxhash64 of the top-level key modulo the partition count).
+func WithPartitioner(p Partitioner) Option { return optionFunc(func(c *config) { c.partitioner = p }) }
+
+type config struct {
+	sep         byte
+	partitioner Partitioner
+}
+
+// Store is the state of one resource: every partition's top-level keys and
+// their values. It is safe for concurrent use; see the package comment for
+// what a reader may assume.
+type Store struct {
+	sep   string
+	part  Partitioner
+	parts []partition
+	n     atomic.Int64 // top-level keys, for Len
+}
+
+type partition struct {
+	// write serializes changes to the partition; a writer builds the new
+	// value holding only write, so readers wait for nothing but the swap.
+	write sync.Mutex
+	// mu guards m. Writers hold write as well, so a writer may read m
+	// without mu.
+	mu sync.RWMutex
+	m  map[string]*entry
+}
+
+// entry is one top-level key's value. It is never modified once stored:
+// a change stores a new entry.
+type entry struct {
+	val  any
+	once sync.Once
+	enc  []byte
+}
+
+// encoding returns the canonical encoding of the value, computed on first
+// use: a write does not pay for it, a snapshot or digest pays once.
+func (e *entry) encoding() []byte {
+	e.once.Do(func() { e.enc = appendValue(nil, e.val) })
+	return e.enc
+}
+
+// New returns an empty store of the given number of partitions.
+func New(partitions int, opts ...Option) (*Store, error) {
+	c := config{sep: ring.DefaultSeparator}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if partitions < 1 || partitions > ring.MaxPartitions {
+		return nil, errs.Errorf(errs.InvalidArgument, "%w: %d partitions, want 1 to %d", ErrOption, partitions, ring.MaxPartitions)
+	}
+	if c.sep >= '0' && c.sep <= '9' || c.sep == '-' {
+		return nil, errs.Errorf(errs.InvalidArgument, "%w: separator %q is used by array segments", ErrOption, c.sep)
+	}
+	if c.partitioner == nil {
+		h, n := ring.TopLevel(c.sep), uint64(partitions)
+		c.partitioner = func(key string) int { return int(h.Hash(key) % n) }
+	}
+	s := &Store{sep: string(c.sep), part: c.partitioner, parts: make([]partition, partitions)}
+	for i := range s.parts {
+		s.parts[i].m = map[string]*entry{}
+	}
+	return s, nil
+}
+
+// Builder returns a Builder that uses the store's separator.
+func (s *Store) Builder() Builder { return Builder{Sep: s.sep[0]} }
+
+// PartitionOf returns the partition of key's top-level segment, as the
+// partitioner answers it.
+func (s *Store) PartitionOf(key string) int {
+	top, _, _ := strings.Cut(key, s.sep)
+	return s.part(top)
+}
+
+// Partitions returns the number of partitions.
+func (s *Store) Partitions() int { return len(s.parts) }
+
+// Apply makes change c to partition p. On error the store is unchanged.
+// c.Value is not retained, so it may alias a receive buffer.
+// Given the same state and change, every store returns the same error or
+// reaches the same state, so a change the owner applied without error
+// applies on every copy.
+func (s *Store) Apply(p int, c Change) error { return s.apply(p, c, true) }
+
+// Check reports the error Apply would return, without changing anything.
+// It costs as much as Apply. Its answer holds until the next change to p,
+// so an owner that checks before committing must check against a state
+// that includes every change it committed before.
+func (s *Store) Check(p int, c Change) error { return s.apply(p, c, false) }
+
+func (s *Store) apply(p int, c Change, commit bool) error {
+	top, rest, nested := strings.Cut(c.Key, s.sep)
+	if err := s.checkPartition(p, top, c.Key); err != nil {
+		return err
+	}
+	e := edit{typ: c.Type, key: c.Key, sep: s.sep}
+	switch c.Type {
+	case wire.RecordAdd, wire.RecordUpdate:
+		v, level, err := decodeValue(c.Value)
+		if err != nil {
+			return errs.Errorf(errs.InvalidArgument, "%w for %q: %w", ErrValue, c.Key, err)
+		}
+		if err := checkDepth(c.Key, s.sep, level); err != nil {
+			return err
+		}
+		e.val = v
+	case wire.RecordRemove:
+	default:
+		return errs.Errorf(errs.InvalidArgument, "%w: %d", ErrType, uint8(c.Type))
+	}
+
+	pt := &s.parts[p]
+	pt.write.Lock()
+	defer pt.write.Unlock()
+	old, exists := pt.m[top]
+	var val any
+	switch {
+	case nested:
+		var cur any
+		switch {
+		case exists:
+			cur = old.val
+		case c.Type == wire.RecordRemove:
+			return nil
+		default:
+			cur = e.missing(rest)
+		}
+		nv, changed, err := e.apply(cur, rest)
+		if err != nil || !changed {
+			return err
+		}
+		val = nv
+	case c.Type == wire.RecordRemove:
+		if !exists {
+			return nil
+		}
+		if commit {
+			pt.mu.Lock()
+			delete(pt.m, top)
+			pt.mu.Unlock()
+			s.n.Add(-1)
+		}
+		return nil
+	case c.Type == wire.RecordAdd && exists:
+		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
+	default:
+		val = e.val
+	}
+	if commit {
+		pt.mu.Lock()
+		pt.m[top] = &entry{val: val}
+		pt.mu.Unlock()
+		if !exists {
+			s.n.Add(1)
+		}
+	}
+	return nil
+}
+
+func (s *Store) checkPartition(p int, top, key string) error {
+	if p < 0 || p >= len(s.parts) {
+		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	if q := s.part(top); q != p {
+		return errs.Errorf(errs.InvalidArgument, "%w: %q is in partition %d, not %d", ErrPartition, key, q, p)
+	}
+	return nil
+}
+
+// checkDepth refuses a value of the given level that would nest deeper
+// than maxLevel once placed at key.
+func checkDepth(key, sep string, level int) error {
+	if _, rest, nested := strings.Cut(key, sep); nested {
+		level += strings.Count(rest, sep) + 1
+	}
+	if level > maxLevel {
+		return errs.Errorf(errs.InvalidArgument, "%w: %q: value would nest %d levels deep, more than %d",
+			ErrPath, key, level, maxLevel)
+	}
+	return nil
+}
+
+// partitionOf returns the partition of a top-level key, or nil when the
+// partitioner answers out of range.
+func (s *Store) partitionOf(top string) *partition {
+	p := s.part(top)
+	if p < 0 || p >= len(s.parts) {
+		return nil
+	}
+	return &s.parts[p]
+}
+
+func (s *Store) lookup(path string) (*entry, any, bool) {
+	top, rest, nested := strings.Cut(path, s.sep)
+	pt := s.partitionOf(top)
+	if pt == nil {
+		return nil, nil, false
+	}
+	pt.mu.RLock()
+	e, ok := pt.m[top]
+	pt.mu.RUnlock()
+	if !ok {
+		return nil, nil, false
+	}
+	v := e.val
+	for nested {
+		var seg string
+		seg, rest, nested = strings.Cut(rest, s.sep)
+		if v, ok = child(v, seg); !ok {
+			return nil, nil, false
+		}
+	}
+	return e, v, true
+}
+
+// Get returns the value at path. The value is shared with the store and
+// with every other reader: treat it as read-only (use GetInto for a copy
+// of your own). It never changes under you; a later change stores a new
+// value rather than modifying this one.
+func (s *Store) Get(path string) (any, bool) {
+	_, v, ok := s.lookup(path)
+	return v, ok
+}
+
+// GetBytes returns the canonical msgpack encoding of the value at path.
+// For a top-level key the bytes are cached and shared: do not modify them.
+func (s *Store) GetBytes(path string) ([]byte, bool) {
+	e, v, ok := s.lookup(path)
+	switch {
+	case !ok:
+		return nil, false
+	case !strings.Contains(path, s.sep):
+		return e.encoding(), true
+	}
+	return appendValue(nil, v), true
+}
+
+// GetInto decodes the value at path into v, a pointer, by way of its
+// msgpack encoding; ok is false, and v untouched, when there is no value.
+func (s *Store) GetInto(path string, v any) (ok bool, err error) {
+	b, ok := s.GetBytes(path)
+	if !ok {
+		return false, nil
+	}
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return true, errs.Errorf(errs.InvalidArgument, "decode %q into %T: %w", path, v, err)
+	}
+	return true, nil
+}
+
+// Len returns the number of top-level keys.
+func (s *Store) Len() int { return int(s.n.Load()) }
+
+type kv struct {
+	key string
+	e   *entry
+}
+
+// sorted returns partition p's entries in key order, as of one moment.
+func (pt *partition) sorted() []kv {
+	pt.mu.RLock()
+	es := make([]kv, 0, len(pt.m))
+	for k, e := range pt.m {
+		es = append(es, kv{k, e})
+	}
+	pt.mu.RUnlock()
+	slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
+	return es
+}
+
+// Entries yields partition p's top-level keys and values in key order, as
+// they were when iteration began. Values are read-only, as with Get. An
+// out-of-range p yields nothing.
+func (s *Store) Entries(p int) iter.Seq2[string, any] {
+	return func(yield func(string, any) bool) {
+		if p < 0 || p >= len(s.parts) {
+			return
+		}
+		for _, e := range s.parts[p].sorted() {
+			if !yield(e.key, e.e.val) {
+				return
+			}
+		}
+	}
+}
+
+// All yields every top-level key and value in key order. Each partition is
+// read at one moment, but not all partitions at the same moment.
+func (s *Store) All() iter.Seq2[string, any] {
+	return func(yield func(string, any) bool) {
+		var es []kv
+		for i := range s.parts {
+			es = append(es, s.parts[i].sorted()...)
+		}
+		slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
+		for _, e := range es {
+			if !yield(e.key, e.e.val) {
+				return
+			}
+		}
+	}
+}
+
+// Snapshot returns partition p's state as of one moment: a msgpack map of
+// its top-level keys, sorted, to their values in canonical encoding. Equal
+// states have equal snapshots.
+func (s *Store) Snapshot(p int) ([]byte, error) {
+	if p < 0 || p >= len(s.parts) {
+		return nil, errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	es := s.parts[p].sorted()
+	n := 5
+	for _, e := range es {
+		n += 5 + len(e.key) + len(e.e.encoding())
+	}
+	b := appendContainer(make([]byte, 0, n), 0x80, 0xde, len(es))
+	for _, e := range es {
+		b = append(appendStrHeader(b, len(e.key)), e.key...)
+		b = append(b, e.e.encoding()...)
+	}
+	return b, nil
+}
+
+// Restore replaces partition p's state with a snapshot. The bytes are
+// validated first: they must be one msgpack map whose keys are top-level
+// keys of partition p (no separator) and whose values are valid. On error
+// the partition is unchanged. b is not retained.
+func (s *Store) Restore(p int, b []byte) error {
+	if p < 0 || p >= len(s.parts) {
+		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	v, _, err := decodeValue(b)
+	if err != nil {
+		return errs.Errorf(errs.InvalidArgument, "%w: %w", ErrSnapshot, err)
+	}
+	top, ok := v.(map[string]any)
+	if !ok {
+		return errs.Errorf(errs.InvalidArgument, "%w: a %s, not a map", ErrSnapshot, kind(v))
+	}
+	m := make(map[string]*entry, len(top))
+	for k, v := range top {
+		if strings.Contains(k, s.sep) {
+			return errs.Errorf(errs.InvalidArgument, "%w: key %q contains the separator", ErrSnapshot, k)
+		}
+		if q := s.part(k); q != p {
+			return errs.Errorf(errs.InvalidArgument, "%w: key %q is in partition %d, not %d", ErrSnapshot, k, q, p)
+		}
+		m[k] = &entry{val: v}
+	}
+	s.replace(p, m)
+	return nil
+}
+
+// Clear removes every key of partition p.
+func (s *Store) Clear(p int) error {
+	if p < 0 || p >= len(s.parts) {
+		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	s.replace(p, map[string]*entry{})
+	return nil
+}
+
+func (s *Store) replace(p int, m map[string]*entry) {
+	pt := &s.parts[p]
+	pt.write.Lock()
+	defer pt.write.Unlock()
+	pt.mu.Lock()
+	old := len(pt.m)
+	pt.m = m
+	pt.mu.Unlock()
+	s.n.Add(int64(len(m) - old))
+}
+
+// Digest returns a hash of the whole state: every partition's number, keys
+// and canonical values in order. Two stores with equal digests hold the
+// same state (up to hash collisions); tests use it to compare replicas.
+func (s *Store) Digest() uint64 {
+	h := xxhash.New()
+	var buf []byte
+	for p := range s.parts {
+		for _, e := range s.parts[p].sorted() {
+			enc := e.e.encoding()
+			buf = binary.BigEndian.AppendUint32(buf[:0], uint32(p))
+			buf = binary.AppendUvarint(buf, uint64(len(e.key)))
+			buf = append(buf, e.key...)
+			buf = binary.AppendUvarint(buf, uint64(len(enc)))
+			_, _ = h.Write(buf)
+			_, _ = h.Write(enc)
+		}
+	}
+	return h.Sum64()
+}

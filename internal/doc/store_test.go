@@ -1,0 +1,295 @@
+package doc
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewOptions(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		opts []Option
+	}{
+		{0, nil},
+		{ring.MaxPartitions + 1, nil},
+		{1, []Option{WithSeparator('3')}},
+		{1, []Option{WithSeparator('-')}},
+	} {
+		_, err := New(tc.n, tc.opts...)
+		requireCode(t, err, errs.InvalidArgument, ErrOption)
+	}
+}
+
+// TestDefaultPartitioner checks that the store puts keys where the ring's
+// default partitioner routes them.
+func TestDefaultPartitioner(t *testing.T) {
+	r, err := ring.New(ring.WithPartitions(testPartitions))
+	require.NoError(t, err)
+	m, err := r.Build(nil)
+	require.NoError(t, err)
+	s := newStore(t)
+	for _, k := range []string{"users", "users.ada.name", "a", "", "sessions.x"} {
+		top, _, _ := strings.Cut(k, ".")
+		require.Equal(t, m.Partition(k), s.part(top), k)
+	}
+}
+
+func TestGet(t *testing.T) {
+	s := storeOf(t, initial())
+	for path, want := range map[string]any{
+		"n":            int64(5),
+		"z":            nil,
+		"u.ada.age":    int64(36),
+		"u.ada.tags.1": "b",
+		"arr.2":        int64(3),
+	} {
+		got, ok := s.Get(path)
+		require.True(t, ok, path)
+		require.Equal(t, want, got, path)
+	}
+	for _, path := range []string{"missing", "missing.x", "n.x", "z.x", "arr.3", "arr.-", "arr.01", "arr.x", "u.ada.tags.2", "u.bob", ""} {
+		_, ok := s.Get(path)
+		require.False(t, ok, path)
+		_, ok = s.GetBytes(path)
+		require.False(t, ok, path)
+		var v any
+		ok, err := s.GetInto(path, &v)
+		require.NoError(t, err)
+		require.False(t, ok, path)
+	}
+
+	b, ok := s.GetBytes("u.ada")
+	require.True(t, ok)
+	require.Equal(t, canon(t, map[string]any{"tags": []any{"a", "b"}, "age": 36}), b)
+	b, ok = s.GetBytes("u")
+	require.True(t, ok)
+	require.Equal(t, canon(t, initial()["u"]), b)
+
+	var person struct {
+		Tags []string `msgpack:"tags"`
+		Age  int      `msgpack:"age"`
+	}
+	ok, err := s.GetInto("u.ada", &person)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, []string{"a", "b"}, person.Tags)
+	require.Equal(t, 36, person.Age)
+
+	var wrong int
+	ok, err = s.GetInto("u.ada", &wrong)
+	require.True(t, ok)
+	require.Equal(t, errs.InvalidArgument, errs.CodeOf(err))
+}
+
+func TestIteration(t *testing.T) {
+	state := map[string]any{}
+	for _, k := range []string{"b", "a", "d", "c", "e", "f", "g", "h", "i", "j"} {
+		state[k] = k
+	}
+	s := storeOf(t, state)
+	require.Equal(t, len(state), s.Len())
+	keys := slices.Collect(maps.Keys(maps.Collect(s.All())))
+	slices.Sort(keys)
+	var ordered []string
+	for k, v := range s.All() {
+		require.Equal(t, k, v)
+		ordered = append(ordered, k)
+	}
+	require.Equal(t, keys, ordered, "All is in key order")
+
+	var total int
+	for p := range testPartitions {
+		var pk []string
+		for k := range s.Entries(p) {
+			require.Equal(t, p, partOf(s, k))
+			pk = append(pk, k)
+		}
+		require.True(t, slices.IsSorted(pk))
+		total += len(pk)
+	}
+	require.Equal(t, len(state), total)
+
+	for k := range s.All() {
+		if k == "c" {
+			break // stopping early must not panic
+		}
+	}
+	require.Empty(t, slices.Collect(maps.Keys(maps.Collect(s.Entries(-1)))))
+}
+
+func TestSnapshotRestore(t *testing.T) {
+	s := storeOf(t, initial())
+	other := newStore(t)
+	for p, b := range snapshots(t, s) {
+		require.NoError(t, other.Restore(p, b))
+	}
+	require.Equal(t, s.Digest(), other.Digest())
+	require.Equal(t, snapshots(t, s), snapshots(t, other))
+	require.Equal(t, s.Len(), other.Len())
+	v, ok := other.Get("u.ada.tags.0")
+	require.True(t, ok)
+	require.Equal(t, "a", v)
+
+	empty := newStore(t)
+	b, err := empty.Snapshot(0)
+	require.NoError(t, err)
+	require.Equal(t, []byte{0x80}, b)
+
+	// Restore replaces; Clear empties.
+	p := partOf(s, "n")
+	require.NoError(t, other.Restore(p, b))
+	_, ok = other.Get("n")
+	require.False(t, ok)
+	require.NoError(t, s.Clear(partOf(s, "u")))
+	_, ok = s.Get("u")
+	require.False(t, ok)
+	require.Less(t, s.Len(), len(initial()))
+
+	_, err = s.Snapshot(testPartitions)
+	requireCode(t, err, errs.InvalidArgument, ErrPartition)
+	requireCode(t, s.Clear(-1), errs.InvalidArgument, ErrPartition)
+	requireCode(t, s.Restore(testPartitions, b), errs.InvalidArgument, ErrPartition)
+}
+
+func TestRestoreRefuses(t *testing.T) {
+	s := storeOf(t, initial())
+	p := partOf(s, "n")
+	other := (p + 1) % testPartitions
+	wrongKey := ""
+	for i := 0; wrongKey == ""; i++ {
+		if k := string(rune('a' + i)); s.part(k) != p {
+			wrongKey = k
+		}
+	}
+	before := snapshots(t, s)
+	for name, b := range map[string][]byte{
+		"empty":         {},
+		"not a map":     {0x91, 0x01},
+		"invalid":       {0x81, 0xa1, 'n', 0xc1},
+		"trailing":      {0x80, 0x80},
+		"int key":       {0x81, 0x01, 0x01},
+		"separator key": append(append([]byte{0x81, 0xa3}, "n.x"...), 0x01),
+		"foreign key":   {0x81, 0xa1, wrongKey[0], 0x01},
+		"hostile":       {0xdf, 0xff, 0xff, 0xff, 0xff},
+	} {
+		requireCode(t, s.Restore(p, b), errs.InvalidArgument, ErrSnapshot)
+		require.Equal(t, before, snapshots(t, s), name)
+	}
+	_ = other
+}
+
+func TestBuilder(t *testing.T) {
+	s := storeOf(t, initial())
+	b := s.Builder()
+
+	c, err := b.Push("u.ada.tags", "c")
+	require.NoError(t, err)
+	require.Equal(t, Change{Type: add, Key: "u.ada.tags.-", Value: canon(t, "c")}, c)
+	require.NoError(t, apply(s, c))
+	c, _ = b.Push("u.ada.tags", map[string]any{"x": []int{1}})
+	require.NoError(t, apply(s, c))
+	v, _ := s.Get("u.ada.tags")
+	require.Equal(t, []any{"a", "b", "c", map[string]any{"x": []any{int64(1)}}}, v)
+
+	c, _ = b.Push("u.ada.age", 1)
+	requireCode(t, apply(s, c), errs.FailedPrecondition, ErrNotArray)
+	c, _ = b.Push("list", 1)
+	require.NoError(t, apply(s, c), "push to a missing path creates the array")
+	v, _ = s.Get("list")
+	require.Equal(t, []any{int64(1)}, v)
+
+	cs, err := b.Patch("u.ada", map[string]any{"age": 40, "city": "london", "tags": nil})
+	require.NoError(t, err)
+	require.Equal(t, []string{"u.ada.age", "u.ada.city", "u.ada.tags"}, keysOf(cs))
+	for _, c := range cs {
+		require.Equal(t, update, c.Type)
+		require.NoError(t, apply(s, c))
+	}
+	v, _ = s.Get("u.ada")
+	require.Equal(t, map[string]any{"age": int64(40), "city": "london", "tags": nil}, v)
+
+	cs, err = b.Patch("", map[string]any{"x": 1, "y": 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"x", "y"}, keysOf(cs))
+
+	cs, err = b.Patch("brand.new", map[string]any{"a": 1})
+	require.NoError(t, err)
+	require.NoError(t, apply(s, cs[0]))
+	v, _ = s.Get("brand")
+	require.Equal(t, map[string]any{"new": map[string]any{"a": int64(1)}}, v)
+
+	_, err = b.Patch("u", map[string]any{"a.b": 1})
+	requireCode(t, err, errs.InvalidArgument, ErrPath)
+	_, err = b.Update("k", make(chan int))
+	requireCode(t, err, errs.InvalidArgument, ErrValue)
+	_, err = b.Add("k", map[int]string{1: "a"})
+	requireCode(t, err, errs.InvalidArgument, ErrValue)
+	_, err = b.Update(strings.Repeat("a.", maxLevel+1)+"a", 1)
+	requireCode(t, err, errs.InvalidArgument, ErrPath)
+
+	require.Equal(t, Change{Type: remove, Key: "a.b"}, b.Remove("a.b"))
+
+	// Struct values and Go integer types become the canonical form.
+	type point struct{ X, Y int8 }
+	c, err = b.Update("p", point{1, -2})
+	require.NoError(t, err)
+	require.Equal(t, canon(t, map[string]any{"X": 1, "Y": -2}), c.Value)
+}
+
+func keysOf(cs []Change) []string {
+	var ks []string
+	for _, c := range cs {
+		ks = append(ks, c.Key)
+	}
+	return ks
+}
+
+func TestSeparator(t *testing.T) {
+	s := newStore(t, WithSeparator('/'))
+	b := s.Builder()
+	require.Equal(t, byte('/'), b.Sep)
+	for _, c := range must(b.Patch("users/ada", map[string]any{"name": "Ada", "tags": []any{}})) {
+		require.NoError(t, apply(s, c))
+	}
+	require.NoError(t, apply(s, must(b.Push("users/ada/tags", "x"))))
+	require.NoError(t, apply(s, must(b.Update("a.b", 1)))) // '.' is an ordinary byte here
+	v, ok := s.Get("users/ada/tags/0")
+	require.True(t, ok)
+	require.Equal(t, "x", v)
+	v, ok = s.Get("a.b")
+	require.True(t, ok)
+	require.Equal(t, int64(1), v)
+	_, ok = s.Get("users.ada")
+	require.False(t, ok)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestWithPartitioner(t *testing.T) {
+	s, err := New(4, WithPartitioner(func(key string) int { return len(key) % 4 }))
+	require.NoError(t, err)
+	c := must(s.Builder().Update("abc.x", 1))
+	requireCode(t, s.Apply(0, c), errs.InvalidArgument, ErrPartition)
+	require.NoError(t, s.Apply(3, c))
+	v, ok := s.Get("abc.x")
+	require.True(t, ok)
+	require.Equal(t, int64(1), v)
+
+	// A partitioner answering out of range finds nothing and applies nothing.
+	bad, err := New(2, WithPartitioner(func(string) int { return 7 }))
+	require.NoError(t, err)
+	requireCode(t, bad.Apply(1, c), errs.InvalidArgument, ErrPartition)
+	_, ok = bad.Get("abc")
+	require.False(t, ok)
+}
