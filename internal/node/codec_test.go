@@ -1,0 +1,75 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+func sampleMessages() []partition.Message {
+	ep := partition.Epoch{Term: 7, Owner: "s2"}
+	pos := partition.Position{Epoch: ep, Offset: 1 << 33}
+	entries := []partition.Entry{
+		{Epoch: ep, Offset: 41, Type: wire.RecordUpdate, Key: "users.ada", Value: []byte{0x81, 0xa1, 'n', 0x01}},
+		{Epoch: ep, Offset: 42, Type: wire.RecordRemove, Key: "users.bob"},
+	}
+	return []partition.Message{
+		&partition.Commit{Partition: 17, Entries: entries},
+		&partition.CommitAck{Partition: 17, Position: pos},
+		&partition.EpochStart{Partition: 3, Epoch: ep, Start: 40, PrevEpoch: partition.Epoch{Term: 6, Owner: "s1"}, Last: 42},
+		&partition.Fenced{Partition: 3, Epoch: ep},
+		&partition.PosRequest{Partition: 270, Epoch: ep},
+		&partition.PosReply{Partition: 270, Epoch: ep, Position: pos, Oldest: 9},
+		&partition.Fetch{Partition: 1, ID: 5, From: 10, Max: 512, Base: 3, BaseEpoch: ep, Runs: []partition.Run{{Epoch: ep, First: 4}}},
+		&partition.FetchReply{Partition: 1, ID: 5, Position: pos, Start: 2, Entries: entries},
+		&partition.SnapshotReply{Partition: 1, ID: 6, Position: pos, Start: 2, OffsetEpoch: ep, TruncateTo: 8, State: []byte{0x80}},
+		&partition.Forward{Partition: 9, ID: 77, Hops: 1, Type: wire.RecordAdd, Key: "k", Value: []byte{0x01}, Wait: partition.WaitMajority, K: 2},
+		&partition.ForwardReply{Partition: 9, ID: 77, Code: 14, Msg: "no quorum", Owner: "s3"},
+	}
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	for _, m := range sampleMessages() {
+		b, err := appendMessage(nil, m)
+		require.NoError(t, err)
+		got, err := decodeMessage(b)
+		require.NoError(t, err, "%T", m)
+		assert.Equal(t, m, got)
+	}
+}
+
+func TestBadMessagesRefused(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"empty":         nil,
+		"unknown kind":  {200, 0x80},
+		"truncated":     {byte(partition.KindCommit), 0x82, 0xa1, 'p'},
+		"hostile array": {byte(partition.KindCommit), 0x81, 0xa1, 'e', 0xdd, 0xff, 0xff, 0xff, 0xff},
+	} {
+		_, err := decodeMessage(b)
+		assert.ErrorIsf(t, err, wire.ErrMalformed, "%s", name)
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	for _, m := range sampleMessages() {
+		b, err := appendMessage(nil, m)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMessage(b)
+		if err != nil {
+			return
+		}
+		// What decodes encodes again and decodes to the same message.
+		again, err := appendMessage(nil, m)
+		require.NoError(t, err)
+		m2, err := decodeMessage(again)
+		require.NoError(t, err)
+		require.Equal(t, m, m2)
+	})
+}

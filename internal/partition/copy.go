@@ -1,0 +1,383 @@
+package partition
+
+import (
+	"slices"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// part is one partition's state on this node. Every node keeps a copy of
+// every partition; the owner side (active, sync, peers, waits, queue) is
+// used only while the ring names this node owner.
+type part struct {
+	p int
+
+	// accepted is the highest epoch this node has accepted or promised to;
+	// nothing from a lower epoch is accepted again (rule 3). started says
+	// whether accepted's owner has begun writing in it (a promise made to a
+	// syncing owner does not start the epoch).
+	accepted Epoch
+	started  bool
+	// The log is a prefix of logEpoch's history, and holds at least that
+	// epoch's start (logStart). position() = (logEpoch, last offset) is
+	// what a syncing owner compares copies by; it never decreases.
+	logEpoch Epoch
+	logStart uint64
+	log      entryLog
+
+	gap       map[uint64]Entry // entries of accepted past a gap (rule 7)
+	knownLast uint64           // last offset accepted's owner told of
+	fetch     fetchState       // the one outstanding fetch, if any
+	ackDirty  bool
+	dirty     bool
+
+	// Owner side.
+	active    bool
+	startPrev Epoch  // epoch of the entry at logStart, for EpochStart
+	sent      uint64 // last offset put in a Commit message
+	peers     map[string]*peer
+	waits     []wait
+	sync      *syncState
+	queue     []queued
+	backoff   time.Time // no sync before this, after yielding to a rival
+
+	group     []string // owner and replicas by the current map
+	prevGroup []string // the group before the owner last changed
+	prevOwner string
+}
+
+func (pt *part) position() Position { return Position{Epoch: pt.logEpoch, Offset: pt.log.last()} }
+
+type fetchState struct {
+	id   uint64
+	to   string
+	sent time.Time
+	pos  Position // the asker's position when it sent the fetch
+	base uint64
+}
+
+type write struct {
+	typ   wire.RecordType
+	key   string
+	value []byte
+	wait  Wait
+	k     int
+}
+
+type queued struct {
+	write
+	origin   origin
+	deadline time.Time
+}
+
+type wait struct {
+	pos      Position
+	k        int
+	origin   origin
+	deadline time.Time
+}
+
+// peer is what an owner knows of one copy.
+type peer struct {
+	pos     Position  // last acked
+	checked uint64    // acked offset at the last probe check
+	probed  time.Time // last probe check
+}
+
+// adopt accepts epoch ep if it is higher than accepted. An owner or a
+// syncing node that adopts another node's epoch yields (rule 3).
+func (e *Engine) adopt(pt *part, ep Epoch) {
+	if !pt.accepted.Less(ep) {
+		return
+	}
+	if pt.active || pt.sync != nil {
+		if pt.active {
+			e.stepDown(pt, ErrOwnershipLost)
+		}
+		pt.sync = nil
+		e.event(Event{Kind: EventFenced, Partition: pt.p, Epoch: ep})
+	}
+	pt.accepted = ep
+	pt.started = false
+	pt.knownLast = 0
+	clear(pt.gap)
+	pt.fetch = fetchState{}
+	if ep.Owner != e.id && e.alive[ep.Owner] {
+		// Let a live rival finish; a dead one is no reason to wait.
+		pt.backoff = e.now.Add(e.cfg.fenceBackoff)
+	}
+}
+
+// apply appends ent (offset last+1) to the log and the state of a copy.
+func (e *Engine) apply(pt *part, ent Entry) {
+	pt.log.append(ent, e.cfg.historyMax)
+	e.st.Apply(pt.p, pt.log.at(ent.Offset))
+	if pt.logEpoch.Less(ent.Epoch) {
+		// An entry of a newer epoch means this log now holds that epoch's
+		// start (it is the offset before the epoch's first entry).
+		pt.logEpoch, pt.logStart = ent.Epoch, ent.Offset-1
+	}
+	e.event(Event{Kind: EventApplied, Partition: pt.p, Entry: ent})
+	pt.ackDirty = true
+}
+
+func validEntries(es []Entry, from uint64) error {
+	for i := range es {
+		switch {
+		case es[i].Offset != from+uint64(i):
+			return errs.Errorf(errs.InvalidArgument, "entry offset %d, want %d", es[i].Offset, from+uint64(i))
+		case es[i].Type < wire.RecordAdd || es[i].Type > wire.RecordRemove:
+			return errs.Errorf(errs.InvalidArgument, "unknown record type %d", es[i].Type)
+		case i > 0 && es[i].Epoch.Less(es[i-1].Epoch):
+			return errs.New(errs.InvalidArgument, "entry epochs go backwards")
+		}
+	}
+	return nil
+}
+
+func (e *Engine) stepCommit(pt *part, from string, m *Commit) error {
+	if len(m.Entries) == 0 {
+		return nil
+	}
+	ep := m.Entries[0].Epoch
+	if err := validEntries(m.Entries, m.Entries[0].Offset); err != nil {
+		return err
+	}
+	if ep.Owner != from || m.Entries[len(m.Entries)-1].Epoch != ep || m.Entries[0].Offset == 0 {
+		return errs.New(errs.InvalidArgument, "commit batch not from its epoch's owner, or mixing epochs")
+	}
+	if ep.Less(pt.accepted) {
+		e.send(from, &Fenced{Partition: uint32(pt.p), Epoch: pt.accepted})
+		return nil
+	}
+	e.adopt(pt, ep)
+	if pt.active {
+		return nil
+	}
+	pt.started = true
+	pt.knownLast = max(pt.knownLast, m.Entries[len(m.Entries)-1].Offset)
+	for _, ent := range m.Entries {
+		n := pt.log.last()
+		switch {
+		case ent.Offset <= n: // duplicate
+		case ent.Offset == n+1 && pt.logEpoch == ep:
+			e.apply(pt, ent)
+		default:
+			e.buffer(pt, ent)
+		}
+	}
+	e.drain(pt)
+	pt.ackDirty = true
+	e.maybeFetch(pt)
+	return nil
+}
+
+// buffer keeps an entry of the accepted epoch that cannot be applied yet;
+// when the buffer is full the entry is left to the fetch.
+func (e *Engine) buffer(pt *part, ent Entry) {
+	if len(pt.gap) >= e.cfg.gapMax {
+		return
+	}
+	if pt.gap == nil {
+		pt.gap = make(map[uint64]Entry)
+	}
+	pt.gap[ent.Offset] = ent
+}
+
+// drain applies buffered entries that have become next in order.
+func (e *Engine) drain(pt *part) {
+	if len(pt.gap) == 0 {
+		return
+	}
+	for pt.logEpoch == pt.accepted {
+		ent, ok := pt.gap[pt.log.last()+1]
+		if !ok {
+			break
+		}
+		delete(pt.gap, ent.Offset)
+		e.apply(pt, ent)
+	}
+	n := pt.log.last()
+	for o := range pt.gap {
+		if o <= n {
+			delete(pt.gap, o)
+		}
+	}
+}
+
+func (e *Engine) stepEpochStart(pt *part, from string, m *EpochStart) {
+	if m.Epoch.Owner != from {
+		return
+	}
+	if m.Epoch.Less(pt.accepted) {
+		e.send(from, &Fenced{Partition: uint32(pt.p), Epoch: pt.accepted})
+		return
+	}
+	e.adopt(pt, m.Epoch)
+	if pt.active {
+		return
+	}
+	pt.started = true
+	pt.knownLast = max(pt.knownLast, m.Last)
+	if pt.logEpoch != m.Epoch && pt.log.last() == m.Start {
+		if ep, ok := pt.log.epochAt(m.Start); ok && ep == m.PrevEpoch {
+			// Same history up to the start: aligned without a round trip.
+			pt.logEpoch, pt.logStart = m.Epoch, m.Start
+		}
+	}
+	// Otherwise the copy is behind, or holds entries past the start that
+	// the new history does not (rule 6): the fetch sorts out which.
+	e.drain(pt)
+	pt.ackDirty = true
+	e.maybeFetch(pt)
+}
+
+func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
+	if m.Epoch.Owner != from {
+		return
+	}
+	if m.Epoch.Less(pt.accepted) {
+		e.send(from, &Fenced{Partition: uint32(pt.p), Epoch: pt.accepted})
+		return
+	}
+	e.adopt(pt, m.Epoch)
+	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1})
+}
+
+// maybeFetch asks for what the copy lacks: during sync, from the node with
+// the best position; otherwise from the accepted epoch's owner when the
+// copy is not aligned with it, has a gap, or was told of later entries.
+func (e *Engine) maybeFetch(pt *part) {
+	if pt.fetch.id != 0 || pt.active {
+		return
+	}
+	var to string
+	switch {
+	case pt.sync != nil:
+		if pt.sync.target == "" || pt.position().Compare(pt.sync.targetPos) >= 0 {
+			return
+		}
+		to = pt.sync.target
+	case pt.started && pt.accepted.Owner != e.id && e.alive[pt.accepted.Owner] &&
+		(pt.logEpoch != pt.accepted || len(pt.gap) > 0 || pt.knownLast > pt.log.last()):
+		to = pt.accepted.Owner
+	default:
+		return
+	}
+	e.nextID++
+	pt.fetch = fetchState{id: e.nextID, to: to, sent: e.now, pos: pt.position(), base: pt.log.base}
+	e.send(to, &Fetch{
+		Partition: uint32(pt.p), ID: e.nextID, From: pt.log.last() + 1, Max: uint32(e.cfg.fetchMax),
+		Base: pt.log.base, BaseEpoch: pt.log.baseEpoch, Runs: slices.Clone(pt.log.runs),
+	})
+}
+
+// serveFetch answers a fetch from this node's log, whatever its role.
+func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
+	if m.From == 0 || m.From-1 < m.Base {
+		return errs.New(errs.InvalidArgument, "fetch from before its own base")
+	}
+	cLast := m.From - 1
+	a, lo, hi, found := pt.log.agreement(m)
+	var truncate uint64
+	switch {
+	case found && a == cLast:
+		n := uint64(max(1, min(int(m.Max), e.cfg.fetchMax)))
+		to := min(pt.log.last(), cLast+n)
+		var es []Entry
+		if to > cLast {
+			es = pt.log.appendRange(make([]Entry, 0, to-cLast), cLast+1, to)
+		}
+		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart, Entries: es})
+		return nil
+	case found:
+		truncate = a // the asker holds entries past a that this history lacks
+	case lo > hi && cLast < pt.log.base:
+		truncate = cLast // behind the history cap: its entries cannot be checked
+	case lo > hi:
+		// The asker's base is past this log: nothing to give.
+		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart})
+		return nil
+	default:
+		truncate = max(lo, 1) - 1 // differs wherever both logs can be compared
+	}
+	state, err := e.st.Snapshot(pt.p)
+	if err != nil {
+		return errs.Errorf(errs.Internal, "snapshot of partition %d: %w", pt.p, err)
+	}
+	e.send(from, &SnapshotReply{
+		Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart,
+		OffsetEpoch: pt.log.lastEpoch(), TruncateTo: truncate, State: state,
+	})
+	return nil
+}
+
+// fetchReplyUsable checks that a reply answers the outstanding fetch, comes
+// from a history at least as new as this copy's, and that the copy has not
+// moved since asking. It clears the outstanding fetch when it matches.
+func (e *Engine) fetchReplyUsable(pt *part, from string, id uint64, pos Position) bool {
+	f := pt.fetch
+	if f.id == 0 || id != f.id || from != f.to {
+		return false
+	}
+	pt.fetch = fetchState{}
+	return pos.Compare(pt.position()) >= 0 && pt.position() == f.pos && pt.log.base == f.base
+}
+
+func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
+	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
+		e.maybeFetch(pt)
+		return nil
+	}
+	if err := validEntries(m.Entries, pt.log.last()+1); err != nil {
+		return err
+	}
+	if len(m.Entries) > 0 && m.Position.Epoch.Less(m.Entries[len(m.Entries)-1].Epoch) {
+		return errs.New(errs.InvalidArgument, "fetch reply entries newer than its position")
+	}
+	e.adopt(pt, m.Position.Epoch)
+	for _, ent := range m.Entries {
+		e.apply(pt, ent)
+	}
+	e.afterCatchUp(pt, m.Position, m.Start)
+	return nil
+}
+
+func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
+	f := pt.fetch
+	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
+		e.maybeFetch(pt)
+		return
+	}
+	if err := e.st.Restore(pt.p, m.State); err != nil {
+		pt.fetch = f // keep it outstanding: the fetch retry asks again
+		return
+	}
+	e.adopt(pt, m.Position.Epoch)
+	for o := max(m.TruncateTo, pt.log.base) + 1; o <= pt.log.last(); o++ {
+		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: *pt.log.at(o)})
+	}
+	pt.log.reset(m.Position.Offset, m.OffsetEpoch)
+	pt.logEpoch, pt.logStart = m.Position.Epoch, m.Start
+	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
+	pt.ackDirty = true
+	e.afterCatchUp(pt, m.Position, m.Start)
+}
+
+// afterCatchUp finishes a fetch or snapshot reply from a server at pos
+// whose epoch started at start.
+func (e *Engine) afterCatchUp(pt *part, pos Position, start uint64) {
+	if pt.logEpoch.Less(pos.Epoch) && pt.log.last() >= start {
+		pt.logEpoch, pt.logStart = pos.Epoch, start
+	}
+	if pos.Epoch == pt.accepted && pt.accepted.Owner != e.id {
+		pt.started = true
+		pt.knownLast = max(pt.knownLast, pos.Offset)
+	}
+	e.drain(pt)
+	pt.ackDirty = true
+	e.checkSync(pt)
+	e.maybeFetch(pt)
+}

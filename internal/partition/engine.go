@@ -1,0 +1,601 @@
+package partition
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Errors the engine reports, in completions, forward replies and from
+// Propose. They are coded (see internal/errs), so errors.Is matches them
+// after they have crossed the wire.
+var (
+	// ErrNoQuorum: this node sees fewer live servers than the quorum; it
+	// refuses writes so that the other side of a split can keep them (rule 9).
+	ErrNoQuorum = errs.New(errs.Unavailable, "no quorum")
+	// ErrNotOwner: the node that received a forwarded write does not own the
+	// partition by its map; the completion's Owner is its view (rule 10).
+	ErrNotOwner = errs.New(errs.Unavailable, "not owner, ring changing")
+	// ErrNoOwner: the map has no server member to own the partition.
+	ErrNoOwner = errs.New(errs.Unavailable, "no server owns the partition")
+	// ErrSyncQueueFull: the owner is syncing and its bounded queue is full.
+	ErrSyncQueueFull = errs.New(errs.Unavailable, "sync queue full")
+	// ErrOwnershipLost: the owner stopped owning the partition before the
+	// write was acknowledged as asked; the write may or may not survive.
+	ErrOwnershipLost = errs.New(errs.Unavailable, "ownership lost before the write was acknowledged")
+	// ErrTimeout: the write waited longer than the write timeout (in the
+	// sync queue, for replica acks, or for a forward reply).
+	ErrTimeout = errs.New(errs.Unavailable, "write timed out in the partition engine")
+	// ErrReplicas: the write asks for more replica acks than the replica
+	// group has.
+	ErrReplicas = errs.New(errs.FailedPrecondition, "more replica acks asked than the replica group has")
+	// ErrNoMap: the engine has not been given a ring map yet.
+	ErrNoMap = errs.New(errs.FailedPrecondition, "no ring map yet")
+)
+
+// Engine is one node's partition state machine for one resource. It is
+// not safe for concurrent use: one driver goroutine calls it.
+type Engine struct {
+	cfg config
+	id  string
+	st  State
+	now time.Time
+
+	m      *ring.Map
+	alive  map[string]bool      // live servers by the current map
+	seen   map[string]time.Time // servers: when last seen alive
+	copies []string             // live servers and clients but this node, sorted
+	counts []sample             // server counts replaced within the quorum window
+	parts  []*part
+
+	nextID uint64
+	fwd    map[uint64]forwarded
+
+	dirty []int
+	rd    Ready
+}
+
+// forwarded is a write this node sent to an owner and waits to hear about.
+type forwarded struct {
+	token     uint64
+	partition int
+	to        string
+	deadline  time.Time
+}
+
+// origin is who waits for a write: the local caller (node "") or a
+// forwarding node's request id. wants is false for fire and forget.
+type origin struct {
+	node  string
+	id    uint64
+	token uint64
+	wants bool
+}
+
+// New returns an engine for the node id, keeping st in step with the log.
+// The engine does nothing until the first SetMap.
+func New(id string, st State, opts ...Option) (*Engine, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("%w: empty node id", ErrInvalidOption)
+	}
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil State", ErrInvalidOption)
+	}
+	return &Engine{
+		cfg:   cfg,
+		id:    id,
+		st:    st,
+		alive: map[string]bool{},
+		seen:  map[string]time.Time{},
+		fwd:   map[uint64]forwarded{},
+	}, nil
+}
+
+// ID returns the node id.
+func (e *Engine) ID() string { return e.id }
+
+// SetMap installs the ring map the node now believes in, with the live
+// client members (clients are not in the map but receive every commit).
+// The partition count must not change.
+func (e *Engine) SetMap(m *ring.Map, clients []string) error {
+	if m == nil {
+		return errs.New(errs.InvalidArgument, "nil ring map")
+	}
+	if e.parts == nil {
+		e.parts = make([]*part, m.Partitions())
+		for p := range e.parts {
+			e.parts[p] = &part{p: p}
+		}
+	} else if m.Partitions() != len(e.parts) {
+		return errs.Errorf(errs.InvalidArgument, "ring map has %d partitions, engine has %d", m.Partitions(), len(e.parts))
+	}
+	if e.m != nil {
+		e.counts = append(e.counts, sample{count: len(e.m.Members()), until: e.now})
+	}
+	prev := e.m
+	e.m = m
+	clear(e.alive)
+	e.copies = e.copies[:0]
+	for _, s := range m.Members() {
+		e.alive[s.ID] = true
+		e.seen[s.ID] = e.now
+		if s.ID != e.id {
+			e.copies = append(e.copies, s.ID)
+		}
+	}
+	for _, c := range clients {
+		if c != e.id && !e.alive[c] {
+			e.copies = append(e.copies, c)
+		}
+	}
+	slices.Sort(e.copies)
+	e.copies = slices.Compact(e.copies)
+	e.pruneCounts()
+
+	changed := prev == nil || prev.Version() != m.Version()
+	for _, pt := range e.parts {
+		e.remap(pt, prev)
+		if pt.active && changed {
+			// Re-announce the epoch: a copy that accepted a newer one while
+			// the maps disagreed answers Fenced, and this node yields
+			// instead of serving a stale history as owner.
+			es := &EpochStart{Partition: uint32(pt.p), Epoch: pt.accepted, Start: pt.logStart, PrevEpoch: pt.startPrev, Last: pt.log.last()}
+			for _, c := range e.copies {
+				e.send(c, es)
+			}
+		}
+	}
+	for _, id := range e.sortedFwd() {
+		if f := e.fwd[id]; !e.alive[f.to] {
+			delete(e.fwd, id)
+			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrOwnershipLost})
+		}
+	}
+	return nil
+}
+
+// remap applies a new map to one partition.
+func (e *Engine) remap(pt *part, prev *ring.Map) {
+	oldOwner := ""
+	if prev != nil {
+		if o, ok := prev.Owner(pt.p); ok {
+			oldOwner = o.ID
+		}
+	}
+	owner := e.ownerOf(pt.p)
+	if prev != nil && oldOwner != owner {
+		// The group that may hold the last owner's acked writes (rule 4).
+		pt.prevOwner = oldOwner
+		pt.prevGroup = append(pt.prevGroup[:0], pt.group...)
+	}
+	pt.group = pt.group[:0]
+	if owner != "" {
+		pt.group = append(pt.group, owner)
+		for _, r := range e.m.Replicas(pt.p) {
+			pt.group = append(pt.group, r.ID)
+		}
+	}
+	if pt.active && !e.hasQuorum() {
+		// Without quorum the other side may take the partition (rule 9);
+		// holding on to the epoch would serve a history that may be stale
+		// when the split heals. Sync again once quorum is back.
+		e.stepDown(pt, ErrNoQuorum)
+	}
+	if owner != e.id || e.cfg.client {
+		if pt.active {
+			e.stepDown(pt, ErrOwnershipLost)
+		}
+		pt.sync = nil
+		e.failQueue(pt, ErrNotOwner)
+		return
+	}
+	switch {
+	case pt.sync != nil:
+		if pt.sync.target != "" && !e.alive[pt.sync.target] {
+			e.startSync(pt)
+			return
+		}
+		e.checkSync(pt)
+	case !pt.active:
+		e.maybeStartSync(pt)
+	}
+}
+
+func (e *Engine) ownerOf(p int) string {
+	if e.m == nil {
+		return ""
+	}
+	o, ok := e.m.Owner(p)
+	if !ok {
+		return ""
+	}
+	return o.ID
+}
+
+func (e *Engine) pruneCounts() {
+	i := 0
+	for i < len(e.counts) && e.now.Sub(e.counts[i].until) > e.cfg.quorumWindow {
+		i++
+	}
+	e.counts = e.counts[i:]
+}
+
+// quorum returns the live servers needed to accept writes (rule 9).
+func (e *Engine) quorum() int {
+	if e.cfg.quorum > 0 {
+		return e.cfg.quorum
+	}
+	n := len(e.m.Members())
+	for _, s := range e.counts {
+		if e.now.Sub(s.until) <= e.cfg.quorumWindow {
+			n = max(n, s.count)
+		}
+	}
+	return n/2 + 1
+}
+
+func (e *Engine) hasQuorum() bool { return len(e.m.Members()) >= e.quorum() }
+
+// recent reports whether server id is alive or left within the quorum
+// window; such a member still counts when a sync asks for a majority of
+// the previous replica group.
+func (e *Engine) recent(id string) bool {
+	if e.alive[id] {
+		return true
+	}
+	t, ok := e.seen[id]
+	return ok && e.now.Sub(t) <= e.cfg.quorumWindow
+}
+
+// Tick advances the engine's clock: timeouts, retries and lag probes
+// fire from here. now must not go backwards.
+func (e *Engine) Tick(now time.Time) {
+	e.now = now
+	if e.m == nil {
+		return
+	}
+	for id := range e.alive {
+		e.seen[id] = now
+	}
+	e.pruneCounts()
+	for _, pt := range e.parts {
+		e.tickPart(pt)
+	}
+	for _, id := range e.sortedFwd() {
+		if f := e.fwd[id]; !now.Before(f.deadline) {
+			delete(e.fwd, id)
+			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrTimeout})
+		}
+	}
+}
+
+func (e *Engine) sortedFwd() []uint64 {
+	if len(e.fwd) == 0 {
+		return nil
+	}
+	ids := make([]uint64, 0, len(e.fwd))
+	for id := range e.fwd {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (e *Engine) tickPart(pt *part) {
+	if pt.active {
+		e.probe(pt)
+		e.expireWaits(pt)
+	}
+	if len(pt.queue) > 0 {
+		kept := pt.queue[:0]
+		for _, q := range pt.queue {
+			if e.now.Before(q.deadline) {
+				kept = append(kept, q)
+			} else {
+				e.complete(pt, q.origin, Position{}, ErrTimeout)
+			}
+		}
+		clear(pt.queue[len(kept):])
+		pt.queue = kept
+	}
+	switch {
+	case pt.sync != nil && e.now.Sub(pt.sync.started) >= e.cfg.syncTimeout:
+		if e.hasQuorum() {
+			e.startSync(pt) // start over with a new term
+		} else {
+			pt.sync = nil
+		}
+	case pt.sync == nil && !pt.active:
+		e.maybeStartSync(pt)
+	}
+	if pt.fetch.id != 0 && e.now.Sub(pt.fetch.sent) >= e.cfg.fetchRetry {
+		pt.fetch = fetchState{}
+	}
+	e.maybeFetch(pt)
+	e.markDirty(pt)
+}
+
+// Propose submits a local write. It returns an error when the write is
+// refused at once (invalid, no quorum, no owner, sync queue full);
+// otherwise the outcome, if req.Wait asks for one, arrives as a Completion
+// in a later Ready.
+func (e *Engine) Propose(req Request) error {
+	if e.m == nil {
+		return ErrNoMap
+	}
+	if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
+		return err
+	}
+	pt := e.parts[req.Partition]
+	o := origin{token: req.Token, wants: req.Wait != WaitNone}
+	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K}
+	owner := e.ownerOf(pt.p)
+	if owner == "" {
+		return ErrNoOwner
+	}
+	if owner != e.id || e.cfg.client {
+		// One hop to the owner by this node's map (rule 10).
+		var id uint64
+		if o.wants {
+			e.nextID++
+			id = e.nextID
+			e.fwd[id] = forwarded{token: req.Token, partition: pt.p, to: owner, deadline: e.now.Add(e.cfg.writeTimeout)}
+		}
+		e.send(owner, &Forward{
+			Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),
+		})
+		return nil
+	}
+	return e.write(pt, w, o)
+}
+
+func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k int) error {
+	switch {
+	case p < 0 || p >= len(e.parts):
+		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", p, len(e.parts))
+	case typ < wire.RecordAdd || typ > wire.RecordRemove:
+		return errs.Errorf(errs.InvalidArgument, "unknown record type %d", typ)
+	case typ == wire.RecordRemove && len(value) != 0:
+		return errs.New(errs.InvalidArgument, "a remove carries no value")
+	case wait > WaitMajority:
+		return errs.Errorf(errs.InvalidArgument, "unknown wait %d", wait)
+	case wait == WaitReplicas && (k < 0 || k > ring.MaxReplicas):
+		return errs.Errorf(errs.InvalidArgument, "replica count %d not in [0, %d]", k, ring.MaxReplicas)
+	}
+	if typ != wire.RecordRemove {
+		if err := wire.ValidateValue(value); err != nil {
+			return errs.Errorf(errs.InvalidArgument, "invalid value: %w", err)
+		}
+	}
+	return nil
+}
+
+// write handles a write on the node its map names owner: commit it, queue
+// it while syncing, or refuse it.
+func (e *Engine) write(pt *part, w write, o origin) error {
+	if !e.hasQuorum() {
+		return ErrNoQuorum
+	}
+	if pt.active {
+		return e.commit(pt, w, o)
+	}
+	if len(pt.queue) >= e.cfg.queueMax {
+		return ErrSyncQueueFull
+	}
+	pt.queue = append(pt.queue, queued{write: w, origin: o, deadline: e.now.Add(e.cfg.writeTimeout)})
+	if pt.sync == nil {
+		e.maybeStartSync(pt)
+	}
+	return nil
+}
+
+// Step hands the engine a message from node from. It returns an error for a
+// malformed message (which the driver may count or log); nothing changes
+// then.
+func (e *Engine) Step(from string, msg Message) error {
+	if e.m == nil {
+		return ErrNoMap
+	}
+	if msg == nil {
+		return errs.New(errs.InvalidArgument, "nil message")
+	}
+	if int64(msg.Part()) >= int64(len(e.parts)) {
+		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", msg.Part(), len(e.parts))
+	}
+	pt := e.parts[msg.Part()]
+	var err error
+	switch m := msg.(type) {
+	case *Commit:
+		err = e.stepCommit(pt, from, m)
+	case *CommitAck:
+		e.stepAck(pt, from, m)
+	case *EpochStart:
+		e.stepEpochStart(pt, from, m)
+	case *Fenced:
+		e.adopt(pt, m.Epoch)
+		e.maybeStartSync(pt)
+	case *PosRequest:
+		e.stepPosRequest(pt, from, m)
+	case *PosReply:
+		e.stepPosReply(pt, from, m)
+	case *Fetch:
+		err = e.serveFetch(pt, from, m)
+	case *FetchReply:
+		err = e.stepFetchReply(pt, from, m)
+	case *SnapshotReply:
+		e.stepSnapshotReply(pt, from, m)
+	case *Forward:
+		err = e.stepForward(pt, from, m)
+	case *ForwardReply:
+		e.stepForwardReply(from, m)
+	default:
+		return errs.Errorf(errs.InvalidArgument, "unknown message %T", msg)
+	}
+	e.markDirty(pt)
+	return err
+}
+
+func (e *Engine) stepForward(pt *part, from string, m *Forward) error {
+	if err := e.validate(pt.p, m.Type, m.Value, m.Wait, int(m.K)); err != nil {
+		return err
+	}
+	if m.Hops < 1 {
+		return errs.New(errs.InvalidArgument, "forward with hop count 0")
+	}
+	o := origin{node: from, id: m.ID, wants: m.ID != 0}
+	owner := e.ownerOf(pt.p)
+	if owner != e.id || e.cfg.client {
+		// Never a second hop: the caller retries with fresher routing.
+		e.complete(pt, o, Position{}, ErrNotOwner)
+		return nil
+	}
+	if err := e.write(pt, write{typ: m.Type, key: m.Key, value: m.Value, wait: m.Wait, k: int(m.K)}, o); err != nil {
+		e.complete(pt, o, Position{}, err)
+	}
+	return nil
+}
+
+func (e *Engine) stepForwardReply(from string, m *ForwardReply) {
+	f, ok := e.fwd[m.ID]
+	if !ok || f.to != from {
+		return // timed out already, or not ours
+	}
+	delete(e.fwd, m.ID)
+	c := Completion{Token: f.token, Partition: f.partition, Position: m.Position}
+	if m.Code != 0 {
+		c.Position = Position{}
+		c.Err = errs.FromWire(m.Code, m.Msg)
+		c.Owner = m.Owner
+	}
+	e.rd.Completions = append(e.rd.Completions, c)
+}
+
+// complete ends a write for whoever waits for it.
+func (e *Engine) complete(pt *part, o origin, pos Position, err error) {
+	if !o.wants {
+		return
+	}
+	var owner string
+	if err != nil {
+		pos = Position{}
+		owner = e.ownerOf(pt.p)
+	}
+	if o.node == "" {
+		e.rd.Completions = append(e.rd.Completions, Completion{Token: o.token, Partition: pt.p, Position: pos, Err: err, Owner: owner})
+		return
+	}
+	r := &ForwardReply{Partition: uint32(pt.p), ID: o.id, Position: pos, Owner: owner}
+	if err != nil {
+		r.Code, r.Msg = uint32(errs.CodeOf(err)), errs.MessageOf(err)
+	}
+	e.send(o.node, r)
+}
+
+func (e *Engine) send(to string, m Message) {
+	e.rd.Messages = append(e.rd.Messages, Envelope{To: to, Msg: m})
+}
+
+func (e *Engine) event(ev Event) { e.rd.Events = append(e.rd.Events, ev) }
+
+func (e *Engine) markDirty(pt *part) {
+	if !pt.dirty {
+		pt.dirty = true
+		e.dirty = append(e.dirty, pt.p)
+	}
+}
+
+// HasReady reports whether Ready would return anything.
+func (e *Engine) HasReady() bool {
+	if len(e.rd.Messages) > 0 || len(e.rd.Events) > 0 || len(e.rd.Completions) > 0 {
+		return true
+	}
+	for _, p := range e.dirty {
+		if pt := e.parts[p]; (pt.active && pt.sent < pt.log.last()) || (pt.ackDirty && e.ackTarget(pt) != "") {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready returns what the engine has for the driver since the last Advance:
+// it batches the entries each owned partition committed into one Commit
+// per partition (sent to every copy) and each copy's progress into one
+// CommitAck. The driver sends the messages, publishes the events and
+// completions, then calls Advance.
+func (e *Engine) Ready() Ready {
+	for _, p := range e.dirty {
+		pt := e.parts[p]
+		pt.dirty = false
+		if pt.active && pt.sent < pt.log.last() {
+			from := max(pt.sent, pt.log.base) + 1
+			c := &Commit{Partition: uint32(p), Entries: pt.log.appendRange(make([]Entry, 0, pt.log.last()-from+1), from, pt.log.last())}
+			for _, to := range e.copies {
+				e.send(to, c)
+			}
+			pt.sent = pt.log.last()
+		}
+		if pt.ackDirty {
+			pt.ackDirty = false
+			if to := e.ackTarget(pt); to != "" {
+				e.send(to, &CommitAck{Partition: uint32(p), Position: pt.position()})
+			}
+		}
+	}
+	e.dirty = e.dirty[:0]
+	return e.rd
+}
+
+// Advance releases the last Ready's slices for reuse.
+func (e *Engine) Advance() {
+	clear(e.rd.Messages)
+	clear(e.rd.Events)
+	clear(e.rd.Completions)
+	e.rd.Messages = e.rd.Messages[:0]
+	e.rd.Events = e.rd.Events[:0]
+	e.rd.Completions = e.rd.Completions[:0]
+}
+
+// ackTarget is the node a copy reports its position to: the owner of the
+// epoch it accepted, once that epoch has started.
+func (e *Engine) ackTarget(pt *part) string {
+	if pt.active || !pt.started || pt.accepted.Owner == e.id || !e.alive[pt.accepted.Owner] {
+		return ""
+	}
+	return pt.accepted.Owner
+}
+
+// Partitions returns the partition count (0 before the first SetMap).
+func (e *Engine) Partitions() int { return len(e.parts) }
+
+// Status describes partition p.
+func (e *Engine) Status(p int) Status {
+	pt := e.parts[p]
+	s := Status{
+		Partition: p,
+		Accepted:  pt.accepted,
+		Position:  pt.position(),
+		Oldest:    pt.log.base + 1,
+		Gap:       len(pt.gap),
+		Queued:    len(pt.queue),
+		Waiting:   len(pt.waits),
+	}
+	switch {
+	case e.cfg.client:
+		s.Role = RoleClient
+	case pt.active:
+		s.Role = RoleOwner
+	case e.ownerOf(p) == e.id:
+		s.Role = RoleSyncing
+	case slices.Contains(pt.group, e.id):
+		s.Role = RoleReplica
+	}
+	return s
+}

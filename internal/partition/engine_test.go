@@ -1,0 +1,849 @@
+package partition
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
+)
+
+func kinds(evs []Event, p int, k EventKind) []Event {
+	var out []Event
+	for _, ev := range evs {
+		if ev.Partition == p && ev.Kind == k {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func groupOf(m *ring.Map, p int) (owner string, replicas []string) {
+	o, _ := m.Owner(p)
+	for _, r := range m.Replicas(p) {
+		replicas = append(replicas, r.ID)
+	}
+	return o.ID, replicas
+}
+
+func isMsg[T Message](to string) func(envelope) bool {
+	return func(e envelope) bool {
+		_, ok := e.msg.(T)
+		return ok && (to == "" || e.to == to)
+	}
+}
+
+func mustDone(t *testing.T, nd *node, tok uint64) Completion {
+	t.Helper()
+	c, ok := nd.done[tok]
+	if !ok {
+		t.Fatalf("%s: no completion for token %d", nd.id, tok)
+	}
+	return c
+}
+
+func TestSingleNodeCommit(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a"})
+	a := n.nodes["a"]
+	if s := a.e.Status(0); s.Role != RoleOwner || s.Accepted != (Epoch{1, "a"}) {
+		t.Fatalf("status after map: %+v", s)
+	}
+	if a.e.HasReady() {
+		t.Fatal("ready with nothing to do")
+	}
+	if err := a.e.Propose(Request{Type: 2, Key: "k", Value: val("v0")}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.e.HasReady() {
+		t.Fatal("not ready after a commit")
+	}
+	n.collect(a)
+	tok, err := n.propose("a", 0, "k", "v1", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := mustDone(t, a, tok); c.Err != nil || c.Position != (Position{Epoch{1, "a"}, 2}) {
+		t.Fatalf("completion %+v", c)
+	}
+	tok, _ = n.propose("a", 0, "k", "v2", WaitMajority) // a group of one is its own majority
+	if c := mustDone(t, a, tok); c.Err != nil || c.Position.Offset != 3 {
+		t.Fatalf("completion %+v", c)
+	}
+	if got := a.st.kv[0]["k"]; got != "v2" {
+		t.Fatalf("state %q", got)
+	}
+	evs := kinds(a.events, 0, EventCommitted)
+	if len(evs) != 3 || evs[2].Entry.Offset != 3 {
+		t.Fatalf("committed events %+v", evs)
+	}
+	if len(kinds(a.events, 0, EventOwnershipGained)) != 1 {
+		t.Fatal("no ownership event")
+	}
+	if len(n.queue) != 0 {
+		t.Fatalf("a single node sent %d messages", len(n.queue))
+	}
+}
+
+func TestSteadyReplication(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a", "b", "c"})
+	n.settle()
+	var toks []uint64
+	for p := range 4 {
+		owner := n.owner(p)
+		for i := range 10 {
+			tok, err := n.propose(owner, p, "k"+string(rune('a'+i)), "v", WaitMajority)
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks = append(toks, tok)
+		}
+	}
+	n.deliverAll()
+	for _, tok := range toks {
+		found := false
+		for _, nd := range n.nodes {
+			if c, ok := nd.done[tok]; ok {
+				found = true
+				if c.Err != nil {
+					t.Fatalf("write %d: %v", tok, c.Err)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("write %d never completed", tok)
+		}
+	}
+	n.converged()
+	for p := range 4 {
+		for _, id := range n.ids() {
+			if got := n.nodes[id].e.Status(p).Position.Offset; got != 10 {
+				t.Fatalf("%s partition %d at %d", id, p, got)
+			}
+		}
+	}
+}
+
+func TestGapThenFetch(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a", "b", "c"})
+	n.settle()
+	owner := n.owner(0)
+	c := n.ids()[0]
+	if c == owner {
+		c = n.ids()[1]
+	}
+	for i := range 3 {
+		if _, err := n.propose(owner, 0, "k", string(rune('1'+i)), WaitAck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Lose the first commit to c, deliver the other two: c buffers them and
+	// asks the owner for what it lacks.
+	commits := slices.Collect(func(yield func(int) bool) {
+		for i, e := range n.queue {
+			if _, ok := e.msg.(*Commit); ok && e.to == c && !yield(i) {
+				return
+			}
+		}
+	})
+	if len(commits) != 3 {
+		t.Fatalf("%d commits queued for %s", len(commits), c)
+	}
+	first := n.queue[commits[0]]
+	n.queue = slices.Delete(n.queue, commits[0], commits[0]+1)
+	n.deliverWhere(isMsg[*Commit](c))
+	st := n.nodes[c].e.Status(0)
+	if st.Gap != 2 || st.Position.Offset != 0 {
+		t.Fatalf("status after gap: %+v", st)
+	}
+	if !slices.ContainsFunc(n.queue, isMsg[*Fetch](owner)) {
+		t.Fatal("no fetch for the gap")
+	}
+	n.deliverAll()
+	if st := n.nodes[c].e.Status(0); st.Gap != 0 || st.Position.Offset != 3 || n.nodes[c].st.kv[0]["k"] != "3" {
+		t.Fatalf("after fetch: %+v %v", st, n.nodes[c].st.kv[0])
+	}
+	// The lost commit arriving late is a duplicate.
+	n.step(first)
+	n.converged()
+}
+
+func TestDuplicateDelivery(t *testing.T) {
+	n := newNetwork(t, 2, []string{"a", "b", "c"})
+	for round := range 20 {
+		for p := range 2 {
+			if o := n.owner(p); o != "" {
+				_, _ = n.propose(o, p, "k", string(rune('a'+round)), WaitMajority)
+			}
+		}
+		// Deliver every message twice, the copy right after the original.
+		for len(n.queue) > 0 {
+			env := n.queue[0]
+			n.deliver(0)
+			n.step(env)
+		}
+		n.tick(300 * time.Millisecond)
+	}
+	n.settle()
+	n.converged()
+}
+
+func TestReordering(t *testing.T) {
+	for seed := range uint64(8) {
+		rng := newRand(seed)
+		n := newNetwork(t, 2, []string{"a", "b", "c"})
+		n.roundTrip = seed%2 == 0
+		for i := range 300 {
+			if i%10 == 0 {
+				p := rng.IntN(2)
+				if o := n.owner(p); o != "" {
+					_, _ = n.propose(o, p, "k"+string(rune('a'+rng.IntN(5))), "v", WaitMajority)
+				}
+			}
+			if len(n.queue) > 0 {
+				n.deliver(rng.IntN(len(n.queue))) // any order
+			}
+			if i%25 == 0 {
+				n.tick(200 * time.Millisecond)
+			}
+		}
+		n.settle()
+		n.converged()
+	}
+}
+
+// joinNetwork returns a settled two-node network and a partition that the
+// third node, c, takes over when it joins.
+func joinNetwork(t *testing.T) (*network, int) {
+	n := newNetwork(t, 16, []string{"a", "b"})
+	n.add("c", false)
+	full := n.buildMap([]string{"a", "b", "c"})
+	for p := range 16 {
+		if o, _ := full.Owner(p); o.ID == "c" {
+			n.settle()
+			return n, p
+		}
+	}
+	t.Fatal("c owns nothing")
+	return nil, 0
+}
+
+func TestOwnerChangeOnJoin(t *testing.T) {
+	n, p := joinNetwork(t)
+	prev := n.owner(p)
+	for i := range 5 {
+		if _, err := n.propose(prev, p, "k"+string(rune('0'+i)), "old", WaitMajority); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.deliverAll()
+	n.setMap([]string{"a", "b", "c"}, "a", "b", "c")
+	c := n.nodes["c"]
+	if s := c.e.Status(p); s.Role != RoleSyncing {
+		t.Fatalf("c: %+v", s)
+	}
+	if n.nodes[prev].e.parts[p].active {
+		t.Fatal("previous owner still active after the map moved the partition")
+	}
+	// Writes at the new owner and at the previous one (forwarded) wait
+	// for the sync.
+	t1, err := n.propose("c", p, "new1", "x", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := n.propose(prev, p, "new2", "y", WaitAck)
+	n.deliverWhere(isMsg[*Forward]("c"))
+	if s := c.e.Status(p); s.Queued != 2 || len(kinds(c.events, p, EventCommitted)) != 0 {
+		t.Fatalf("before sync: %+v", s)
+	}
+	// The sync must ask the previous owner.
+	if !slices.ContainsFunc(n.queue, isMsg[*PosRequest](prev)) {
+		t.Fatal("no position request to the previous owner")
+	}
+	n.deliverAll()
+	if s := c.e.Status(p); s.Role != RoleOwner || s.Queued != 0 {
+		t.Fatalf("after sync: %+v", s)
+	}
+	// Synced first: the old writes are in c's state, and the queued writes
+	// follow them.
+	for i := range 5 {
+		if c.st.kv[p]["k"+string(rune('0'+i))] != "old" {
+			t.Fatalf("c lacks old write %d: %v", i, c.st.kv[p])
+		}
+	}
+	if cp := mustDone(t, c, t1); cp.Err != nil || cp.Position.Offset != 6 || cp.Position.Epoch.Owner != "c" {
+		t.Fatalf("queued write: %+v", cp)
+	}
+	if cp := mustDone(t, n.nodes[prev], t2); cp.Err != nil || cp.Position.Offset != 7 {
+		t.Fatalf("forwarded queued write: %+v", cp)
+	}
+	evs := c.events
+	gained := slices.IndexFunc(evs, func(e Event) bool { return e.Kind == EventOwnershipGained && e.Partition == p })
+	committed := slices.IndexFunc(evs, func(e Event) bool { return e.Kind == EventCommitted && e.Partition == p })
+	if gained < 0 || committed < gained {
+		t.Fatalf("committed (%d) before ownership (%d)", committed, gained)
+	}
+	n.settle()
+	n.converged()
+}
+
+// crashSetup finds, in a four-node cluster, a partition whose owner o has
+// replicas r1, r2 and follower f, such that after o dies the new owner is
+// not f.
+func crashSetup(t *testing.T) (n *network, p int, o, f string) {
+	ids := []string{"a", "b", "c", "d"}
+	n = newNetwork(t, 32, ids)
+	for p = range 32 {
+		o, reps := groupOf(n.buildMap(ids), p)
+		f = ""
+		for _, id := range ids {
+			if id != o && !slices.Contains(reps, id) {
+				f = id
+			}
+		}
+		rest := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+		if no, _ := groupOf(n.buildMap(rest), p); no != f {
+			n.settle()
+			return n, p, o, f
+		}
+	}
+	t.Fatal("no suitable partition")
+	return
+}
+
+func TestOwnerCrash(t *testing.T) {
+	n, p, o, f := crashSetup(t)
+	durable, _ := n.propose(o, p, "durable", "1", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], durable); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	// A write that reaches only the follower: acked by the owner alone.
+	lost, _ := n.propose(o, p, "lost", "2", WaitAck)
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to != f })
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], lost); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	if n.nodes[f].st.kv[p]["lost"] != "2" {
+		t.Fatal("follower did not get the write")
+	}
+	n.crash(o)
+	rest := slices.DeleteFunc(n.ids(), func(s string) bool { return s == o })
+	n.setMap(rest, rest...)
+	// The follower's position never reaches the new owner: it syncs from the
+	// majority of the group, which lacks the write.
+	n.dropWhere(isMsg[*PosReply](""))
+	for len(n.queue) > 0 {
+		n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*PosReply); return ok && e.from == f })
+		n.deliver(0)
+	}
+	n.settle()
+	n.converged()
+	for _, id := range rest {
+		st := n.nodes[id].st.kv[p]
+		if st["durable"] != "1" {
+			t.Fatalf("%s lost the majority-acked write", id)
+		}
+		if _, ok := st["lost"]; ok {
+			t.Fatalf("%s kept a write its history dropped", id)
+		}
+	}
+	dropped := kinds(n.nodes[f].events, p, EventDropped)
+	if len(dropped) != 1 || dropped[0].Entry.Key != "lost" {
+		t.Fatalf("follower dropped events: %+v", dropped)
+	}
+}
+
+func TestOwnerCrashMajorityWriteSurvives(t *testing.T) {
+	n, p, o, _ := crashSetup(t)
+	_, reps := groupOf(n.nodes[o].e.m, p)
+	// Acked by the owner and one replica only: a majority of three.
+	tok, _ := n.propose(o, p, "k", "v", WaitMajority)
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to != reps[0] })
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	n.crash(o)
+	rest := slices.DeleteFunc(n.ids(), func(s string) bool { return s == o })
+	n.setMap(rest, rest...)
+	n.settle()
+	n.converged()
+	for _, id := range rest {
+		if n.nodes[id].st.kv[p]["k"] != "v" {
+			t.Fatalf("%s lost a majority-acked write", id)
+		}
+	}
+}
+
+func TestConcurrentOwnersFenced(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 32, ids)
+	full, bc := n.buildMap(ids), n.buildMap([]string{"b", "c"})
+	p := -1
+	for q := range 32 {
+		if o, _ := full.Owner(q); o.ID == "a" {
+			if o2, _ := bc.Owner(q); o2.ID == "b" {
+				p = q
+				break
+			}
+		}
+	}
+	if p < 0 {
+		t.Fatal("no suitable partition")
+	}
+	n.settle()
+	_, _ = n.propose("a", p, "k", "a1", WaitMajority)
+	n.deliverAll()
+	// b wrongly believes a is dead and takes the partition while a still
+	// owns it by its own map.
+	n.setMap([]string{"b", "c"}, "b")
+	n.deliverAll()
+	if !n.nodes["b"].e.parts[p].active || !n.nodes["a"].e.parts[p].active {
+		t.Fatal("want both to believe they own the partition")
+	}
+	// a's next write is refused by the copies that accepted b's epoch, and
+	// a yields.
+	tok, _ := n.propose("a", p, "k", "a2", WaitMajority)
+	n.deliverAll()
+	if n.nodes["a"].e.parts[p].active {
+		t.Fatal("a still active after being fenced")
+	}
+	if c := mustDone(t, n.nodes["a"], tok); !errors.Is(c.Err, ErrOwnershipLost) {
+		t.Fatalf("fenced write: %+v", c)
+	}
+	if len(kinds(n.nodes["a"].events, p, EventFenced)) == 0 {
+		t.Fatal("no fenced event")
+	}
+	if got := n.owner(p); got != "b" {
+		t.Fatalf("owner %q, want b", got)
+	}
+	tb, _ := n.propose("b", p, "k", "b1", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes["b"], tb); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	// Maps converge: a takes the partition back, with b's write.
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+	if got := n.owner(p); got != "a" {
+		t.Fatalf("owner %q after the maps agree, want a", got)
+	}
+	if v := n.nodes["c"].st.kv[p]["k"]; v != "b1" {
+		t.Fatalf("k = %q, want b1", v)
+	}
+}
+
+func TestHistoryCapSnapshotCatchUp(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a", "b", "c"}, WithHistoryMax(8), WithFetchMax(3))
+	n.settle()
+	owned := map[int]string{}
+	for p := range 4 {
+		owned[p] = n.owner(p)
+	}
+	// c falls far behind.
+	n.isolate([]string{"c"}, []string{"a", "b"})
+	for p := range 4 {
+		for i := range 30 {
+			_, _ = n.propose(n.owner(p), p, "k"+string(rune('a'+i%7)), string(rune('A'+i)), WaitAck)
+		}
+	}
+	n.deliverAll()
+	n.heal()
+	// d joins late.
+	n.add("d", false)
+	n.setMap([]string{"a", "b", "c", "d"}, "a", "b", "c", "d")
+	n.settle()
+	n.converged()
+	for _, id := range []string{"c", "d"} {
+		nd := n.nodes[id]
+		for p := range 4 {
+			if owned[p] == id {
+				continue // c wrote these itself while cut off
+			}
+			if len(kinds(nd.events, p, EventRestored)) == 0 {
+				t.Fatalf("%s partition %d caught up without a snapshot", id, p)
+			}
+			for _, ev := range kinds(nd.events, p, EventApplied) {
+				if ev.Entry.Offset <= 30-8 {
+					t.Fatalf("%s replayed trimmed offset %d", id, ev.Entry.Offset)
+				}
+			}
+		}
+	}
+}
+
+func TestMinoritySide(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	var pa []int // partitions a owns
+	for p := range 8 {
+		if n.owner(p) == "a" {
+			pa = append(pa, p)
+		}
+	}
+	if len(pa) == 0 {
+		t.Fatal("a owns nothing")
+	}
+	n.isolate([]string{"a"}, []string{"b", "c"})
+	// Before failure detection a still owns its partitions: a write acked
+	// by a alone is accepted, and will be dropped.
+	lost, _ := n.propose("a", pa[0], "lost", "x", WaitAck)
+	if c := mustDone(t, n.nodes["a"], lost); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	n.setMap([]string{"a"}, "a")
+	n.setMap([]string{"b", "c"}, "b", "c")
+	n.tick(time.Second)
+	for p := range 8 {
+		if s := n.nodes["a"].e.Status(p); s.Role != RoleSyncing {
+			t.Fatalf("a without quorum: %+v", s)
+		}
+	}
+	for p := range 8 {
+		if _, err := n.propose("a", p, "m", "x", WaitAck); !errors.Is(err, ErrNoQuorum) || errs.CodeOf(err) != errs.Unavailable {
+			t.Fatalf("minority write to %d: %v", p, err)
+		}
+	}
+	n.settle()
+	var toks []uint64
+	for p := range 8 {
+		o := n.owner(p)
+		if o != "b" && o != "c" {
+			t.Fatalf("partition %d owner %q on the majority side", p, o)
+		}
+		tok, err := n.propose(o, p, "maj", "y", WaitMajority)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, tok)
+	}
+	n.deliverAll()
+	for _, tok := range toks {
+		ok := false
+		for _, id := range []string{"b", "c"} {
+			if c, found := n.nodes[id].done[tok]; found && c.Err == nil {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Fatalf("majority write %d not acked", tok)
+		}
+	}
+	n.heal()
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+	for p := range 8 {
+		if n.nodes["a"].st.kv[p]["maj"] != "y" {
+			t.Fatalf("a lacks partition %d's majority write", p)
+		}
+	}
+	if _, ok := n.nodes["a"].st.kv[pa[0]]["lost"]; ok {
+		t.Fatal("the minority's write survived")
+	}
+	if d := kinds(n.nodes["a"].events, pa[0], EventDropped); len(d) != 1 || d[0].Entry.Key != "lost" {
+		t.Fatalf("dropped events on a: %+v", d)
+	}
+}
+
+func TestForward(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	p, via := 0, ""
+	owner := n.owner(p)
+	for _, id := range ids {
+		if id != owner {
+			via = id
+			break
+		}
+	}
+	tok, err := n.propose(via, p, "k", "v", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(n.queue, func(e envelope) bool { f, ok := e.msg.(*Forward); return ok && e.to == owner && f.Hops == 1 }) {
+		t.Fatal("no forward to the owner")
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[via], tok); c.Err != nil || c.Position.Epoch.Owner != owner || c.Position.Offset != 1 {
+		t.Fatalf("forwarded write: %+v", c)
+	}
+	// via's map is stale and names third as owner; third knows better and
+	// refuses instead of forwarding again.
+	third := ""
+	for _, id := range ids {
+		if id != owner && id != via {
+			third = id
+		}
+	}
+	stale := n.buildMap([]string{via, third})
+	q := -1
+	for x := range 8 {
+		if o, _ := stale.Owner(x); o.ID == third && n.owner(x) == owner {
+			q = x
+			break
+		}
+	}
+	if q < 0 {
+		t.Skip("no partition for the stale map")
+	}
+	if err := n.nodes[via].e.SetMap(stale, nil); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(n.nodes[via])
+	n.queue = nil
+	tok, _ = n.propose(via, q, "k2", "v", WaitAck)
+	n.deliverWhere(isMsg[*Forward](third))
+	if slices.ContainsFunc(n.queue, isMsg[*Forward]("")) {
+		t.Fatal("a forwarded write was forwarded again")
+	}
+	n.deliverAll()
+	c := mustDone(t, n.nodes[via], tok)
+	if !errors.Is(c.Err, ErrNotOwner) || c.Owner != owner {
+		t.Fatalf("second hop: %+v", c)
+	}
+}
+
+func TestKReplicaDial(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a", "b", "c"})
+	n.settle()
+	o := n.owner(0)
+	_, reps := groupOf(n.nodes[o].e.m, 0)
+	tok, err := n.propose(o, 0, "k", "v", WaitReplicas)
+	_ = tok
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.token++
+	tok = n.token
+	if err := n.nodes[o].e.Propose(Request{Partition: 0, Type: 2, Key: "k", Value: val("v"), Token: tok, Wait: WaitReplicas, K: 2}); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(n.nodes[o])
+	n.deliverWhere(func(e envelope) bool { return e.to == reps[0] || e.from == reps[0] })
+	if _, ok := n.nodes[o].done[tok]; ok {
+		t.Fatal("k=2 write completed after one replica ack")
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], tok); c.Err != nil || c.Position.Offset != 2 {
+		t.Fatalf("k=2: %+v", c)
+	}
+	err = n.nodes[o].e.Propose(Request{Partition: 0, Type: 2, Key: "k", Value: val("v"), Token: 99, Wait: WaitReplicas, K: 3})
+	if !errors.Is(err, ErrReplicas) || errs.CodeOf(err) != errs.FailedPrecondition {
+		t.Fatalf("k=3 of two replicas: %v", err)
+	}
+}
+
+func TestSyncQueueBounded(t *testing.T) {
+	n, p := joinNetwork(t)
+	n.nodes["c"].e.cfg.queueMax = 2
+	n.setMap([]string{"a", "b", "c"}, "a", "b", "c")
+	for i := range 2 {
+		if _, err := n.propose("c", p, "k", string(rune('0'+i)), WaitAck); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.propose("c", p, "k", "x", WaitAck); !errors.Is(err, ErrSyncQueueFull) {
+		t.Fatalf("third queued write: %v", err)
+	}
+	n.settle()
+	n.converged()
+}
+
+func TestSyncQueueTimeout(t *testing.T) {
+	n, p := joinNetwork(t)
+	n.isolate([]string{"c"}, []string{"a", "b"}) // the sync cannot finish
+	n.setMap([]string{"a", "b", "c"}, "a", "b", "c")
+	tok, _ := n.propose("c", p, "k", "v", WaitAck)
+	for range 11 {
+		n.tick(time.Second)
+	}
+	if c := mustDone(t, n.nodes["c"], tok); !errors.Is(c.Err, ErrTimeout) {
+		t.Fatalf("queued write: %+v", c)
+	}
+	n.heal()
+	n.settle()
+	n.converged()
+}
+
+func TestClientGetsEveryCommit(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a", "b"})
+	n.add("x", true)
+	n.setMap([]string{"a", "b"}, "a", "b", "x")
+	n.settle()
+	for p := range 4 {
+		tok, err := n.propose("x", p, "k", "v", WaitAck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.deliverAll()
+		if c := mustDone(t, n.nodes["x"], tok); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+		if s := n.nodes["x"].e.Status(p); s.Role != RoleClient || s.Position.Offset != 1 {
+			t.Fatalf("client status %+v", s)
+		}
+	}
+	n.converged()
+}
+
+func TestOptionsValidated(t *testing.T) {
+	for _, o := range []Option{WithHistoryMax(0), WithFetchMax(0), WithGapBufferMax(-1), WithQuorum(-1), WithSyncTimeout(0)} {
+		if _, err := New("a", newTestState(1), o); errs.CodeOf(err) != errs.InvalidArgument {
+			t.Fatalf("option accepted: %v", err)
+		}
+	}
+	if _, err := New("", newTestState(1)); err == nil {
+		t.Fatal("empty id accepted")
+	}
+}
+
+func TestMalformedMessagesRefused(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a", "b"})
+	n.settle()
+	b := n.nodes["b"].e
+	bad := []Message{
+		&Commit{Partition: 7},
+		&Commit{Entries: []Entry{{Epoch: Epoch{9, "x"}, Offset: 1, Type: 2}}}, // not from its owner
+		&Commit{Entries: []Entry{{Epoch: Epoch{9, "a"}, Offset: 1, Type: 9}}},
+		&Fetch{From: 0},
+		&Forward{Type: 2, Value: []byte{0xc1}, Hops: 1},
+	}
+	for _, m := range bad {
+		if err := b.Step("a", m); errs.CodeOf(err) != errs.InvalidArgument {
+			t.Fatalf("%T accepted: %v", m, err)
+		}
+	}
+	n.collect(n.nodes["b"])
+	n.settle()
+	n.converged()
+}
+
+func TestMessagesRoundTrip(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a", "b", "c"}, WithHistoryMax(4))
+	n.roundTrip = true
+	n.settle()
+	for i := range 20 {
+		p := i % 4
+		_, _ = n.propose(n.ids()[i%3], p, "k", "v", WaitMajority)
+	}
+	n.add("d", false)
+	n.setMap([]string{"a", "b", "c", "d"}, "a", "b", "c", "d")
+	n.settle()
+	n.converged()
+}
+
+// A copy that answered a syncing owner's position request has promised to
+// refuse older epochs: the old owner cannot get a write majority-acked
+// behind the new owner's back (which the new owner's start would then
+// truncate).
+func TestPositionReplyIsAPromise(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 32, ids)
+	full, bc := n.buildMap(ids), n.buildMap([]string{"b", "c"})
+	p := -1
+	for q := range 32 {
+		if o, _ := full.Owner(q); o.ID == "a" {
+			if o2, _ := bc.Owner(q); o2.ID == "b" {
+				p = q
+				break
+			}
+		}
+	}
+	if p < 0 {
+		t.Fatal("no suitable partition")
+	}
+	n.settle()
+	n.setMap([]string{"b", "c"}, "b")
+	// c answers b's request; the answer is held back.
+	n.deliverWhere(isMsg[*PosRequest]("c"))
+	held := n.queue
+	n.queue = nil
+	tok, _ := n.propose("a", p, "k", "late", WaitMajority)
+	n.deliverAll()
+	if c, ok := n.nodes["a"].done[tok]; ok && c.Err == nil {
+		t.Fatalf("old owner's write acked by a majority after the promise: %+v", c)
+	}
+	if _, ok := n.nodes["c"].st.kv[p]["k"]; ok {
+		t.Fatal("c applied a write from the epoch it promised to refuse")
+	}
+	n.queue = append(n.queue, held...)
+	n.deliverAll()
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+}
+
+// A new owner waits for the previous owner while it is alive: it may hold
+// writes acked to their callers but not yet on any replica.
+func TestSyncWaitsForLivePreviousOwner(t *testing.T) {
+	n, p := joinNetwork(t)
+	prev := n.owner(p)
+	other := "a"
+	if prev == "a" {
+		other = "b"
+	}
+	tok, _ := n.propose(prev, p, "k", "acked", WaitAck)
+	n.queue = nil // the commit reaches nobody
+	if c := mustDone(t, n.nodes[prev], tok); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	n.setMap([]string{"a", "b", "c"}, "a", "b", "c")
+	// The other replica answers first; c and it are a majority of the new
+	// group, but the previous owner has not answered yet.
+	n.deliverWhere(func(e envelope) bool { return e.to == other || e.from == other })
+	if s := n.nodes["c"].e.Status(p); s.Role != RoleSyncing {
+		t.Fatalf("c started without the previous owner: %+v", s)
+	}
+	n.deliverAll()
+	n.settle()
+	n.converged()
+	if n.nodes["c"].st.kv[p]["k"] != "acked" {
+		t.Fatal("the previous owner's write was lost")
+	}
+}
+
+// When a split leaves the previous replica group's majority on the other
+// side, the new owner must not start from the copies it can reach: a write
+// that group acked would be lost. It waits (until the split heals or the
+// departed members age out of the quorum window).
+func TestSyncNeedsMajorityOfPreviousGroup(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	n := newNetwork(t, 32, ids)
+	n.settle()
+	full := n.buildMap(ids)
+	const p = 0
+	o, reps := groupOf(full, p)
+	side := []string{o, reps[0]}
+	rest := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return slices.Contains(side, s) })
+	tok, _ := n.propose(o, p, "k", "v", WaitMajority)
+	// Acked by the owner and its first replica only.
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to != reps[0] })
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	n.isolate(side, rest)
+	n.setMap(side, side...)
+	n.setMap(rest, rest...)
+	n.settle()
+	no, _ := groupOf(n.buildMap(rest), p)
+	if s := n.nodes[no].e.Status(p); s.Role != RoleSyncing {
+		t.Fatalf("partition %d: %s took over without the previous group's majority: %+v", p, no, s)
+	}
+	n.heal()
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if n.nodes[id].st.kv[p]["k"] != "v" {
+			t.Fatalf("%s lost the write acked by the previous group", id)
+		}
+	}
+}

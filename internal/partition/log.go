@@ -1,0 +1,153 @@
+package partition
+
+import "sort"
+
+// entryLog is one partition's kept history: entries base+1 … last in a ring
+// buffer that grows by doubling up to the history cap, then drops its
+// oldest entry for each new one. Entries at or below base are gone; base
+// is where a snapshot or the trimming left the log, and baseEpoch is the
+// epoch of the entry at base (needed to compare histories at that point).
+type entryLog struct {
+	buf       []Entry
+	head      int
+	n         int
+	base      uint64
+	baseEpoch Epoch
+	// runs is the epoch column of base+1 … last, run-length encoded; the
+	// first run may start at or before base after trimming.
+	runs []Run
+}
+
+func (l *entryLog) last() uint64 { return l.base + uint64(l.n) }
+
+// at returns the entry at offset o; base < o <= last.
+func (l *entryLog) at(o uint64) *Entry {
+	return &l.buf[(l.head+int(o-l.base-1))%len(l.buf)]
+}
+
+// epochAt returns the epoch of the entry at o, for o in [base, last].
+func (l *entryLog) epochAt(o uint64) (Epoch, bool) {
+	switch {
+	case o == l.base:
+		return l.baseEpoch, true
+	case o < l.base || o > l.last():
+		return Epoch{}, false
+	}
+	i := sort.Search(len(l.runs), func(i int) bool { return l.runs[i].First > o })
+	return l.runs[i-1].Epoch, true
+}
+
+func (l *entryLog) lastEpoch() Epoch {
+	e, _ := l.epochAt(l.last())
+	return e
+}
+
+// append adds e, which must have offset last+1, trimming the oldest entry
+// when the log holds limit entries.
+func (l *entryLog) append(e Entry, limit int) {
+	if l.n == len(l.buf) {
+		if len(l.buf) < limit {
+			l.grow(min(limit, max(16, 2*len(l.buf))))
+		} else {
+			l.trimOne()
+		}
+	}
+	l.buf[(l.head+l.n)%len(l.buf)] = e
+	l.n++
+	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
+		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
+	}
+}
+
+func (l *entryLog) grow(size int) {
+	buf := make([]Entry, size)
+	for i := range l.n {
+		buf[i] = l.buf[(l.head+i)%len(l.buf)]
+	}
+	l.buf, l.head = buf, 0
+}
+
+func (l *entryLog) trimOne() {
+	old := &l.buf[l.head]
+	l.base, l.baseEpoch = old.Offset, old.Epoch
+	*old = Entry{} // release the key and value
+	l.head = (l.head + 1) % len(l.buf)
+	l.n--
+	for len(l.runs) > 1 && l.runs[1].First <= l.base+1 {
+		l.runs = l.runs[1:]
+	}
+	if l.n == 0 {
+		l.runs = l.runs[:0]
+	}
+}
+
+// reset empties the log at a new base (after restoring a snapshot).
+func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
+	clear(l.buf)
+	l.head, l.n = 0, 0
+	l.base, l.baseEpoch = base, baseEpoch
+	l.runs = l.runs[:0]
+}
+
+// appendRange appends entries from … to (inclusive, within the log) to dst.
+func (l *entryLog) appendRange(dst []Entry, from, to uint64) []Entry {
+	for o := from; o <= to; o++ {
+		dst = append(dst, *l.at(o))
+	}
+	return dst
+}
+
+// span returns the offsets in [base, last] whose entries have epoch e.
+// Because epochs only grow along a log, they form one interval.
+func (l *entryLog) span(e Epoch) (lo, hi uint64, ok bool) {
+	i := sort.Search(len(l.runs), func(i int) bool { return !l.runs[i].Epoch.Less(e) })
+	if i < len(l.runs) && l.runs[i].Epoch == e {
+		lo, hi, ok = max(l.runs[i].First, l.base+1), l.last(), true
+		if i+1 < len(l.runs) {
+			hi = l.runs[i+1].First - 1
+		}
+	}
+	if l.baseEpoch == e {
+		if !ok {
+			hi = l.base
+		}
+		lo, ok = l.base, true
+	}
+	return lo, hi, ok
+}
+
+// agreement finds the last offset at which the log described by f (its
+// base, base epoch and runs, up to f.From-1) and l hold the same entry. Two
+// logs that hold an entry of the same epoch at the same offset agree on
+// everything before it (one writer per epoch, and a copy only extends a
+// prefix of that writer's log), so comparing epochs suffices. It looks only
+// at offsets both logs still describe, [lo, hi]; found is false when they
+// differ at every one of them (or there is none, lo > hi).
+func (l *entryLog) agreement(f *Fetch) (a, lo, hi uint64, found bool) {
+	cLast := f.From - 1
+	lo, hi = max(f.Base, l.base), min(cLast, l.last())
+	if lo > hi {
+		return 0, lo, hi, false
+	}
+	// The asker's runs from the newest, then its base point (j = -1).
+	for j := len(f.Runs) - 1; j >= -1; j-- {
+		var e Epoch
+		var cLo, cHi uint64
+		if j < 0 {
+			e, cLo, cHi = f.BaseEpoch, f.Base, f.Base
+		} else {
+			e, cLo, cHi = f.Runs[j].Epoch, max(f.Runs[j].First, f.Base+1), cLast
+			if j+1 < len(f.Runs) {
+				cHi = f.Runs[j+1].First - 1
+			}
+		}
+		sLo, sHi, ok := l.span(e)
+		if !ok {
+			continue
+		}
+		if x, y := max(cLo, sLo, lo), min(cHi, sHi, hi); x <= y {
+			return y, lo, hi, true
+		}
+	}
+	return 0, lo, hi, false
+}

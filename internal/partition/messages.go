@@ -1,0 +1,198 @@
+package partition
+
+import "github.com/fero-go/fero/internal/wire"
+
+// MsgKind tags a message type for encoding. Values are part of the wire
+// protocol: never renumber.
+type MsgKind uint8
+
+// Message kinds.
+const (
+	KindCommit        MsgKind = 1
+	KindCommitAck     MsgKind = 2
+	KindEpochStart    MsgKind = 3
+	KindFenced        MsgKind = 4
+	KindPosRequest    MsgKind = 5
+	KindPosReply      MsgKind = 6
+	KindFetch         MsgKind = 7
+	KindFetchReply    MsgKind = 8
+	KindSnapshotReply MsgKind = 9
+	KindForward       MsgKind = 10
+	KindForwardReply  MsgKind = 11
+)
+
+// Message is one of the pointer types below. Messages are shared: the
+// engine never modifies a message it sent or received, and one *Commit may
+// go to many peers.
+type Message interface {
+	Kind() MsgKind
+	// Part returns the partition the message is about.
+	Part() uint32
+}
+
+// Commit carries entries of one epoch, in offset order, from the owner to
+// every copy.
+type Commit struct {
+	Partition uint32  `msgpack:"p"`
+	Entries   []Entry `msgpack:"e"`
+}
+
+// CommitAck tells the owner a copy's position (rule 7 lag detection, and
+// the k-replica dial).
+type CommitAck struct {
+	Partition uint32   `msgpack:"p"`
+	Position  Position `msgpack:"s"`
+}
+
+// EpochStart announces an epoch: the owner's history is its log up to
+// Start, whose last entry has PrevEpoch. The owner resends it (with Last,
+// its current last offset) to copies whose acks stop advancing.
+type EpochStart struct {
+	Partition uint32 `msgpack:"p"`
+	Epoch     Epoch  `msgpack:"e"`
+	Start     uint64 `msgpack:"s"`
+	PrevEpoch Epoch  `msgpack:"v"`
+	Last      uint64 `msgpack:"l"`
+}
+
+// Fenced refuses a message from an epoch older than Epoch.
+type Fenced struct {
+	Partition uint32 `msgpack:"p"`
+	Epoch     Epoch  `msgpack:"e"`
+}
+
+// PosRequest asks for a copy's position on behalf of a syncing owner.
+// Answering it is a promise: the copy accepts nothing from an epoch below
+// Epoch afterwards (like Paxos' prepare), so a write cannot be acked behind
+// the syncing owner's back.
+type PosRequest struct {
+	Partition uint32 `msgpack:"p"`
+	Epoch     Epoch  `msgpack:"e"`
+}
+
+// PosReply answers a PosRequest for Epoch with the copy's position and the
+// oldest offset its log still holds.
+type PosReply struct {
+	Partition uint32   `msgpack:"p"`
+	Epoch     Epoch    `msgpack:"e"`
+	Position  Position `msgpack:"s"`
+	Oldest    uint64   `msgpack:"o"`
+}
+
+// Fetch asks for entries from From on. It describes the asker's log (its
+// base and epoch runs) so the server can tell where the two histories part
+// and answer with a snapshot instead when they do.
+type Fetch struct {
+	Partition uint32 `msgpack:"p"`
+	ID        uint64 `msgpack:"i"`
+	From      uint64 `msgpack:"f"`
+	Max       uint32 `msgpack:"m"`
+	Base      uint64 `msgpack:"b"`
+	BaseEpoch Epoch  `msgpack:"be"`
+	Runs      []Run  `msgpack:"r"`
+}
+
+// FetchReply carries entries that extend the asker's log. Position and
+// Start describe the server: its log is a prefix of Position.Epoch's
+// history, which began at offset Start.
+type FetchReply struct {
+	Partition uint32   `msgpack:"p"`
+	ID        uint64   `msgpack:"i"`
+	Position  Position `msgpack:"s"`
+	Start     uint64   `msgpack:"st"`
+	Entries   []Entry  `msgpack:"e"`
+}
+
+// SnapshotReply answers a Fetch the log cannot: the asker is behind the
+// server's history cap, or holds entries the server's history does not
+// (it keeps only those up to TruncateTo). State is the partition's state
+// at Position.Offset, whose entry has OffsetEpoch.
+type SnapshotReply struct {
+	Partition   uint32   `msgpack:"p"`
+	ID          uint64   `msgpack:"i"`
+	Position    Position `msgpack:"s"`
+	Start       uint64   `msgpack:"st"`
+	OffsetEpoch Epoch    `msgpack:"oe"`
+	TruncateTo  uint64   `msgpack:"t"`
+	State       []byte   `msgpack:"d"`
+}
+
+// Forward carries a write from the node that received it to the owner by
+// that node's map. ID 0 means the sender waits for nothing.
+type Forward struct {
+	Partition uint32          `msgpack:"p"`
+	ID        uint64          `msgpack:"i"`
+	Hops      uint8           `msgpack:"h"`
+	Type      wire.RecordType `msgpack:"t"`
+	Key       string          `msgpack:"k"`
+	Value     []byte          `msgpack:"v"`
+	Wait      Wait            `msgpack:"w"`
+	K         uint8           `msgpack:"n"`
+}
+
+// ForwardReply ends a forwarded write: Code 0 with its Position, or a coded
+// error with the answering node's view of the Owner.
+type ForwardReply struct {
+	Partition uint32   `msgpack:"p"`
+	ID        uint64   `msgpack:"i"`
+	Position  Position `msgpack:"s"`
+	Code      uint32   `msgpack:"c"`
+	Msg       string   `msgpack:"m"`
+	Owner     string   `msgpack:"o"`
+}
+
+// Kind implements Message.
+func (*Commit) Kind() MsgKind        { return KindCommit }
+func (*CommitAck) Kind() MsgKind     { return KindCommitAck }
+func (*EpochStart) Kind() MsgKind    { return KindEpochStart }
+func (*Fenced) Kind() MsgKind        { return KindFenced }
+func (*PosRequest) Kind() MsgKind    { return KindPosRequest }
+func (*PosReply) Kind() MsgKind      { return KindPosReply }
+func (*Fetch) Kind() MsgKind         { return KindFetch }
+func (*FetchReply) Kind() MsgKind    { return KindFetchReply }
+func (*SnapshotReply) Kind() MsgKind { return KindSnapshotReply }
+func (*Forward) Kind() MsgKind       { return KindForward }
+func (*ForwardReply) Kind() MsgKind  { return KindForwardReply }
+
+// Part implements Message.
+func (m *Commit) Part() uint32        { return m.Partition }
+func (m *CommitAck) Part() uint32     { return m.Partition }
+func (m *EpochStart) Part() uint32    { return m.Partition }
+func (m *Fenced) Part() uint32        { return m.Partition }
+func (m *PosRequest) Part() uint32    { return m.Partition }
+func (m *PosReply) Part() uint32      { return m.Partition }
+func (m *Fetch) Part() uint32         { return m.Partition }
+func (m *FetchReply) Part() uint32    { return m.Partition }
+func (m *SnapshotReply) Part() uint32 { return m.Partition }
+func (m *Forward) Part() uint32       { return m.Partition }
+func (m *ForwardReply) Part() uint32  { return m.Partition }
+
+// NewMessage returns a zero message of kind k for a decoder to fill, or nil
+// for an unknown kind.
+func NewMessage(k MsgKind) Message {
+	switch k {
+	case KindCommit:
+		return new(Commit)
+	case KindCommitAck:
+		return new(CommitAck)
+	case KindEpochStart:
+		return new(EpochStart)
+	case KindFenced:
+		return new(Fenced)
+	case KindPosRequest:
+		return new(PosRequest)
+	case KindPosReply:
+		return new(PosReply)
+	case KindFetch:
+		return new(Fetch)
+	case KindFetchReply:
+		return new(FetchReply)
+	case KindSnapshotReply:
+		return new(SnapshotReply)
+	case KindForward:
+		return new(Forward)
+	case KindForwardReply:
+		return new(ForwardReply)
+	}
+	return nil
+}

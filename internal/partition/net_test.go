@@ -1,0 +1,504 @@
+package partition
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// testState is a State that checks what the engine asks of it: entries
+// arrive in offset order, one at a time, with no holes.
+type testState struct {
+	kv      []map[string]string
+	applied []uint64
+	bad     []string
+}
+
+type snapshot struct {
+	Offset uint64            `msgpack:"o"`
+	KV     map[string]string `msgpack:"kv"`
+}
+
+func newTestState(parts int) *testState {
+	s := &testState{kv: make([]map[string]string, parts), applied: make([]uint64, parts)}
+	for p := range s.kv {
+		s.kv[p] = map[string]string{}
+	}
+	return s
+}
+
+func (s *testState) Apply(p int, e *Entry) {
+	if e.Offset != s.applied[p]+1 {
+		s.bad = append(s.bad, fmt.Sprintf("partition %d: applied offset %d after %d", p, e.Offset, s.applied[p]))
+	}
+	s.applied[p] = e.Offset
+	switch e.Type {
+	case wire.RecordRemove:
+		delete(s.kv[p], e.Key)
+	default:
+		var v string
+		if err := msgpack.Unmarshal(e.Value, &v); err != nil {
+			s.bad = append(s.bad, fmt.Sprintf("partition %d: value: %v", p, err))
+		}
+		s.kv[p][e.Key] = v
+	}
+}
+
+func (s *testState) Snapshot(p int) ([]byte, error) {
+	return msgpack.Marshal(snapshot{Offset: s.applied[p], KV: s.kv[p]})
+}
+
+func (s *testState) Restore(p int, b []byte) error {
+	var sn snapshot
+	if err := msgpack.Unmarshal(b, &sn); err != nil {
+		return err
+	}
+	if sn.KV == nil {
+		sn.KV = map[string]string{}
+	}
+	s.kv[p], s.applied[p] = sn.KV, sn.Offset
+	return nil
+}
+
+func val(s string) []byte {
+	b, err := msgpack.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+type envelope struct {
+	from, to string
+	msg      Message
+}
+
+type node struct {
+	id     string
+	e      *Engine
+	st     *testState
+	client bool
+	dead   bool
+
+	done     map[uint64]Completion
+	events   []Event
+	accepted []Epoch
+	pos      []Position
+}
+
+type commitKey struct {
+	p      int
+	epoch  Epoch
+	offset uint64
+}
+
+type commitRec struct {
+	ent  Entry
+	prev Epoch // epoch of the entry before it in the owner's log
+	ok   bool  // prev is known
+}
+
+// network is an in-memory cluster of engines with a message queue that a
+// test delivers from in any order, dropping, duplicating or cutting links.
+// It checks the engine's invariants after every step.
+type network struct {
+	t         testing.TB
+	ring      *ring.Ring
+	parts     int
+	opts      []Option
+	nodes     map[string]*node
+	queue     []envelope
+	cut       map[[2]string]bool
+	now       time.Time
+	roundTrip bool
+	token     uint64
+	commits   map[commitKey]commitRec
+	durable   []commitKey // writes acked by a majority of their group
+	waits     map[uint64]Wait
+	steps     int
+}
+
+func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
+	t.Helper()
+	r, err := ring.New(ring.WithPartitions(parts), ring.WithReplicas(2), ring.WithVNodes(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &network{
+		t: t, ring: r, parts: parts, opts: opts,
+		nodes: map[string]*node{}, cut: map[[2]string]bool{},
+		now: time.Unix(1_000_000, 0), commits: map[commitKey]commitRec{},
+	}
+	for _, id := range ids {
+		n.add(id, false)
+	}
+	n.setMap(ids, ids...)
+	return n
+}
+
+// add creates a node (not yet in anyone's map).
+func (n *network) add(id string, client bool, opts ...Option) *node {
+	st := newTestState(n.parts)
+	o := slices.Clone(n.opts)
+	if client {
+		o = append(o, WithClient())
+	}
+	e, err := New(id, st, append(o, opts...)...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	e.Tick(n.now)
+	nd := &node{id: id, e: e, st: st, client: client, done: map[uint64]Completion{}}
+	n.nodes[id] = nd
+	return nd
+}
+
+func (n *network) ids() []string { return slices.Sorted(maps.Keys(n.nodes)) }
+
+func (n *network) buildMap(members []string) *ring.Map {
+	ms := make([]ring.Member, len(members))
+	for i, id := range members {
+		ms[i] = ring.Member{ID: id, Incarnation: 1}
+	}
+	m, err := n.ring.Build(ms)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return m
+}
+
+// setMap gives nodes on the map of servers members, with every live client
+// member of the network.
+func (n *network) setMap(members []string, on ...string) {
+	n.t.Helper()
+	m := n.buildMap(members)
+	var clients []string
+	for _, id := range n.ids() {
+		if nd := n.nodes[id]; nd.client && !nd.dead {
+			clients = append(clients, id)
+		}
+	}
+	for _, id := range on {
+		nd := n.nodes[id]
+		if nd.dead {
+			continue
+		}
+		if err := nd.e.SetMap(m, clients); err != nil {
+			n.t.Fatal(err)
+		}
+		n.collect(nd)
+	}
+}
+
+func (n *network) collect(nd *node) {
+	n.t.Helper()
+	rd := nd.e.Ready()
+	for _, env := range rd.Messages {
+		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, msg: env.Msg})
+	}
+	for _, ev := range rd.Events {
+		nd.events = append(nd.events, ev)
+		if ev.Kind == EventCommitted {
+			n.recordCommit(nd, ev)
+		}
+	}
+	for _, c := range rd.Completions {
+		nd.done[c.Token] = c
+		if c.Err == nil && c.Position.Offset != 0 {
+			if w, ok := n.waits[c.Token]; ok && w == WaitMajority {
+				n.durable = append(n.durable, commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset})
+			}
+		}
+	}
+	nd.e.Advance()
+	n.steps++
+	n.checkNode(nd) // only nd's state can have changed
+}
+
+func (n *network) recordCommit(nd *node, ev Event) {
+	k := commitKey{p: ev.Partition, epoch: ev.Entry.Epoch, offset: ev.Entry.Offset}
+	if ev.Entry.Epoch.Owner != nd.id {
+		n.t.Fatalf("%s committed in %v, an epoch it does not own", nd.id, ev.Entry.Epoch)
+	}
+	if old, ok := n.commits[k]; ok {
+		n.t.Fatalf("two commits at %+v: %+v and %+v", k, old.ent, ev.Entry)
+	}
+	rec := commitRec{ent: ev.Entry}
+	rec.prev, rec.ok = nd.e.parts[ev.Partition].log.epochAt(ev.Entry.Offset - 1)
+	n.commits[k] = rec
+}
+
+// checkNode asserts the invariants of docs/engine.md on one node. The
+// properties between nodes (one writer per epoch, every copy a prefix of
+// its epoch owner's log) are checked against the record of every commit.
+func (n *network) checkNode(nd *node) {
+	n.t.Helper()
+	if nd.dead {
+		return
+	}
+	if len(nd.st.bad) > 0 {
+		n.t.Fatalf("%s: state: %v", nd.id, nd.st.bad)
+	}
+	if nd.e.parts == nil {
+		return
+	}
+	if nd.accepted == nil {
+		nd.accepted = make([]Epoch, n.parts)
+		nd.pos = make([]Position, n.parts)
+	}
+	for p, pt := range nd.e.parts {
+		if err := n.checkPart(nd, pt); err != nil {
+			n.t.Fatalf("step %d: %s partition %d: %v", n.steps, nd.id, p, err)
+		}
+		nd.accepted[p], nd.pos[p] = pt.accepted, pt.position()
+	}
+}
+
+func (n *network) checkPart(nd *node, pt *part) error {
+	l := &pt.log
+	// Rule 3: a node never goes back to a lower epoch, and its position
+	// (the history it holds) never moves backwards.
+	if pt.accepted.Less(nd.accepted[pt.p]) {
+		return fmt.Errorf("accepted epoch went back from %v to %v", nd.accepted[pt.p], pt.accepted)
+	}
+	if pt.position().Compare(nd.pos[pt.p]) < 0 {
+		return fmt.Errorf("position went back from %v to %v", nd.pos[pt.p], pt.position())
+	}
+	if pt.accepted.Less(pt.logEpoch) {
+		return fmt.Errorf("log epoch %v above accepted %v", pt.logEpoch, pt.accepted)
+	}
+	if pt.active && (pt.accepted.Owner != nd.id || pt.logEpoch != pt.accepted || nd.client) {
+		return fmt.Errorf("active in %v with log epoch %v", pt.accepted, pt.logEpoch)
+	}
+	// Rule 2: the state is the log applied in order, without holes.
+	if nd.st.applied[pt.p] != l.last() {
+		return fmt.Errorf("state at %d, log at %d", nd.st.applied[pt.p], l.last())
+	}
+	if l.n > nd.e.cfg.historyMax {
+		return fmt.Errorf("log holds %d entries, cap %d", l.n, nd.e.cfg.historyMax)
+	}
+	prev := l.baseEpoch
+	for o := l.base + 1; o <= l.last(); o++ {
+		ent := l.at(o)
+		if ent.Offset != o {
+			return fmt.Errorf("entry at %d has offset %d", o, ent.Offset)
+		}
+		if ent.Epoch.Less(prev) {
+			return fmt.Errorf("entry %d epoch %v below the one before, %v", o, ent.Epoch, prev)
+		}
+		if got, _ := l.epochAt(o); got != ent.Epoch {
+			return fmt.Errorf("runs say %v at %d, entry says %v", got, o, ent.Epoch)
+		}
+		// Rule 1 and the prefix property: every entry is one its epoch's
+		// owner committed, and it follows what followed it there.
+		rec, ok := n.commits[commitKey{p: pt.p, epoch: ent.Epoch, offset: o}]
+		if !ok {
+			return fmt.Errorf("entry %d (%v) was never committed", o, ent.Epoch)
+		}
+		if r := rec.ent; r.Type != ent.Type || r.Key != ent.Key || !bytes.Equal(r.Value, ent.Value) {
+			return fmt.Errorf("entry %d differs from its commit: %+v vs %+v", o, *ent, rec.ent)
+		}
+		if rec.ok && rec.prev != prev {
+			return fmt.Errorf("entry %d (%v) follows %v here, %v at its owner", o, ent.Epoch, prev, rec.prev)
+		}
+		prev = ent.Epoch
+	}
+	if pt.logEpoch.Less(prev) {
+		return fmt.Errorf("log epoch %v below its last entry's %v", pt.logEpoch, prev)
+	}
+	for o, ent := range pt.gap {
+		if o <= l.last() || ent.Epoch != pt.accepted {
+			return fmt.Errorf("gap buffer holds %d (%v) at %d, accepted %v", o, ent.Epoch, l.last(), pt.accepted)
+		}
+	}
+	return nil
+}
+
+// deliver delivers the i-th queued message.
+func (n *network) deliver(i int) {
+	n.t.Helper()
+	env := n.queue[i]
+	n.queue = slices.Delete(n.queue, i, i+1)
+	n.step(env)
+}
+
+func (n *network) step(env envelope) {
+	n.t.Helper()
+	to := n.nodes[env.to]
+	if to == nil || to.dead || n.nodes[env.from].dead || n.cut[[2]string{env.from, env.to}] {
+		return
+	}
+	msg := env.msg
+	if n.roundTrip {
+		b, err := msgpack.Marshal(msg)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		msg = NewMessage(env.msg.Kind())
+		if err := msgpack.Unmarshal(b, msg); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	if err := to.e.Step(env.from, msg); err != nil {
+		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
+	}
+	n.collect(to)
+}
+
+// deliverAll delivers in FIFO order until the queue is empty.
+func (n *network) deliverAll() {
+	n.t.Helper()
+	for i := 0; len(n.queue) > 0; i++ {
+		if i > 1_000_000 {
+			n.t.Fatal("messages never stop")
+		}
+		n.deliver(0)
+	}
+}
+
+// deliverWhere delivers, in order, queued messages matching f (and those
+// they cause, if they match too), leaving the rest queued.
+func (n *network) deliverWhere(f func(envelope) bool) {
+	n.t.Helper()
+	for {
+		i := slices.IndexFunc(n.queue, f)
+		if i < 0 {
+			return
+		}
+		n.deliver(i)
+	}
+}
+
+func (n *network) dropWhere(f func(envelope) bool) int {
+	before := len(n.queue)
+	n.queue = slices.DeleteFunc(n.queue, f)
+	return before - len(n.queue)
+}
+
+func (n *network) tick(d time.Duration) {
+	n.t.Helper()
+	n.now = n.now.Add(d)
+	for _, id := range n.ids() {
+		if nd := n.nodes[id]; !nd.dead {
+			nd.e.Tick(n.now)
+			n.collect(nd)
+		}
+	}
+}
+
+// settle delivers and ticks until nothing moves for a while.
+func (n *network) settle() {
+	n.t.Helper()
+	for range 60 {
+		n.deliverAll()
+		n.tick(250 * time.Millisecond)
+	}
+	n.deliverAll()
+}
+
+// isolate cuts every link between the two sides.
+func (n *network) isolate(a, b []string) {
+	for _, x := range a {
+		for _, y := range b {
+			n.cut[[2]string{x, y}], n.cut[[2]string{y, x}] = true, true
+		}
+	}
+}
+
+func (n *network) heal() { clear(n.cut) }
+
+func (n *network) crash(id string) { n.nodes[id].dead = true }
+
+// propose submits a write at node id and returns its token.
+func (n *network) propose(id string, p int, key, value string, w Wait) (uint64, error) {
+	n.t.Helper()
+	n.token++
+	nd := n.nodes[id]
+	err := nd.e.Propose(Request{Partition: p, Type: wire.RecordUpdate, Key: key, Value: val(value), Token: n.token, Wait: w})
+	if n.waits == nil {
+		n.waits = map[uint64]Wait{}
+	}
+	n.waits[n.token] = w
+	n.collect(nd)
+	return n.token, err
+}
+
+func (n *network) owner(p int) string {
+	var owner string
+	for _, id := range n.ids() {
+		nd := n.nodes[id]
+		if !nd.dead && nd.e.parts != nil && nd.e.parts[p].active {
+			if owner != "" && nd.e.parts[p].accepted == n.nodes[owner].e.parts[p].accepted {
+				n.t.Fatalf("%s and %s both active in one epoch", owner, id)
+			}
+			owner = id
+		}
+	}
+	return owner
+}
+
+// converged asserts every live node holds the same history and state.
+func (n *network) converged() {
+	n.t.Helper()
+	var ref *node
+	for _, id := range n.ids() {
+		nd := n.nodes[id]
+		if nd.dead {
+			continue
+		}
+		if ref == nil {
+			ref = nd
+			continue
+		}
+		for p := range n.parts {
+			a, b := ref.e.parts[p], nd.e.parts[p]
+			if a.position() != b.position() {
+				n.t.Fatalf("partition %d: %s at %v, %s at %v\n%s", p, ref.id, a.position(), id, b.position(), n.statusLine())
+			}
+			if !maps.Equal(ref.st.kv[p], nd.st.kv[p]) {
+				n.t.Fatalf("partition %d: %s and %s states differ:\n%v\n%v", p, ref.id, id, ref.st.kv[p], nd.st.kv[p])
+			}
+		}
+	}
+	for p := range n.parts {
+		if n.owner(p) == "" {
+			n.t.Fatalf("partition %d has no owner after settling", p)
+		}
+	}
+	// Rule 5: every majority-acked write is in the final history.
+	for _, k := range n.durable {
+		pt := ref.e.parts[k.p]
+		if k.offset <= pt.log.base {
+			continue // trimmed; its effect is in the snapshot
+		}
+		if k.offset > pt.log.last() || pt.log.at(k.offset).Epoch != k.epoch {
+			n.t.Fatalf("majority-acked write %+v lost", k)
+		}
+	}
+}
+
+func (n *network) statusLine() string {
+	var b strings.Builder
+	for _, id := range n.ids() {
+		nd := n.nodes[id]
+		fmt.Fprintf(&b, "%s(dead=%v):", id, nd.dead)
+		for p := range n.parts {
+			s := nd.e.Status(p)
+			fmt.Fprintf(&b, " [%d %v acc=%v pos=%v]", p, s.Role, s.Accepted, s.Position)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }

@@ -1,0 +1,160 @@
+package partition
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+)
+
+// Defaults. The original library kept every commit forever
+// (partitions.history.max = Infinity): memory grew without bound and a
+// joining node replayed the whole log. Here history is capped per partition
+// and anything older is served as a snapshot plus the tail; 10,000 entries
+// of 100 bytes is about 1 MB per partition, 271 MB for 271 partitions of a
+// write-hot resource, and a replica that falls further behind than that
+// catches up faster from a snapshot anyway.
+const (
+	DefaultHistoryMax    = 10000
+	DefaultGapBufferMax  = 1024
+	DefaultSyncQueueMax  = 1024
+	DefaultFetchMax      = 1024
+	DefaultQuorumWindow  = 5 * time.Minute
+	DefaultSyncTimeout   = 2 * time.Second
+	DefaultFetchRetry    = 500 * time.Millisecond
+	DefaultProbeInterval = time.Second
+	DefaultFenceBackoff  = time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+)
+
+// ErrInvalidOption reports an option out of range; the message says which.
+var ErrInvalidOption = errs.New(errs.InvalidArgument, "invalid partition engine option")
+
+// Option configures an [Engine]. Options are sealed: only this package
+// makes them.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithClient makes the engine a client member's: it owns nothing, keeps a
+// copy of every partition and forwards writes to owners.
+func WithClient() Option { return optionFunc(func(c *config) { c.client = true }) }
+
+// WithHistoryMax caps the entries kept per partition (default
+// [DefaultHistoryMax]; at least 1).
+func WithHistoryMax(n int) Option { return optionFunc(func(c *config) { c.historyMax = n }) }
+
+// WithGapBufferMax caps the out-of-order entries a copy holds per
+// partition while it fetches the missing ones (default
+// [DefaultGapBufferMax]; 0 buffers nothing and relies on fetch alone).
+func WithGapBufferMax(n int) Option { return optionFunc(func(c *config) { c.gapMax = n }) }
+
+// WithSyncQueueMax caps the writes a syncing owner holds per partition;
+// beyond it writes fail with Unavailable (default [DefaultSyncQueueMax]).
+func WithSyncQueueMax(n int) Option { return optionFunc(func(c *config) { c.queueMax = n }) }
+
+// WithFetchMax caps the entries in one FetchReply (default
+// [DefaultFetchMax]; at least 1).
+func WithFetchMax(n int) Option { return optionFunc(func(c *config) { c.fetchMax = n }) }
+
+// WithQuorum fixes the number of live servers an owner needs to accept
+// writes (rule 9). 0, the default, means a majority of the largest server
+// count seen within the quorum window.
+func WithQuorum(n int) Option { return optionFunc(func(c *config) { c.quorum = n }) }
+
+// WithQuorumWindow sets how long a server count is remembered for the
+// default quorum, and how long a departed replica-group member still counts
+// when a new owner syncs (default [DefaultQuorumWindow]).
+func WithQuorumWindow(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.quorumWindow = d })
+}
+
+// WithSyncTimeout sets how long a sync may wait for positions and entries
+// before it starts over with a new term (default [DefaultSyncTimeout]).
+func WithSyncTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.syncTimeout = d })
+}
+
+// WithFetchRetry sets how long a copy waits for a fetch reply before asking
+// again (default [DefaultFetchRetry]).
+func WithFetchRetry(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.fetchRetry = d })
+}
+
+// WithProbeInterval sets how often an owner checks that each copy's acked
+// position advances, re-sending EpochStart to one that trails (default
+// [DefaultProbeInterval]).
+func WithProbeInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.probeInterval = d })
+}
+
+// WithFenceBackoff sets how long a node the ring names owner waits after
+// yielding to another node's epoch before it tries to sync again (default
+// [DefaultFenceBackoff]).
+func WithFenceBackoff(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.fenceBackoff = d })
+}
+
+// WithWriteTimeout bounds how long a write waits in the sync queue, for
+// replica acks, or for a forwarded reply before it fails with Unavailable
+// (default [DefaultWriteTimeout]). It bounds the engine's memory; callers
+// still pass their own context to the driver.
+func WithWriteTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.writeTimeout = d })
+}
+
+type config struct {
+	client        bool
+	historyMax    int
+	gapMax        int
+	queueMax      int
+	fetchMax      int
+	quorum        int
+	quorumWindow  time.Duration
+	syncTimeout   time.Duration
+	fetchRetry    time.Duration
+	probeInterval time.Duration
+	fenceBackoff  time.Duration
+	writeTimeout  time.Duration
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		historyMax:    DefaultHistoryMax,
+		gapMax:        DefaultGapBufferMax,
+		queueMax:      DefaultSyncQueueMax,
+		fetchMax:      DefaultFetchMax,
+		quorumWindow:  DefaultQuorumWindow,
+		syncTimeout:   DefaultSyncTimeout,
+		fetchRetry:    DefaultFetchRetry,
+		probeInterval: DefaultProbeInterval,
+		fenceBackoff:  DefaultFenceBackoff,
+		writeTimeout:  DefaultWriteTimeout,
+	}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	bad := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
+	}
+	switch {
+	case c.historyMax < 1:
+		return bad("history max %d below 1", c.historyMax)
+	case c.gapMax < 0:
+		return bad("gap buffer max %d negative", c.gapMax)
+	case c.queueMax < 0:
+		return bad("sync queue max %d negative", c.queueMax)
+	case c.fetchMax < 1 || c.fetchMax > 1<<20:
+		return bad("fetch max %d not in [1, %d]", c.fetchMax, 1<<20)
+	case c.quorum < 0:
+		return bad("quorum %d negative", c.quorum)
+	case c.quorumWindow < 0:
+		return bad("quorum window %v negative", c.quorumWindow)
+	case c.syncTimeout <= 0, c.fetchRetry <= 0, c.probeInterval <= 0, c.fenceBackoff < 0, c.writeTimeout <= 0:
+		return bad("timeouts must be positive (sync %v, fetch %v, probe %v, fence backoff %v, write %v)",
+			c.syncTimeout, c.fetchRetry, c.probeInterval, c.fenceBackoff, c.writeTimeout)
+	}
+	return c, nil
+}

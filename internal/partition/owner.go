@@ -1,0 +1,324 @@
+package partition
+
+import (
+	"slices"
+	"time"
+)
+
+// syncState is a would-be owner's sync (rule 4): it has proposed epoch,
+// collects positions (each reply a promise to refuse older epochs), then
+// fetches from the best one (target) before starting the epoch.
+type syncState struct {
+	epoch     Epoch
+	started   time.Time
+	replies   []reply
+	asked     map[string]bool
+	prevGroup []string
+	writers   []string // previous writers; each is waited for while alive
+	target    string
+	targetPos Position
+}
+
+type reply struct {
+	from string
+	pos  Position
+}
+
+func (s *syncState) has(self, id string) bool {
+	return id == self || slices.ContainsFunc(s.replies, func(r reply) bool { return r.from == id })
+}
+
+// maybeStartSync starts a sync if the ring names this node owner and it may
+// take the partition: it has quorum (rule 9: a minority starts no epoch, so
+// it cannot fence the majority when the split heals) and is not backing
+// off from a rival's epoch.
+func (e *Engine) maybeStartSync(pt *part) {
+	if e.cfg.client || pt.active || pt.sync != nil || e.ownerOf(pt.p) != e.id ||
+		!e.hasQuorum() || e.now.Before(pt.backoff) {
+		return
+	}
+	e.startSync(pt)
+}
+
+// startSync proposes a new epoch, one term above any this node has heard
+// of, and asks the previous and the new replica group (and every previous
+// writer) for their positions.
+func (e *Engine) startSync(pt *part) {
+	var writers []string
+	if pt.sync != nil {
+		writers = pt.sync.writers
+	}
+	for _, w := range []string{pt.prevOwner, pt.accepted.Owner, pt.logEpoch.Owner} {
+		if w != "" && w != e.id && !slices.Contains(writers, w) {
+			writers = append(writers, w)
+		}
+	}
+	ep := Epoch{Term: max(pt.accepted.Term, pt.logEpoch.Term) + 1, Owner: e.id}
+	pt.accepted, pt.started, pt.knownLast = ep, false, 0
+	clear(pt.gap)
+	pt.fetch = fetchState{}
+	s := &syncState{
+		epoch:     ep,
+		started:   e.now,
+		asked:     map[string]bool{},
+		prevGroup: slices.Clone(pt.prevGroup),
+		writers:   writers,
+	}
+	pt.sync = s
+	for _, ids := range [][]string{pt.group, s.prevGroup, s.writers} {
+		for _, id := range ids {
+			e.ask(pt, id)
+		}
+	}
+	e.checkSync(pt)
+}
+
+func (e *Engine) ask(pt *part, id string) {
+	s := pt.sync
+	if id == e.id || !e.alive[id] || s.asked[id] {
+		return
+	}
+	s.asked[id] = true
+	e.send(id, &PosRequest{Partition: uint32(pt.p), Epoch: s.epoch})
+}
+
+func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
+	s := pt.sync
+	if s == nil || m.Epoch != s.epoch || s.target != "" || s.has(e.id, from) {
+		return
+	}
+	s.replies = append(s.replies, reply{from: from, pos: m.Position})
+	// A writer this node did not know of (the previous owner in the
+	// cluster's history, not just in this node's maps) is waited for too.
+	if w := m.Position.Epoch.Owner; w != "" && w != e.id && !slices.Contains(s.writers, w) {
+		s.writers = append(s.writers, w)
+		e.ask(pt, w)
+	}
+	e.checkSync(pt)
+}
+
+// syncReady reports whether the positions collected satisfy rule 4: a
+// majority of the new replica group, a majority of the previous group
+// (members that left within the quorum window still count, so a split
+// cannot hide the copies that acked a write), and every previous writer
+// that is alive.
+func (e *Engine) syncReady(pt *part) bool {
+	s := pt.sync
+	n := 0
+	for _, id := range pt.group {
+		if s.has(e.id, id) {
+			n++
+		}
+	}
+	if n < len(pt.group)/2+1 {
+		return false
+	}
+	size, n := 0, 0
+	for _, id := range s.prevGroup {
+		if e.recent(id) {
+			size++
+			if s.has(e.id, id) {
+				n++
+			}
+		}
+	}
+	if size > 0 && n < size/2+1 {
+		return false
+	}
+	for _, w := range s.writers {
+		if e.alive[w] && !s.has(e.id, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSync moves a sync on: pick the best position once enough have
+// answered, fetch up to it, then start the epoch.
+func (e *Engine) checkSync(pt *part) {
+	s := pt.sync
+	if s == nil {
+		return
+	}
+	if s.target == "" {
+		if !e.syncReady(pt) {
+			return
+		}
+		best, pos := e.id, pt.position()
+		for _, r := range s.replies {
+			if c := r.pos.Compare(pos); c > 0 || (c == 0 && best != e.id && r.from < best) {
+				best, pos = r.from, r.pos
+			}
+		}
+		if best == e.id {
+			e.startEpoch(pt)
+			return
+		}
+		s.target, s.targetPos = best, pos
+	}
+	if pt.position().Compare(s.targetPos) >= 0 {
+		e.startEpoch(pt)
+		return
+	}
+	e.maybeFetch(pt)
+}
+
+// startEpoch makes the synced node the owner: its log up to now is the
+// partition's history (rule 6 for every copy), and queued writes commit.
+func (e *Engine) startEpoch(pt *part) {
+	s := pt.sync
+	pt.sync = nil
+	start := pt.log.last()
+	pt.logEpoch, pt.logStart, pt.started = s.epoch, start, true
+	pt.startPrev = pt.log.lastEpoch()
+	pt.active = true
+	pt.sent = start
+	pt.knownLast = start
+	clear(pt.gap)
+	pt.fetch = fetchState{}
+	pt.peers = make(map[string]*peer, len(e.copies))
+	es := &EpochStart{Partition: uint32(pt.p), Epoch: s.epoch, Start: start, PrevEpoch: pt.startPrev, Last: start}
+	for _, c := range e.copies {
+		pt.peers[c] = &peer{probed: e.now}
+		e.send(c, es)
+	}
+	e.event(Event{Kind: EventOwnershipGained, Partition: pt.p, Epoch: s.epoch})
+	q := pt.queue
+	pt.queue = nil
+	for _, w := range q {
+		if err := e.write(pt, w.write, w.origin); err != nil {
+			e.complete(pt, w.origin, Position{}, err)
+		}
+	}
+}
+
+// commit assigns the next offset to a write and applies it (rule 1: only
+// the epoch's owner gets here).
+func (e *Engine) commit(pt *part, w write, o origin) error {
+	k := 0
+	switch w.wait {
+	case WaitReplicas:
+		k = w.k
+	case WaitMajority:
+		k = len(pt.group) / 2
+	}
+	if k > len(pt.group)-1 {
+		return ErrReplicas
+	}
+	ent := Entry{Epoch: pt.accepted, Offset: pt.log.last() + 1, Type: w.typ, Key: w.key, Value: w.value}
+	pt.log.append(ent, e.cfg.historyMax)
+	e.st.Apply(pt.p, pt.log.at(ent.Offset))
+	e.event(Event{Kind: EventCommitted, Partition: pt.p, Entry: ent})
+	e.markDirty(pt)
+	pos := ent.Position()
+	switch {
+	case !o.wants:
+	case w.wait == WaitAck || k == 0:
+		e.complete(pt, o, pos, nil)
+	default:
+		pt.waits = append(pt.waits, wait{pos: pos, k: k, origin: o, deadline: e.now.Add(e.cfg.writeTimeout)})
+	}
+	return nil
+}
+
+func (e *Engine) stepAck(pt *part, from string, m *CommitAck) {
+	if pt.accepted.Less(m.Position.Epoch) {
+		e.adopt(pt, m.Position.Epoch)
+		return
+	}
+	if !pt.active {
+		return
+	}
+	pr := pt.peers[from]
+	if pr == nil {
+		pr = &peer{}
+		pt.peers[from] = pr
+	}
+	if m.Position.Compare(pr.pos) > 0 {
+		pr.pos = m.Position
+	}
+	e.checkWaits(pt)
+}
+
+// checkWaits completes writes that enough replicas of the current group
+// have applied in this epoch.
+func (e *Engine) checkWaits(pt *part) {
+	if len(pt.waits) == 0 {
+		return
+	}
+	kept := pt.waits[:0]
+	for _, w := range pt.waits {
+		n := 0
+		for _, r := range pt.group[1:] {
+			if pr := pt.peers[r]; pr != nil && pr.pos.Epoch == pt.accepted && pr.pos.Offset >= w.pos.Offset {
+				n++
+			}
+		}
+		if n >= w.k {
+			e.complete(pt, w.origin, w.pos, nil)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(pt.waits[len(kept):])
+	pt.waits = kept
+}
+
+func (e *Engine) expireWaits(pt *part) {
+	kept := pt.waits[:0]
+	for _, w := range pt.waits {
+		if e.now.Before(w.deadline) {
+			kept = append(kept, w)
+		} else {
+			e.complete(pt, w.origin, Position{}, ErrTimeout)
+		}
+	}
+	clear(pt.waits[len(kept):])
+	pt.waits = kept
+}
+
+// probe re-sends EpochStart to copies whose acked position trails and has
+// not moved for a probe interval (rule 7: the owner detects lag itself).
+func (e *Engine) probe(pt *part) {
+	last := pt.log.last()
+	var es *EpochStart
+	for _, c := range e.copies {
+		pr := pt.peers[c]
+		if pr == nil { // a copy that joined since the epoch started
+			pr = &peer{}
+			pt.peers[c] = pr
+		}
+		caughtUp := pr.pos.Epoch == pt.accepted && pr.pos.Offset >= last
+		if caughtUp || e.now.Sub(pr.probed) < e.cfg.probeInterval {
+			continue
+		}
+		moved := pr.pos.Epoch == pt.accepted && pr.pos.Offset > pr.checked && !pr.probed.IsZero()
+		pr.probed, pr.checked = e.now, pr.pos.Offset
+		if moved {
+			continue // behind but catching up
+		}
+		if es == nil {
+			es = &EpochStart{Partition: uint32(pt.p), Epoch: pt.accepted, Start: pt.logStart, PrevEpoch: pt.startPrev, Last: last}
+		}
+		e.send(c, es)
+	}
+}
+
+// stepDown ends this node's epoch as writer: waiting writes fail, because
+// whether they survive is no longer this node's to say.
+func (e *Engine) stepDown(pt *part, err error) {
+	pt.active = false
+	for _, w := range pt.waits {
+		e.complete(pt, w.origin, Position{}, err)
+	}
+	pt.waits = nil
+	pt.peers = nil
+	e.event(Event{Kind: EventOwnershipLost, Partition: pt.p, Epoch: pt.accepted})
+}
+
+func (e *Engine) failQueue(pt *part, err error) {
+	for _, q := range pt.queue {
+		e.complete(pt, q.origin, Position{}, err)
+	}
+	pt.queue = nil
+}

@@ -1,0 +1,263 @@
+package partition
+
+import (
+	"cmp"
+	"strings"
+	"time"
+
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Epoch names one owner's tenure of a partition. Epochs are ordered by
+// Term, then Owner, so two nodes that start epochs with the same Term
+// (their ring maps disagree) still have a total order every copy agrees on.
+type Epoch struct {
+	Term  uint64 `msgpack:"t"`
+	Owner string `msgpack:"o"`
+}
+
+// Compare returns -1, 0 or +1 as e is before, equal to or after o.
+func (e Epoch) Compare(o Epoch) int {
+	if c := cmp.Compare(e.Term, o.Term); c != 0 {
+		return c
+	}
+	return strings.Compare(e.Owner, o.Owner)
+}
+
+// Less reports whether e is before o.
+func (e Epoch) Less(o Epoch) bool { return e.Compare(o) < 0 }
+
+// Position is a point in a partition's history: an offset, qualified by the
+// epoch whose history it belongs to. Positions order by Epoch, then Offset,
+// which is how a syncing owner picks the most up-to-date copy.
+type Position struct {
+	Epoch  Epoch  `msgpack:"e"`
+	Offset uint64 `msgpack:"o"`
+}
+
+// Compare returns -1, 0 or +1 as p is before, equal to or after o.
+func (p Position) Compare(o Position) int {
+	if c := p.Epoch.Compare(o.Epoch); c != 0 {
+		return c
+	}
+	return cmp.Compare(p.Offset, o.Offset)
+}
+
+// Entry is one commit of a partition's changelog: the change, and the
+// epoch and offset the owner gave it. Value is msgpack (see
+// [wire.ValidateValue]); it is empty for a remove. Entries are shared, not
+// copied: nobody may modify an Entry's Value after it is proposed.
+type Entry struct {
+	Epoch  Epoch           `msgpack:"e"`
+	Offset uint64          `msgpack:"o"`
+	Type   wire.RecordType `msgpack:"t"`
+	Key    string          `msgpack:"k"`
+	Value  []byte          `msgpack:"v"`
+}
+
+// Position returns the entry's position.
+func (e *Entry) Position() Position { return Position{Epoch: e.Epoch, Offset: e.Offset} }
+
+// Run says that a log's entries from First on (up to the next run's First)
+// belong to Epoch. A log's runs are its epoch column, run-length encoded;
+// they are what two copies compare to find where their histories part.
+type Run struct {
+	Epoch Epoch  `msgpack:"e"`
+	First uint64 `msgpack:"f"`
+}
+
+// Wait says what a proposer waits for.
+type Wait uint8
+
+const (
+	// WaitNone: fire and forget; no completion is produced.
+	WaitNone Wait = iota
+	// WaitAck: the owner committed the write (it has an offset). The write
+	// survives an owner change handled by sync, but not the owner's crash.
+	WaitAck
+	// WaitReplicas: K replicas of the partition's replica group (not
+	// counting the owner) have applied the write.
+	WaitReplicas
+	// WaitMajority: a majority of the replica group (owner included) has
+	// applied the write, which makes it survive any owner change (rule 5).
+	WaitMajority
+)
+
+// Request is a write proposed on this node.
+type Request struct {
+	Partition int
+	Type      wire.RecordType
+	Key       string
+	// Value is msgpack for ADD and UPDATE, empty for REMOVE. The engine
+	// keeps it without copying.
+	Value []byte
+	// Token identifies the request in its [Completion]; the engine does not
+	// interpret it.
+	Token uint64
+	Wait  Wait
+	// K is the replica count for WaitReplicas.
+	K int
+}
+
+// Completion reports how a waited-for request ended.
+type Completion struct {
+	Token     uint64
+	Partition int
+	// Position of the committed write; zero when Err is set.
+	Position Position
+	// Err is nil on success, else an *errs.Error (see the Err variables).
+	Err error
+	// Owner is the answering node's view of the partition's owner when the
+	// write was refused as sent to a non-owner; the caller retries there.
+	Owner string
+}
+
+// EventKind says what an [Event] reports.
+type EventKind uint8
+
+const (
+	// EventCommitted: this node, as owner, committed Entry and applied it.
+	EventCommitted EventKind = iota + 1
+	// EventApplied: this node, as a copy, applied Entry to its State.
+	EventApplied
+	// EventDropped: this copy held Entry, an uncommitted write of an older
+	// epoch that the partition's history no longer contains (rule 6). Its
+	// effect is gone from State: the copy was restored from a snapshot.
+	EventDropped
+	// EventRestored: State's partition was replaced by a snapshot at
+	// Position (catch-up past the owner's history cap, or a rollback).
+	EventRestored
+	// EventOwnershipGained: this node synced and started Epoch; it now
+	// accepts writes for the partition.
+	EventOwnershipGained
+	// EventOwnershipLost: this node stopped committing in Epoch (the ring
+	// moved the partition, or it was fenced).
+	EventOwnershipLost
+	// EventFenced: this node learned of Epoch, higher than the one it was
+	// writing in or syncing for, and yielded to it.
+	EventFenced
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventCommitted:
+		return "committed"
+	case EventApplied:
+		return "applied"
+	case EventDropped:
+		return "dropped"
+	case EventRestored:
+		return "restored"
+	case EventOwnershipGained:
+		return "ownership-gained"
+	case EventOwnershipLost:
+		return "ownership-lost"
+	case EventFenced:
+		return "fenced"
+	}
+	return "unknown"
+}
+
+// Event is something that happened to a partition, in the order it
+// happened. Entry is set for committed, applied and dropped; Position for
+// restored; Epoch for ownership and fenced events.
+type Event struct {
+	Kind      EventKind
+	Partition int
+	Epoch     Epoch
+	Position  Position
+	Entry     Entry
+}
+
+// Role is what this node is for one partition.
+type Role uint8
+
+const (
+	// RoleFollower: a server outside the replica group; it keeps a copy.
+	RoleFollower Role = iota
+	// RoleReplica: a server in the replica group; its acks count toward
+	// durability.
+	RoleReplica
+	// RoleSyncing: the ring names this node owner but it does not accept
+	// writes yet: it is syncing, waiting for quorum, or backing off after
+	// being fenced. Writes queue (bounded) or fail with Unavailable.
+	RoleSyncing
+	// RoleOwner: this node commits the partition's writes.
+	RoleOwner
+	// RoleClient: a client member; it owns nothing and keeps a copy.
+	RoleClient
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleReplica:
+		return "replica"
+	case RoleSyncing:
+		return "syncing"
+	case RoleOwner:
+		return "owner"
+	case RoleClient:
+		return "client"
+	}
+	return "unknown"
+}
+
+// Status is a snapshot of one partition's engine state, for tools and
+// tests.
+type Status struct {
+	Partition int
+	Role      Role
+	// Accepted is the highest epoch this node has accepted (promised to).
+	Accepted Epoch
+	// Position is the epoch whose history the local log is a prefix of,
+	// and the last offset applied.
+	Position Position
+	// Oldest is the oldest offset still kept in the log; Oldest-1 is the
+	// log's base (a snapshot or trimmed point).
+	Oldest  uint64
+	Gap     int // entries buffered past a gap
+	Queued  int // writes waiting for sync
+	Waiting int // writes waiting for replica acks
+}
+
+// Ready is the output of the engine since the last Advance. Its slices
+// belong to the engine and are reused after Advance.
+type Ready struct {
+	// Messages to send, in order per destination.
+	Messages []Envelope
+	// Events in the order they happened.
+	Events []Event
+	// Completions for waiting callers.
+	Completions []Completion
+}
+
+// Envelope is a message and its destination node.
+type Envelope struct {
+	To  string
+	Msg Message
+}
+
+// State is the local copy of the resource's key/value map that the engine
+// keeps in step with the log. The engine calls it synchronously from
+// Propose and Step, so the state always matches the engine's applied
+// position: a snapshot taken at any time is the state at the log's last
+// offset. Implementations must be deterministic.
+type State interface {
+	// Apply applies one entry of the partition. It must not fail: the value
+	// was validated by the owner, and a copy cannot skip an offset.
+	Apply(partition int, e *Entry)
+	// Snapshot encodes the partition's state.
+	Snapshot(partition int) ([]byte, error)
+	// Restore replaces the partition's state with a snapshot another node's
+	// Snapshot produced. On error the state must be unchanged.
+	Restore(partition int, snapshot []byte) error
+}
+
+// sample is a server count that held until a moment; the quorum rule takes
+// the largest count seen within the window.
+type sample struct {
+	count int
+	until time.Time
+}
