@@ -9,6 +9,7 @@ import (
 
 type nopState struct{}
 
+func (nopState) Check(int, *Entry) error       { return nil }
 func (nopState) Apply(int, *Entry)             {}
 func (nopState) Snapshot(int) ([]byte, error)  { return nil, nil }
 func (nopState) Restore(p int, b []byte) error { return nil }

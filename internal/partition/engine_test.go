@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -845,5 +846,52 @@ func TestSyncNeedsMajorityOfPreviousGroup(t *testing.T) {
 		if n.nodes[id].st.kv[p]["k"] != "v" {
 			t.Fatalf("%s lost the write acked by the previous group", id)
 		}
+	}
+}
+
+// TestStateRefusesWrite: a write the state cannot apply is refused to its
+// caller, locally or forwarded, and nothing is committed anywhere.
+func TestStateRefusesWrite(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	p := 0
+	owner := n.owner(p)
+	via := ""
+	for _, id := range ids {
+		if id != owner {
+			via = id
+			break
+		}
+	}
+	before := n.nodes[owner].e.Status(p)
+
+	// On the owner: Propose itself refuses.
+	_, err := n.propose(owner, p, invalidPrefix+"x", "v", WaitAck)
+	if errs.CodeOf(err) != errs.FailedPrecondition {
+		t.Fatalf("local refusal: got %v", err)
+	}
+	// Forwarded: the completion carries the state's code and message.
+	tok, err := n.propose(via, p, invalidPrefix+"y", "v", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverAll()
+	c := mustDone(t, n.nodes[via], tok)
+	if errs.CodeOf(c.Err) != errs.FailedPrecondition || !strings.Contains(c.Err.Error(), "refused by the state") {
+		t.Fatalf("forwarded refusal: %+v", c)
+	}
+	n.deliverAll()
+	if after := n.nodes[owner].e.Status(p); after.Position != before.Position {
+		t.Fatalf("refused writes were committed: %+v → %+v", before.Position, after.Position)
+	}
+	// A valid write still goes through afterwards.
+	tok, err = n.propose(via, p, "k", "v", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[via], tok); c.Err != nil {
+		t.Fatalf("valid write after refusals: %+v", c)
 	}
 }

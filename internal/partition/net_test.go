@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -35,6 +36,17 @@ func newTestState(parts int) *testState {
 		s.kv[p] = map[string]string{}
 	}
 	return s
+}
+
+// invalidPrefix marks keys the test state refuses, standing in for the
+// changes a real state cannot apply.
+const invalidPrefix = "invalid/"
+
+func (s *testState) Check(p int, e *Entry) error {
+	if strings.HasPrefix(e.Key, invalidPrefix) {
+		return errs.Errorf(errs.FailedPrecondition, "key %q refused by the state", e.Key)
+	}
+	return nil
 }
 
 func (s *testState) Apply(p int, e *Entry) {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"github.com/fero-go/fero/internal/errs"
 	"slices"
 	"time"
 )
@@ -206,6 +207,12 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 		return ErrReplicas
 	}
 	ent := Entry{Epoch: pt.accepted, Offset: pt.log.last() + 1, Type: w.typ, Key: w.key, Value: w.value}
+	if err := e.st.Check(pt.p, &ent); err != nil {
+		if errs.CodeOf(err) == errs.Unknown {
+			err = errs.Errorf(errs.InvalidArgument, "%w", err)
+		}
+		return err
+	}
 	pt.log.append(ent, e.cfg.historyMax)
 	e.st.Apply(pt.p, pt.log.at(ent.Offset))
 	e.event(Event{Kind: EventCommitted, Partition: pt.p, Entry: ent})

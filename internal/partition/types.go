@@ -245,8 +245,15 @@ type Envelope struct {
 // position: a snapshot taken at any time is the state at the log's last
 // offset. Implementations must be deterministic.
 type State interface {
-	// Apply applies one entry of the partition. It must not fail: the value
-	// was validated by the owner, and a copy cannot skip an offset.
+	// Check reports whether Apply would apply e to the partition's current
+	// state. The owner calls it before it commits e, so a change that does
+	// not fit the state (an ADD of a key that exists, a path through a
+	// scalar) is refused to its caller with Check's error instead of being
+	// committed as a no-op. It must not change the state.
+	Check(partition int, e *Entry) error
+	// Apply applies one entry of the partition. It must not fail: the
+	// owner checked it against the same state, and a copy cannot skip an
+	// offset.
 	Apply(partition int, e *Entry)
 	// Snapshot encodes the partition's state.
 	Snapshot(partition int) ([]byte, error)
