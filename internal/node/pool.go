@@ -29,7 +29,8 @@ type pool struct {
 
 	mu      sync.Mutex
 	conns   map[string]pooled
-	dialing map[string]chan struct{} // closed when a dial to the peer ends
+	byConn  map[*transport.Conn]string // every adopted connection's peer, losers included until closed
+	dialing map[string]chan struct{}   // closed when a dial to the peer ends
 	closed  bool
 	closing sync.WaitGroup // connections being closed in the background
 }
@@ -40,7 +41,7 @@ type pooled struct {
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, conns: make(map[string]pooled), dialing: make(map[string]chan struct{})}
+	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -136,6 +137,7 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 		p.mu.Unlock()
 		return nil
 	}
+	// A connection adopted again (its hello came twice) changes nothing.
 	cur, ok := p.conns[id]
 	if ok && cur.c != c && cur.c.Err() == nil {
 		// Two live connections: keep the one the smaller ID opened.
@@ -147,13 +149,36 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 		}
 		p.closeLater(cur.c)
 	}
+	if ok && cur.c != c {
+		delete(p.byConn, cur.c)
+	}
 	p.conns[id] = pooled{c: c, initiator: initiator}
+	p.byConn[c] = id
 	p.mu.Unlock()
 	return c
 }
 
+// lookup returns the live connection to id, or nil; it never dials.
+func (p *pool) lookup(id string) *transport.Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc, ok := p.conns[id]; ok && pc.c.Err() == nil {
+		return pc.c
+	}
+	return nil
+}
+
+// idOf returns the peer a connection belongs to.
+func (p *pool) idOf(c *transport.Conn) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.byConn[c]
+	return id, ok
+}
+
 // closeLater closes c on a goroutine that close waits for. Callers hold mu.
 func (p *pool) closeLater(c *transport.Conn) {
+	delete(p.byConn, c)
 	p.closing.Add(1)
 	go func() {
 		defer p.closing.Done()

@@ -1,0 +1,423 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// Config describes one node. Resource is required; everything else has a
+// default.
+type Config struct {
+	// ID is the node's stable identity; a random one if empty.
+	ID string
+	// Resource names the cluster's resource.
+	Resource string
+	// Client nodes own nothing; they keep a full copy and send writes to
+	// owners directly.
+	Client bool
+	// Listen is the data-plane address (default 127.0.0.1:0).
+	Listen string
+	// Membership adds options (discovery, bind address, encryption, …).
+	Membership []membership.Option
+	// Ring sets the partition count, vnodes, load bound and partitioner.
+	Ring []ring.Option
+	// Engine sets the partition engine's limits and timeouts.
+	Engine []partition.Option
+	// Transport applies to the server and to every connection dialed.
+	Transport []transport.Option
+	// Logger receives the node's logs (default: none).
+	Logger *slog.Logger
+	// Tick is how often the engine's timers are driven (default 100ms).
+	Tick time.Duration
+	// Inbox bounds the engine messages queued for the engine; a full inbox
+	// makes connections stop reading (default 4096).
+	Inbox int
+}
+
+// Node is one running member of a resource's cluster.
+type Node struct {
+	cfg    Config
+	id     string
+	logger *slog.Logger
+
+	srv   *transport.Server
+	pool  *pool
+	ms    *membership.Membership
+	ring  *ring.Ring
+	view  *view
+	store *doc.Store
+	eng   *partition.Engine
+
+	inbox   chan inbound
+	props   chan proposal
+	queries chan func(*partition.Engine) // run on the driver goroutine
+	waiters map[uint64]chan<- partition.Completion // driver goroutine only
+	token   uint64                                 // driver goroutine only
+
+	dmu     sync.Mutex
+	dialing map[string]bool // peers with a background dial under way
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the driver, the view and background dials
+	close  sync.Once
+}
+
+type inbound struct {
+	from string
+	msg  partition.Message
+}
+
+type proposal struct {
+	req  partition.Request
+	done chan<- partition.Completion // nil: nobody waits
+}
+
+// ErrClosed is returned by calls on a closed node.
+var ErrClosed = errs.New(errs.Unavailable, "node closed")
+
+// Start listens, joins the cluster and starts the driver.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Resource == "" {
+		return nil, errs.New(errs.InvalidArgument, "node: a resource name is required")
+	}
+	if cfg.ID == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		cfg.ID = hex.EncodeToString(b[:])
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.Inbox <= 0 {
+		cfg.Inbox = 4096
+	}
+	n := &Node{
+		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
+		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
+		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string]bool),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+
+	var err error
+	if n.ring, err = ring.New(cfg.Ring...); err != nil {
+		return nil, err
+	}
+	if n.store, err = doc.New(n.ring.Partitions()); err != nil {
+		return nil, err
+	}
+	engOpts := cfg.Engine
+	if cfg.Client {
+		engOpts = append(append([]partition.Option(nil), engOpts...), partition.WithClient())
+	}
+	if n.eng, err = partition.New(n.id, docState{store: n.store, logger: n.logger}, engOpts...); err != nil {
+		return nil, err
+	}
+
+	mux := transport.NewMux()
+	topts := append([]transport.Option{transport.WithLogger(n.logger)}, cfg.Transport...)
+	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
+	mux.HandleFunc(OpHello, n.pool.serveHello)
+	mux.HandleFunc(OpEngine, n.serveEngine)
+	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
+		return nil, err
+	}
+
+	role := membership.RoleServer
+	if cfg.Client {
+		role = membership.RoleClient
+	}
+	mopts := append([]membership.Option{
+		membership.WithID(n.id), membership.WithResource(cfg.Resource), membership.WithRole(role),
+		membership.WithDataAddr(n.srv.Addr().String()), membership.WithLogger(n.logger),
+	}, cfg.Membership...)
+	if n.ms, err = membership.New(mopts...); err != nil {
+		n.srv.Close()
+		return nil, err
+	}
+	if err := n.ms.Start(ctx); err != nil {
+		n.srv.Close()
+		return nil, err
+	}
+	n.view = newView(n.ring, n.ms, n.logger)
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); n.view.run(n.ctx) }()
+	go func() { defer n.wg.Done(); n.drive() }()
+	return n, nil
+}
+
+// ID returns the node's identity.
+func (n *Node) ID() string { return n.id }
+
+// Addr returns the node's data-plane address.
+func (n *Node) Addr() string { return n.srv.Addr().String() }
+
+// Store returns the node's local copy of the resource.
+func (n *Node) Store() *doc.Store { return n.store }
+
+// Map returns the partition map the node currently routes by (nil before
+// it has seen its own membership).
+func (n *Node) Map() *ring.Map {
+	m, _ := n.view.current()
+	return m
+}
+
+// Membership returns the node's membership.
+func (n *Node) Membership() *membership.Membership { return n.ms }
+
+// Write proposes a change and waits as asked: WaitNone returns once the
+// change is queued for the engine; the others return when the write
+// completes, fails, or ctx ends.
+func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
+	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	var done chan partition.Completion
+	if wait != partition.WaitNone {
+		done = make(chan partition.Completion, 1)
+	}
+	select {
+	case n.props <- proposal{req: req, done: done}:
+	case <-ctx.Done():
+		return partition.Position{}, ctx.Err()
+	case <-n.ctx.Done():
+		return partition.Position{}, ErrClosed
+	}
+	if done == nil {
+		return partition.Position{}, nil
+	}
+	select {
+	case c := <-done:
+		return c.Position, c.Err
+	case <-ctx.Done():
+		// The driver still completes the write; done is buffered, so it
+		// never blocks on a caller that left.
+		return partition.Position{}, ctx.Err()
+	case <-n.ctx.Done():
+		return partition.Position{}, ErrClosed
+	}
+}
+
+// serveEngine hands a peer's engine message to the driver. It runs on
+// the connection's reader: when the inbox is full the connection stops
+// reading, which pushes back on the sender.
+func (n *Node) serveEngine(r *transport.Request) {
+	from, ok := n.pool.idOf(r.Conn())
+	if !ok {
+		n.logger.Debug("fero: node: engine message on a connection without hello", "remote", r.Conn().RemoteAddr())
+		return
+	}
+	msg, err := decodeMessage(r.Payload())
+	if err != nil {
+		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)
+		return
+	}
+	select {
+	case n.inbox <- inbound{from: from, msg: msg}:
+	case <-n.ctx.Done():
+	}
+}
+
+// drive is the one goroutine that steps the engine.
+func (n *Node) drive() {
+	tick := time.NewTicker(n.cfg.Tick)
+	defer tick.Stop()
+	n.eng.Tick(time.Now())
+	for {
+		select {
+		case <-n.ctx.Done():
+			for _, w := range n.waiters {
+				w <- partition.Completion{Err: ErrClosed}
+			}
+			return
+		case <-n.view.changed:
+			m, clients := n.view.current()
+			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
+			if err := n.eng.SetMap(m, clients); err != nil {
+				n.logger.Error("fero: node: engine refused the map", "err", err)
+			}
+			n.connectPeers(m, clients)
+		case in := <-n.inbox:
+			if err := n.eng.Step(in.from, in.msg); err != nil {
+				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
+			}
+		case p := <-n.props:
+			n.propose(p)
+		case q := <-n.queries:
+			q(n.eng)
+		case now := <-tick.C:
+			n.eng.Tick(now)
+		}
+		if n.eng.HasReady() {
+			n.process(n.eng.Ready())
+			n.eng.Advance()
+		}
+	}
+}
+
+func (n *Node) propose(p proposal) {
+	if p.done != nil {
+		n.token++
+		p.req.Token = n.token
+		n.waiters[n.token] = p.done
+	}
+	if err := n.eng.Propose(p.req); err != nil {
+		if p.done != nil {
+			delete(n.waiters, p.req.Token)
+			p.done <- partition.Completion{Err: err}
+		}
+	}
+}
+
+// process acts on what the engine asks: messages out, completions to the
+// callers waiting for them, and events.
+func (n *Node) process(rd partition.Ready) {
+	encoded := make(map[partition.Message][]byte, len(rd.Messages))
+	for _, env := range rd.Messages {
+		b, ok := encoded[env.Msg]
+		if !ok {
+			var err error
+			if b, err = appendMessage(nil, env.Msg); err != nil {
+				n.logger.Error("fero: node: cannot encode an engine message", "err", err)
+				continue
+			}
+			encoded[env.Msg] = b
+		}
+		n.sendTo(env.To, b)
+	}
+	for _, c := range rd.Completions {
+		if w, ok := n.waiters[c.Token]; ok {
+			delete(n.waiters, c.Token)
+			w <- c
+		}
+	}
+	for _, ev := range rd.Events {
+		if ev.Kind == partition.EventDropped || ev.Kind == partition.EventFenced {
+			owner := ""
+			if m, _ := n.view.current(); m != nil {
+				if o, ok := m.Owner(ev.Partition); ok {
+					owner = o.ID
+				}
+			}
+			n.logger.Info("fero: node: engine event", "kind", ev.Kind, "partition", ev.Partition,
+				"epoch", ev.Epoch, "owner_by_map", owner, "offset", ev.Entry.Offset)
+		}
+	}
+}
+
+// sendTo sends one engine message without ever blocking the driver: with
+// no connection yet it dials in the background, and a peer whose outbox
+// is full misses the message. Either way the engine's retries and fetches
+// recover what was lost.
+func (n *Node) sendTo(id string, b []byte) {
+	c := n.pool.lookup(id)
+	if c == nil {
+		n.dialLater(id)
+		return
+	}
+	if err := c.Send(n.ctx, OpEngine, b, transport.FailFast); err != nil && !errors.Is(err, transport.ErrOutboxFull) {
+		n.logger.Debug("fero: node: send failed", "to", id, "err", err)
+	}
+}
+
+// connectPeers dials every member with an address, so owners can reach
+// clients over the connections clients open, and writes find owners.
+func (n *Node) connectPeers(m *ring.Map, clients []string) {
+	if m == nil {
+		return
+	}
+	for _, mem := range m.Members() {
+		n.dialLater(mem.ID)
+	}
+	for _, id := range clients {
+		n.dialLater(id)
+	}
+}
+
+func (n *Node) dialLater(id string) {
+	if id == n.id || n.pool.lookup(id) != nil {
+		return
+	}
+	addr, ok := n.view.addr(id)
+	if !ok || addr == "" {
+		return // a client that does not listen connects to us
+	}
+	n.dmu.Lock()
+	if n.dialing[id] {
+		n.dmu.Unlock()
+		return
+	}
+	n.dialing[id] = true
+	n.dmu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() {
+			n.dmu.Lock()
+			delete(n.dialing, id)
+			n.dmu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		defer cancel()
+		if _, err := n.pool.get(ctx, id, addr); err != nil && n.ctx.Err() == nil {
+			n.logger.Debug("fero: node: dial failed", "peer", id, "addr", addr, "err", err)
+		}
+	}()
+}
+
+// Status returns the engine's view of every partition, read on the
+// driver goroutine (the engine is not safe to read from others).
+func (n *Node) Status(ctx context.Context) ([]partition.Status, error) {
+	out := make(chan []partition.Status, 1)
+	q := func(e *partition.Engine) {
+		st := make([]partition.Status, e.Partitions())
+		for p := range st {
+			st[p] = e.Status(p)
+		}
+		out <- st
+	}
+	select {
+	case n.queries <- q:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrClosed
+	}
+	return <-out, nil
+}
+
+// Close leaves the cluster gracefully, stops the driver and closes every
+// connection. It is idempotent.
+func (n *Node) Close() error {
+	var err error
+	n.close.Do(func() {
+		err = n.ms.Close()
+		n.cancel()
+		n.wg.Wait()
+		n.pool.close()
+		if cerr := n.srv.Close(); err == nil {
+			err = cerr
+		}
+	})
+	return err
+}
+
+// String names the node for logs and tests.
+func (n *Node) String() string { return fmt.Sprintf("node %s (%s)", n.id, n.Addr()) }

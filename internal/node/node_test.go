@@ -1,0 +1,186 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
+)
+
+// clusterTimers detect failures within a few seconds, but not so fast
+// that a -race run on a loaded 2-core machine suspects live members.
+func clusterTimers(c *memberlist.Config) {
+	c.ProbeInterval = 500 * time.Millisecond
+	c.ProbeTimeout = 400 * time.Millisecond
+	c.GossipInterval = 50 * time.Millisecond
+	c.PushPullInterval = 2 * time.Second
+	c.SuspicionMult = 4
+	c.TCPTimeout = 2 * time.Second
+}
+
+// startNode starts a node whose gossip runs over nw and whose data plane
+// is real loopback TCP.
+func startNode(t *testing.T, nw *memnet.Network, id string, client bool, seeds ...string) *Node {
+	t.Helper()
+	logger := testLogger(t)
+	n, err := Start(ctxT(t), Config{
+		ID: id, Resource: "test", Client: client,
+		Membership: []membership.Option{
+			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
+			membership.WithTransport(nw.NewTransport()), membership.WithTuning(clusterTimers),
+			membership.WithSeeds(seeds...), membership.WithLeaveTimeout(time.Second),
+		},
+		Ring:   []ring.Option{ring.WithPartitions(32)},
+		Engine: []partition.Option{partition.WithSyncTimeout(500 * time.Millisecond)},
+		Tick:   20 * time.Millisecond,
+		Logger: logger,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// testLogger sends the node's info logs to the test log, so a failure
+// shows what the engines saw.
+// memberlist may log once more after Close returns, so the writer goes
+// quiet when the test ends.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct {
+	t    *testing.T
+	done atomic.Bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+// write retries while the cluster settles (owners syncing, maps moving),
+// bounded by ctx.
+func write(ctx context.Context, n *Node, c doc.Change, wait partition.Wait) error {
+	for {
+		_, err := n.Write(ctx, c, wait, 0)
+		if err == nil || errs.CodeOf(err) != errs.Unavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// dumpDivergence logs, for every partition whose copies differ, what each
+// node's engine says about it.
+func dumpDivergence(t *testing.T, nodes []*Node) {
+	sts := make([][]partition.Status, len(nodes))
+	for i, n := range nodes {
+		st, err := n.Status(context.Background())
+		require.NoError(t, err)
+		sts[i] = st
+		t.Logf("%s holds %d keys", n.ID(), n.Store().Len())
+	}
+	for p := range sts[0] {
+		same := true
+		for i := range nodes {
+			if sts[i][p].Position != sts[0][p].Position {
+				same = false
+			}
+		}
+		if same {
+			continue
+		}
+		for i, n := range nodes {
+			t.Logf("partition %d on %s: %+v", p, n.ID(), sts[i][p])
+		}
+	}
+}
+
+// settled reports whether every node routes by the same map of servers
+// servers, as a service waits for its cluster before it sends.
+func settled(nodes []*Node, servers int) bool {
+	m0 := nodes[0].Map()
+	for _, n := range nodes {
+		m := n.Map()
+		if m == nil || m0 == nil || m.Version() != m0.Version() || len(m.Members()) != servers {
+			return false
+		}
+	}
+	return true
+}
+
+func converged(nodes []*Node, keys int) bool {
+	d := nodes[0].Store().Digest()
+	for _, n := range nodes {
+		if n.Store().Len() != keys || n.Store().Digest() != d {
+			return false
+		}
+	}
+	return true
+}
+
+// TestClusterReplicates: three servers and a client; writes sent to random
+// nodes (owners and not) are all acked and every copy ends identical.
+func TestClusterReplicates(t *testing.T) {
+	nw := memnet.New(7)
+	a := startNode(t, nw, "a", false)
+	seed := a.Membership().Local().Gossip
+	nodes := []*Node{a, startNode(t, nw, "b", false, seed), startNode(t, nw, "c", false, seed), startNode(t, nw, "client", true, seed)}
+
+	require.Eventually(t, func() bool { return settled(nodes, 3) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var b doc.Builder
+	rng := rand.New(rand.NewPCG(1, 2))
+	const keys = 500
+	for i := 0; i < keys; i++ {
+		c, err := b.Update(fmt.Sprintf("k%d", i), map[string]any{"i": i, "pad": "0123456789"})
+		require.NoError(t, err)
+		via := nodes[rng.IntN(len(nodes))]
+		require.NoError(t, write(ctx, via, c, partition.WaitMajority), "write %d via %s", i, via.ID())
+	}
+	if !assert.Eventually(t, func() bool { return converged(nodes, keys) }, 30*time.Second, 20*time.Millisecond) {
+		dumpDivergence(t, nodes)
+		t.FailNow()
+	}
+
+	// A change the state refuses comes back as an error, from any node.
+	dup, err := b.Add("k1", 1)
+	require.NoError(t, err)
+	err = write(ctx, nodes[3], dup, partition.WaitAck)
+	require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "%v", err)
+
+	// Majority-acked writes.
+	for i := 0; i < 50; i++ {
+		c, err := b.Update(fmt.Sprintf("m%d", i), i)
+		require.NoError(t, err)
+		require.NoError(t, write(ctx, nodes[i%len(nodes)], c, partition.WaitMajority))
+	}
+	require.Eventually(t, func() bool { return converged(nodes, keys+50) }, 30*time.Second, 20*time.Millisecond)
+	require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
+}
