@@ -20,8 +20,8 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: ## Quick start: three node processes on loopback call each other over the transport.
-	$(GO) run ./examples/echo
+demo: ## Quick start: a three-process fero cluster on loopback replicates writes to every node.
+	$(GO) run ./examples/cluster
 
 .PHONY: test
 test: vet ## vet, the race-enabled short test suite, and a short fuzz pass (the CI command).

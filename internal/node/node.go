@@ -68,7 +68,7 @@ type Node struct {
 	token   uint64                                 // driver goroutine only
 
 	dmu     sync.Mutex
-	dialing map[string]bool // peers with a background dial under way
+	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -114,7 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
-		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string]bool),
+		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string][][]byte),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -322,16 +322,23 @@ func (n *Node) process(rd partition.Ready) {
 	}
 }
 
-// sendTo sends one engine message without ever blocking the driver: with
-// no connection yet it dials in the background, and a peer whose outbox
-// is full misses the message. Either way the engine's retries and fetches
-// recover what was lost.
+// maxWaitingMessages bounds the messages kept for a peer being dialed.
+const maxWaitingMessages = 4096
+
+// sendTo sends one engine message without ever blocking the driver. With
+// no connection yet it dials in the background and keeps the message (up
+// to maxWaitingMessages) for the new connection; a peer whose outbox is
+// full misses the message. The engine's retries and fetches recover what
+// is lost either way; the queue only saves them a timeout at start-up.
 func (n *Node) sendTo(id string, b []byte) {
-	c := n.pool.lookup(id)
-	if c == nil {
-		n.dialLater(id)
+	if c := n.pool.lookup(id); c != nil {
+		n.send(id, c, b)
 		return
 	}
+	n.dialLater(id, b)
+}
+
+func (n *Node) send(id string, c *transport.Conn, b []byte) {
 	if err := c.Send(n.ctx, OpEngine, b, transport.FailFast); err != nil && !errors.Is(err, transport.ErrOutboxFull) {
 		n.logger.Debug("fero: node: send failed", "to", id, "err", err)
 	}
@@ -344,15 +351,21 @@ func (n *Node) connectPeers(m *ring.Map, clients []string) {
 		return
 	}
 	for _, mem := range m.Members() {
-		n.dialLater(mem.ID)
+		if n.pool.lookup(mem.ID) == nil {
+			n.dialLater(mem.ID, nil)
+		}
 	}
 	for _, id := range clients {
-		n.dialLater(id)
+		if n.pool.lookup(id) == nil {
+			n.dialLater(id, nil)
+		}
 	}
 }
 
-func (n *Node) dialLater(id string) {
-	if id == n.id || n.pool.lookup(id) != nil {
+// dialLater dials id in the background, once at a time, keeping msg (if
+// any) to send first on the new connection, in order.
+func (n *Node) dialLater(id string, msg []byte) {
+	if id == n.id {
 		return
 	}
 	addr, ok := n.view.addr(id)
@@ -360,25 +373,36 @@ func (n *Node) dialLater(id string) {
 		return // a client that does not listen connects to us
 	}
 	n.dmu.Lock()
-	if n.dialing[id] {
-		n.dmu.Unlock()
+	waiting, under := n.dialing[id]
+	if msg != nil && len(waiting) < maxWaitingMessages {
+		waiting = append(waiting, msg)
+	}
+	n.dialing[id] = waiting
+	n.dmu.Unlock()
+	if under {
 		return
 	}
-	n.dialing[id] = true
-	n.dmu.Unlock()
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer func() {
-			n.dmu.Lock()
-			delete(n.dialing, id)
-			n.dmu.Unlock()
-		}()
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		defer cancel()
-		if _, err := n.pool.get(ctx, id, addr); err != nil && n.ctx.Err() == nil {
+		c, err := n.pool.get(ctx, id, addr)
+		if err != nil && n.ctx.Err() == nil {
 			n.logger.Debug("fero: node: dial failed", "peer", id, "addr", addr, "err", err)
 		}
+		// Send what waited. The driver may already have sent newer
+		// messages on the connection (the pool shows it as soon as it is
+		// adopted); the engine orders what it receives by offset and
+		// epoch, so an overtaken message costs nothing but a duplicate.
+		n.dmu.Lock()
+		defer n.dmu.Unlock()
+		if err == nil {
+			for _, b := range n.dialing[id] {
+				n.send(id, c, b)
+			}
+		}
+		delete(n.dialing, id)
 	}()
 }
 
