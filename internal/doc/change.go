@@ -93,7 +93,9 @@ func (b Builder) Patch(path string, values map[string]any) ([]Change, error) {
 // state, do not depend on map iteration order.
 func (b Builder) change(t wire.RecordType, path string, v any) (Change, error) {
 	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
 	enc.UseCompactInts(true)
 	if err := enc.Encode(v); err != nil {
 		return Change{}, errs.Errorf(errs.InvalidArgument, "%w for %q: %w", ErrValue, path, err)

@@ -7,10 +7,10 @@
 //
 // # Values
 //
-// Values arrive as msgpack bytes. Every value is validated by the rules
-// of wire.ValidateValue before anything is allocated for it (a hostile
-// value cannot make the decoder allocate gigabytes or recurse without
-// end), then kept decoded in one canonical Go form:
+// Values arrive as msgpack bytes. Every value is checked by
+// wire.ValidateValue before anything is allocated for it (a hostile value
+// cannot make the decoder allocate gigabytes or recurse without end), then
+// decoded with the msgpack library and kept in one canonical Go form:
 //
 //	msgpack           Go
 //	nil               nil
@@ -23,10 +23,11 @@
 //	map               map[string]any (keys must be str; a repeated key keeps its last value)
 //	ext, timestamp    Ext
 //
-// Each value encodes back in one canonical way (shortest integers, float64,
-// map keys sorted bytewise), so equal states have byte-identical snapshots
-// and equal digests however their records were encoded, and Go map order
-// never reaches an encoding.
+// Each value encodes back in one canonical way, the msgpack library's
+// encoding with compact integers and sorted map keys (shortest integers,
+// float64, map keys sorted bytewise), so equal states have byte-identical
+// snapshots and equal digests however their records were encoded, and Go
+// map order never reaches an encoding.
 //
 // # Paths
 //

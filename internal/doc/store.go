@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"iter"
@@ -353,12 +354,16 @@ func (s *Store) Snapshot(p int) ([]byte, error) {
 	for _, e := range es {
 		n += 5 + len(e.key) + len(e.e.encoding())
 	}
-	b := appendContainer(make([]byte, 0, n), 0x80, 0xde, len(es))
+	buf := bytes.NewBuffer(make([]byte, 0, n))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	mustEncode(enc.EncodeMapLen(len(es)))
 	for _, e := range es {
-		b = append(appendStrHeader(b, len(e.key)), e.key...)
-		b = append(b, e.e.encoding()...)
+		mustEncode(enc.EncodeString(e.key))
+		buf.Write(e.e.encoding())
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 // Restore replaces partition p's state with a snapshot. The bytes are

@@ -1,14 +1,14 @@
 package doc
 
 import (
-	"encoding/binary"
-	"errors"
+	"bytes"
 	"fmt"
 	"math"
-	"slices"
+	"sync"
 
 	"github.com/fero-go/fero/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Ext is a msgpack extension value (including the timestamp, type -1),
@@ -46,310 +46,187 @@ func (x *Ext) DecodeMsgpack(d *msgpack.Decoder) error {
 // be applied but its snapshot never restored.
 const maxLevel = wire.MaxValueDepth - 1
 
-// decodeValue validates b and decodes it into the canonical Go form (see
-// the package comment), returning how many levels it nests: 0 for a
-// scalar or an empty container, 1 for a container of scalars, and so on.
+// decodeValue checks b with wire.ValidateValue, then decodes it with the
+// msgpack library into the canonical Go form (see the package comment),
+// returning how many levels it nests: 0 for a scalar or an empty
+// container, 1 for a container of scalars, and so on.
 //
-// It validates as it decodes, with wire.ValidateValue's rules: one value
-// and nothing after it, no container declaring more elements than bytes
-// remain (checked before anything is allocated for it), no nesting deeper
-// than wire.MaxValueDepth. It does not call wire.ValidateValue because that
-// refuses empty fixmaps and fixarrays (0x80, 0x90), which every empty
-// partition's snapshot is.
+// The validation comes first because it is what makes decoding untrusted
+// bytes safe: one value and nothing after it, no container declaring more
+// elements than bytes remain (so nothing below allocates more than b's
+// size), no nesting deeper than wire.MaxValueDepth (so the walk below
+// recurses at most that deep).
 func decodeValue(b []byte) (any, int, error) {
-	if len(b) == 0 {
-		return nil, 0, errors.New("no value")
+	if err := wire.ValidateValue(b); err != nil {
+		return nil, 0, err
 	}
-	d := valueDecoder{b: b}
-	v, level := d.value(0)
-	if d.err == nil && d.off != len(b) {
-		d.fail("%d trailing bytes after the value", len(b)-d.off)
-	}
-	if d.err != nil {
-		return nil, 0, d.err
+	r := readers.Get().(*valueReader)
+	r.br.Reset(b)
+	r.dec.Reset(&r.br)
+	v, level, err := r.value()
+	r.br.Reset(nil) // b may be a receive buffer: do not keep it alive
+	readers.Put(r)
+	if err != nil {
+		return nil, 0, err
 	}
 	return v, level, nil
 }
 
-// valueDecoder decodes untrusted bytes; every length it reads is checked
-// against what remains before it is used.
-type valueDecoder struct {
-	b   []byte
-	off int
-	err error
+// valueReader is a msgpack decoder over a bytes.Reader, pooled together
+// so that decoding a value allocates only the value. The bytes.Reader
+// gives the decoder an io.ByteScanner, so it reads straight from the
+// bytes without buffering of its own.
+type valueReader struct {
+	br  bytes.Reader
+	dec *msgpack.Decoder
 }
 
-func (d *valueDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(format, args...)
-	}
-}
+var readers = sync.Pool{New: func() any {
+	r := &valueReader{}
+	r.dec = msgpack.NewDecoder(&r.br)
+	return r
+}}
 
-func (d *valueDecoder) take(n uint64) []byte {
-	if d.err != nil {
-		return nil
+// value decodes one value with the decoder's typed methods, chosen by the
+// value's code, so that each msgpack type has one Go type: the library's
+// DecodeInterface would keep int8 or uint16 as such, and refuses
+// extension types that no Go type is registered for.
+func (r *valueReader) value() (any, int, error) {
+	d := r.dec
+	c, err := d.PeekCode()
+	if err != nil {
+		return nil, 0, err
 	}
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("truncated value")
-		return nil
-	}
-	p := d.b[d.off : d.off+int(n)]
-	d.off += int(n)
-	return p
-}
-
-// be reads an n-byte big-endian unsigned integer.
-func (d *valueDecoder) be(n int) uint64 {
-	var x uint64
-	for _, c := range d.take(uint64(n)) {
-		x = x<<8 | uint64(c)
-	}
-	return x
-}
-
-func (d *valueDecoder) value(depth int) (any, int) {
-	if depth > wire.MaxValueDepth {
-		d.fail("value nests deeper than %d", wire.MaxValueDepth)
-		return nil, 0
-	}
-	p := d.take(1)
-	if d.err != nil {
-		return nil, 0
-	}
-	c := p[0]
 	switch {
-	case c <= 0x7f:
-		return int64(c), 0
-	case c >= 0xe0:
-		return int64(int8(c)), 0
-	case c <= 0x8f:
-		return d.mapOf(uint64(c&0x0f), depth)
-	case c <= 0x9f:
-		return d.array(uint64(c&0x0f), depth)
-	case c <= 0xbf:
-		return string(d.take(uint64(c & 0x1f))), 0
+	case msgpcode.IsFixedNum(c):
+		v, err := d.DecodeInt64()
+		return v, 0, err
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		return r.mapOf()
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		return r.array()
+	case msgpcode.IsString(c):
+		v, err := d.DecodeString()
+		return v, 0, err
+	case msgpcode.IsBin(c):
+		v, err := d.DecodeBytes()
+		return v, 0, err
+	case msgpcode.IsExt(c): // the timestamp too: kept as it arrived
+		var x Ext
+		err := x.DecodeMsgpack(d)
+		return x, 0, err
 	}
 	switch c {
-	case 0xc0:
-		return nil, 0
-	case 0xc2:
-		return false, 0
-	case 0xc3:
-		return true, 0
-	case 0xc4, 0xc5, 0xc6: // bin 8/16/32
-		return append([]byte{}, d.take(d.be(1<<(c-0xc4)))...), 0
-	case 0xc7, 0xc8, 0xc9: // ext 8/16/32
-		n := d.be(1 << (c - 0xc7))
-		return d.ext(n), 0
-	case 0xca:
-		return float64(math.Float32frombits(uint32(d.be(4)))), 0
-	case 0xcb:
-		return math.Float64frombits(d.be(8)), 0
-	case 0xcc, 0xcd, 0xce, 0xcf:
-		return intOf(d.be(1 << (c - 0xcc))), 0
-	case 0xd0:
-		return int64(int8(d.be(1))), 0
-	case 0xd1:
-		return int64(int16(d.be(2))), 0
-	case 0xd2:
-		return int64(int32(d.be(4))), 0
-	case 0xd3:
-		return int64(d.be(8)), 0
-	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16
-		return d.ext(1 << (c - 0xd4)), 0
-	case 0xd9, 0xda, 0xdb: // str 8/16/32
-		return string(d.take(d.be(1 << (c - 0xd9)))), 0
-	case 0xdc, 0xdd:
-		return d.array(d.be(2<<(c-0xdc)), depth)
-	case 0xde, 0xdf:
-		return d.mapOf(d.be(2<<(c-0xde)), depth)
+	case msgpcode.Nil:
+		return nil, 0, d.DecodeNil()
+	case msgpcode.False, msgpcode.True:
+		v, err := d.DecodeBool()
+		return v, 0, err
+	case msgpcode.Float, msgpcode.Double:
+		v, err := d.DecodeFloat64()
+		return v, 0, err
+	case msgpcode.Uint64:
+		v, err := d.DecodeUint64()
+		if v <= math.MaxInt64 {
+			// The same number has one Go type however it was encoded.
+			return int64(v), 0, err
+		}
+		return v, 0, err
+	case msgpcode.Uint8, msgpcode.Uint16, msgpcode.Uint32,
+		msgpcode.Int8, msgpcode.Int16, msgpcode.Int32, msgpcode.Int64:
+		v, err := d.DecodeInt64()
+		return v, 0, err
 	}
-	d.fail("invalid value code 0x%02x", c)
-	return nil, 0
+	// wire.ValidateValue refuses the one unused code, 0xc1.
+	return nil, 0, fmt.Errorf("invalid value code 0x%02x", c)
 }
 
-// intOf keeps an unsigned integer as int64 when it fits, so that the same
-// number has one Go type however it was encoded.
-func intOf(u uint64) any {
-	if u <= math.MaxInt64 {
-		return int64(u)
-	}
-	return u
-}
-
-func (d *valueDecoder) ext(n uint64) any {
-	t := d.take(1)
-	data := d.take(n)
-	if d.err != nil {
-		return nil
-	}
-	return Ext{Type: int8(t[0]), Data: append([]byte{}, data...)}
-}
-
-func (d *valueDecoder) array(n uint64, depth int) (any, int) {
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("array declares %d elements, %d bytes remain", n, len(d.b)-d.off)
-		return nil, 0
+func (r *valueReader) array() (any, int, error) {
+	n, err := r.dec.DecodeArrayLen()
+	if err != nil {
+		return nil, 0, err
 	}
 	a := make([]any, n)
 	level := 0
 	for i := range a {
-		v, l := d.value(depth + 1)
-		if d.err != nil {
-			return nil, 0
+		v, l, err := r.value()
+		if err != nil {
+			return nil, 0, err
 		}
 		a[i], level = v, max(level, l+1)
 	}
-	return a, level
+	return a, level, nil
 }
 
-func (d *valueDecoder) mapOf(n uint64, depth int) (any, int) {
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("map declares %d entries, %d bytes remain", n, len(d.b)-d.off)
-		return nil, 0
+func (r *valueReader) mapOf() (any, int, error) {
+	n, err := r.dec.DecodeMapLen()
+	if err != nil {
+		return nil, 0, err
 	}
 	m := make(map[string]any, n)
 	level := 0
 	for range n {
-		k, _ := d.value(depth + 1)
-		if d.err != nil {
-			return nil, 0
+		// DecodeString would also take bin and nil as a key.
+		c, err := r.dec.PeekCode()
+		if err != nil {
+			return nil, 0, err
 		}
-		ks, ok := k.(string)
-		if !ok {
-			d.fail("map key of type %T: keys must be strings", k)
-			return nil, 0
+		if !msgpcode.IsString(c) {
+			return nil, 0, fmt.Errorf("map key of msgpack code 0x%02x: keys must be strings", c)
 		}
-		v, l := d.value(depth + 1)
-		if d.err != nil {
-			return nil, 0
+		k, err := r.dec.DecodeString()
+		if err != nil {
+			return nil, 0, err
 		}
-		m[ks], level = v, max(level, l+1)
+		v, l, err := r.value()
+		if err != nil {
+			return nil, 0, err
+		}
+		m[k], level = v, max(level, l+1)
 	}
-	return m, level
+	return m, level, nil
 }
 
 // appendValue appends the canonical encoding of v, a value in canonical
-// form: integers in their shortest form, floats as float64, map keys
-// sorted bytewise. Equal values therefore have equal bytes, which is what
-// makes snapshots and digests comparable across replicas.
+// form: the msgpack library's encoding with map keys sorted and integers
+// in their shortest form (floats stay float64, and an Ext encodes through
+// its EncodeMsgpack). Equal values therefore have equal bytes, which is
+// what makes snapshots and digests comparable across replicas.
 func appendValue(b []byte, v any) []byte {
-	switch v := v.(type) {
-	case nil:
-		return append(b, 0xc0)
-	case bool:
-		if v {
-			return append(b, 0xc3)
-		}
-		return append(b, 0xc2)
-	case int64:
-		return appendInt(b, v)
-	case uint64:
-		return appendUint(b, v)
-	case float64:
-		return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(v))
-	case string:
-		return append(appendStrHeader(b, len(v)), v...)
-	case []byte:
-		return append(appendLen(b, 0xc4, len(v)), v...)
-	case Ext:
-		return append(appendExtHeader(b, v.Type, len(v.Data)), v.Data...)
-	case []any:
-		b = appendContainer(b, 0x90, 0xdc, len(v))
-		for _, e := range v {
-			b = appendValue(b, e)
-		}
-		return b
-	case map[string]any:
-		b = appendContainer(b, 0x80, 0xde, len(v))
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			b = append(appendStrHeader(b, len(k)), k...)
-			b = appendValue(b, v[k])
-		}
-		return b
+	w := writers.Get().(*valueWriter)
+	w.buf.Reset()
+	mustEncode(w.enc.Encode(v))
+	b = append(b, w.buf.Bytes()...)
+	if w.buf.Cap() <= maxPooledBuffer {
+		writers.Put(w)
 	}
-	// Values reach the store only through decodeValue.
-	panic(fmt.Sprintf("doc: value of type %T is not canonical", v))
+	return b
 }
 
-func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(int8(v)))
-	case v >= math.MinInt8:
-		return append(b, 0xd0, byte(v))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(v))
-	case v >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
+// valueWriter is a canonical msgpack encoder and the buffer it writes to,
+// pooled together so that encoding a value allocates only its copy.
+type valueWriter struct {
+	buf bytes.Buffer
+	enc *msgpack.Encoder
 }
 
-func appendUint(b []byte, v uint64) []byte {
-	switch {
-	case v <= 0x7f:
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
-}
+// maxPooledBuffer bounds the buffers kept for reuse, so that encoding one
+// huge value does not pin its size in memory.
+const maxPooledBuffer = 1 << 20
 
-func appendStrHeader(b []byte, n int) []byte {
-	if n <= 31 {
-		return append(b, 0xa0|byte(n))
-	}
-	return appendLen(b, 0xd9, n)
-}
+var writers = sync.Pool{New: func() any {
+	w := &valueWriter{}
+	w.enc = msgpack.NewEncoder(&w.buf)
+	w.enc.SetSortMapKeys(true)
+	w.enc.UseCompactInts(true)
+	return w
+}}
 
-// appendLen appends a str or bin header: code is the 8-bit form, and the
-// 16- and 32-bit forms follow it.
-func appendLen(b []byte, code byte, n int) []byte {
-	switch {
-	case n <= math.MaxUint8:
-		return append(b, code, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, code+1), uint16(n))
+// mustEncode panics on an error from an encoder writing to a bytes.Buffer,
+// which cannot fail, of a value in canonical form, which it can always
+// encode: values reach the store only through decodeValue.
+func mustEncode(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("doc: encoding a canonical value: %v", err))
 	}
-	return binary.BigEndian.AppendUint32(append(b, code+2), uint32(n))
-}
-
-func appendContainer(b []byte, fix, code byte, n int) []byte {
-	switch {
-	case n <= 15:
-		return append(b, fix|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, code), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, code+1), uint32(n))
-}
-
-func appendExtHeader(b []byte, t int8, n int) []byte {
-	switch n {
-	case 1, 2, 4, 8, 16:
-		return append(b, 0xd4+byte(bitsLen(n)), byte(t))
-	}
-	return append(appendLen(b, 0xc7, n), byte(t))
-}
-
-// bitsLen returns log2(n) for a power of two.
-func bitsLen(n int) int {
-	l := 0
-	for n > 1 {
-		n >>= 1
-		l++
-	}
-	return l
 }

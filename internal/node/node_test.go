@@ -184,3 +184,63 @@ func TestClusterReplicates(t *testing.T) {
 	require.Eventually(t, func() bool { return converged(nodes, keys+50) }, 30*time.Second, 20*time.Millisecond)
 	require.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 }
+
+// crash stops a node the way a killed process stops: no goodbye to the
+// cluster, its sockets gone, its driver dead.
+func crash(t *testing.T, nw *memnet.Network, n *Node) {
+	t.Helper()
+	nw.Isolate(n.Membership().Local().Gossip)
+	n.cancel()
+	n.wg.Wait()
+	n.srv.Close()
+	n.pool.close()
+}
+
+// TestJoinAndCrashWhileWriting streams majority-acked writes from a client
+// while a fourth server joins and, later, a server crashes. Every survivor
+// ends with the same state, holding every write whose ack the writer saw.
+func TestJoinAndCrashWhileWriting(t *testing.T) {
+	nw := memnet.New(11)
+	a := startNode(t, nw, "a", false)
+	seed := a.Membership().Local().Gossip
+	b := startNode(t, nw, "b", false, seed)
+	c := startNode(t, nw, "c", false, seed)
+	cl := startNode(t, nw, "client", true, seed)
+	require.Eventually(t, func() bool { return settled([]*Node{a, b, c, cl}, 3) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var bld doc.Builder
+	acked := map[string]int{}
+	var d *Node
+	const total = 3000
+	for i := 0; i < total; i++ {
+		switch i {
+		case total / 3:
+			d = startNode(t, nw, "d", false, seed) // joins mid-stream
+		case 2 * total / 3:
+			crash(t, nw, b) // dies mid-stream
+		}
+		key := fmt.Sprintf("k%d", i%700) // keys are overwritten, as a cache's are
+		ch, err := bld.Update(key, i)
+		require.NoError(t, err)
+		if err := write(ctx, cl, ch, partition.WaitMajority); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		acked[key] = i
+	}
+	survivors := []*Node{a, c, d, cl}
+	if !assert.Eventually(t, func() bool { return converged(survivors, len(acked)) }, 60*time.Second, 50*time.Millisecond) {
+		dumpDivergence(t, survivors)
+		t.FailNow()
+	}
+	for _, n := range survivors {
+		for key, want := range acked {
+			var got int
+			ok, err := n.Store().GetInto(key, &got)
+			require.NoError(t, err)
+			require.True(t, ok, "%s lost acked key %s", n.ID(), key)
+			require.Equal(t, want, got, "%s holds an old value of %s", n.ID(), key)
+		}
+	}
+}
