@@ -9,18 +9,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fero-go/fero/examples/internal/procs"
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
@@ -49,28 +48,17 @@ func main() {
 	}
 }
 
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines chan string
-}
-
 // runDemo starts the nodes, each joining the first, and relays what they
 // report until each says it is done.
 func runDemo(ctx context.Context, n, keys int) error {
 	if n < 1 {
 		return fmt.Errorf("need at least 1 node, got %d", n)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	fmt.Printf("starting %d fero server processes for resource \"users\" on 127.0.0.1\n", n)
-	var children []*child
+	var children []*procs.Child
 	defer func() {
 		for _, c := range children {
-			c.stdin.Close() // a node leaves the cluster when its stdin closes
-			_ = c.cmd.Wait()
+			c.Stop() // a node leaves the cluster when its stdin closes
 		}
 	}()
 	seed := ""
@@ -79,52 +67,21 @@ func runDemo(ctx context.Context, n, keys int) error {
 		if seed != "" {
 			args = append(args, "-seed", seed)
 		}
-		cmd := exec.CommandContext(ctx, self, args...)
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
+		c, err := procs.Start(ctx, args...)
 		if err != nil {
-			return err
+			return fmt.Errorf("node-%d: %w", i, err)
 		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		c := &child{cmd: cmd, stdin: stdin, lines: make(chan string)}
 		children = append(children, c)
-		out := bufio.NewScanner(stdout)
-		if !out.Scan() {
-			return fmt.Errorf("node-%d exited before it started", i)
-		}
-		first := out.Text() // "gossip <addr> data <addr>"
-		f := strings.Fields(first)
+		f := strings.Fields(c.First) // "gossip <addr> data <addr>"
 		if len(f) != 4 {
-			return fmt.Errorf("node-%d: unexpected first line %q", i, first)
+			return fmt.Errorf("node-%d: unexpected first line %q", i, c.First)
 		}
 		if seed == "" {
 			seed = f[1]
 		}
-		fmt.Printf("  node-%d (pid %d): gossip %s, data %s\n", i, cmd.Process.Pid, f[1], f[3])
-		go func() {
-			defer close(c.lines)
-			for out.Scan() {
-				c.lines <- out.Text()
-			}
-		}()
+		fmt.Printf("  node-%d (pid %d): gossip %s, data %s\n", i, c.Cmd.Process.Pid, f[1], f[3])
 	}
-	failed := false
-	for i, c := range children {
-		for line := range c.lines {
-			if line == "done" {
-				break
-			}
-			failed = failed || strings.HasPrefix(line, "error")
-			fmt.Printf("  node-%d: %s\n", i, line)
-		}
-	}
-	if failed {
+	if procs.Relay(children, func(i int) string { return fmt.Sprintf("node-%d:", i) }) {
 		return fmt.Errorf("a node failed")
 	}
 	return nil

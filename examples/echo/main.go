@@ -14,9 +14,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -25,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fero-go/fero/examples/internal/procs"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -59,74 +58,30 @@ func runDemo(ctx context.Context, n, calls int) error {
 	if n < 2 {
 		return fmt.Errorf("need at least 2 nodes, got %d", n)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	fmt.Printf("starting %d node processes on 127.0.0.1\n", n)
-	type child struct {
-		cmd   *exec.Cmd
-		stdin io.WriteCloser
-		addr  string
-		lines chan string
-	}
-	children := make([]*child, 0, n)
+	children := make([]*procs.Child, 0, n)
 	defer func() {
 		for _, c := range children {
-			c.stdin.Close() // a node exits when its stdin closes
-			_ = c.cmd.Wait()
+			c.Stop() // a node exits when its stdin closes
 		}
 	}()
-	for i := 0; i < n; i++ {
-		cmd := exec.CommandContext(ctx, self, "-node", "-calls", fmt.Sprint(calls))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		c := &child{cmd: cmd, stdin: stdin, lines: make(chan string)}
-		children = append(children, c)
-		out := bufio.NewScanner(stdout)
-		if !out.Scan() {
-			return fmt.Errorf("node %d exited before listening", i)
-		}
-		c.addr = strings.TrimPrefix(out.Text(), "listening ")
-		fmt.Printf("  node %d (pid %d) listening on %s\n", i, cmd.Process.Pid, c.addr)
-		go func() {
-			defer close(c.lines)
-			for out.Scan() {
-				c.lines <- out.Text()
-			}
-		}()
-	}
 	addrs := make([]string, n)
-	for i, c := range children {
-		addrs[i] = c.addr
+	for i := 0; i < n; i++ {
+		c, err := procs.Start(ctx, "-node", "-calls", fmt.Sprint(calls))
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+		children = append(children, c)
+		addrs[i] = strings.TrimPrefix(c.First, "listening ")
+		fmt.Printf("  node %d (pid %d) listening on %s\n", i, c.Cmd.Process.Pid, addrs[i])
 	}
 	for i, c := range children {
-		if _, err := fmt.Fprintf(c.stdin, "%d\n%s\n", i, strings.Join(addrs, " ")); err != nil {
+		if err := c.Send(fmt.Sprintf("%d\n%s", i, strings.Join(addrs, " "))); err != nil {
 			return err
 		}
 	}
 	fmt.Printf("each node calls every other: %d round trips, %d pipelined calls, %d one-way messages of 100 bytes\n", calls, calls, calls)
-	failed := false
-	for i, c := range children {
-		for line := range c.lines {
-			if line == "done" {
-				break
-			}
-			failed = failed || strings.Contains(line, "error")
-			fmt.Printf("  node %d %s\n", i, line)
-		}
-	}
-	if failed {
+	if procs.Relay(children, func(i int) string { return fmt.Sprintf("node %d", i) }) {
 		return fmt.Errorf("some calls failed")
 	}
 	return nil
@@ -173,7 +128,7 @@ func runNode(ctx context.Context, calls int) error {
 			defer wg.Done()
 			r, err := exercise(ctx, addr, calls)
 			if err != nil {
-				reports[i] = fmt.Sprintf("→ node %d: error: %v", i, err)
+				reports[i] = fmt.Sprintf("error: → node %d: %v", i, err)
 				return
 			}
 			reports[i] = fmt.Sprintf("→ node %d: %s", i, r)
