@@ -244,3 +244,63 @@ func TestJoinAndCrashWhileWriting(t *testing.T) {
 		}
 	}
 }
+
+// TestHundredThousandUpdates sends 100,000 owner-acked updates from 16
+// writers to random nodes (owners and not) of a settled cluster; every
+// copy ends identical, holding each writer's last value for every key.
+// It runs in the long profile (make test-long).
+func TestHundredThousandUpdates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: 100,000 updates (make test-long)")
+	}
+	nw := memnet.New(13)
+	a := startNode(t, nw, "a", false)
+	seed := a.Membership().Local().Gossip
+	nodes := []*Node{a, startNode(t, nw, "b", false, seed), startNode(t, nw, "c", false, seed), startNode(t, nw, "client", true, seed)}
+	require.Eventually(t, func() bool { return settled(nodes, 3) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const writers, perWriter, keysPerWriter = 16, 100_000 / 16, 500
+	last := make([]map[string]int, writers)
+	errc := make(chan error, writers)
+	start := time.Now()
+	for g := 0; g < writers; g++ {
+		last[g] = map[string]int{}
+		go func() {
+			var b doc.Builder
+			rng := rand.New(rand.NewPCG(uint64(g), 99))
+			for i := 0; i < perWriter; i++ {
+				key := fmt.Sprintf("w%d-k%d", g, i%keysPerWriter)
+				c, err := b.Update(key, i)
+				if err == nil {
+					err = write(ctx, nodes[rng.IntN(len(nodes))], c, partition.WaitAck)
+				}
+				if err != nil {
+					errc <- fmt.Errorf("writer %d, update %d: %w", g, i, err)
+					return
+				}
+				last[g][key] = i
+			}
+			errc <- nil
+		}()
+	}
+	for g := 0; g < writers; g++ {
+		require.NoError(t, <-errc)
+	}
+	t.Logf("%d updates acked in %v (in one process, -race)", writers*perWriter, time.Since(start).Round(time.Millisecond))
+	if !assert.Eventually(t, func() bool { return converged(nodes, writers*keysPerWriter) }, 60*time.Second, 50*time.Millisecond) {
+		dumpDivergence(t, nodes)
+		t.FailNow()
+	}
+	for _, n := range nodes {
+		for g := range last {
+			for key, want := range last[g] {
+				var got int
+				ok, err := n.Store().GetInto(key, &got)
+				require.NoError(t, err)
+				require.True(t, ok && got == want, "%s: %s = %d (present %v), want %d", n.ID(), key, got, ok, want)
+			}
+		}
+	}
+}
