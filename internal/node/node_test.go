@@ -162,7 +162,7 @@ func TestClusterReplicates(t *testing.T) {
 		c, err := b.Update(fmt.Sprintf("k%d", i), map[string]any{"i": i, "pad": "0123456789"})
 		require.NoError(t, err)
 		via := nodes[rng.IntN(len(nodes))]
-		require.NoError(t, write(ctx, via, c, partition.WaitMajority), "write %d via %s", i, via.ID())
+		require.NoError(t, write(ctx, via, c, partition.WaitAck), "write %d via %s", i, via.ID())
 	}
 	if !assert.Eventually(t, func() bool { return converged(nodes, keys) }, 30*time.Second, 20*time.Millisecond) {
 		dumpDivergence(t, nodes)

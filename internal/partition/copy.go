@@ -104,8 +104,11 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 	pt.knownLast = 0
 	clear(pt.gap)
 	pt.fetch = fetchState{}
-	if ep.Owner != e.id && e.alive[ep.Owner] {
-		// Let a live rival finish; a dead one is no reason to wait.
+	if _, seen := e.seen[ep.Owner]; ep.Owner != e.id && (e.alive[ep.Owner] || !seen) {
+		// Let a live rival finish; a dead one is no reason to wait. A rival
+		// no map of ours has named yet has just joined and our map lags:
+		// re-taking the partition now would sync only with the members we
+		// know and drop what the newcomer committed.
 		pt.backoff = e.now.Add(e.cfg.fenceBackoff)
 	}
 }
