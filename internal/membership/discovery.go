@@ -247,8 +247,11 @@ func (m *Membership) startMulticast(mc MulticastConfig) error {
 	if err != nil {
 		return err
 	}
-	// Closing the sockets is what unblocks the reader.
-	stop := context.AfterFunc(m.ctx, func() {
+	// Closing the sockets is what unblocks the reader, so it must happen
+	// once the context ends. (Stopping this AfterFunc when the announcer
+	// returned could cancel it before it ran, leaving the reader blocked
+	// and Close waiting for it forever: seen in a loaded test run.)
+	context.AfterFunc(m.ctx, func() {
 		_ = recv.Close()
 		_ = send.Close()
 	})
@@ -259,7 +262,6 @@ func (m *Membership) startMulticast(mc MulticastConfig) error {
 	}()
 	go func() {
 		defer m.wg.Done()
-		defer stop()
 		m.multicastAnnounce(mc, send, group)
 	}()
 	return nil

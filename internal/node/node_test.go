@@ -248,11 +248,7 @@ func TestJoinAndCrashWhileWriting(t *testing.T) {
 // TestHundredThousandUpdates sends 100,000 owner-acked updates from 16
 // writers to random nodes (owners and not) of a settled cluster; every
 // copy ends identical, holding each writer's last value for every key.
-// It runs in the long profile (make test-long).
 func TestHundredThousandUpdates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long: 100,000 updates (make test-long)")
-	}
 	nw := memnet.New(13)
 	a := startNode(t, nw, "a", false)
 	seed := a.Membership().Local().Gossip
