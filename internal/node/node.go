@@ -63,7 +63,7 @@ type Node struct {
 
 	inbox   chan inbound
 	props   chan proposal
-	queries chan func(*partition.Engine) // run on the driver goroutine
+	queries chan func(*partition.Engine)           // run on the driver goroutine
 	waiters map[uint64]chan<- partition.Completion // driver goroutine only
 	token   uint64                                 // driver goroutine only
 
