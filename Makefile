@@ -41,7 +41,8 @@ vet: ## go vet over every package.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: vet $(STATICCHECK) ## vet plus staticcheck (installed into .bin at a pinned version).
+lint: vet $(STATICCHECK) ## gofmt, vet and staticcheck (installed into .bin at a pinned version).
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting" >&2; exit 1)
 	$(STATICCHECK) ./...
 
 $(STATICCHECK):
