@@ -67,6 +67,10 @@ type Node struct {
 	waiters map[uint64]chan<- partition.Completion // driver goroutine only
 	token   uint64                                 // driver goroutine only
 
+	subMu      sync.Mutex
+	subs       map[*Subscription]struct{}
+	subsClosed bool
+
 	dmu     sync.Mutex
 	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
 
@@ -115,6 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
 		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string][][]byte),
+		subs: make(map[*Subscription]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -246,6 +251,7 @@ func (n *Node) drive() {
 			for _, w := range n.waiters {
 				w <- partition.Completion{Err: ErrClosed}
 			}
+			n.closeSubs()
 			return
 		case <-n.view.changed:
 			m, clients := n.view.current()
@@ -309,6 +315,7 @@ func (n *Node) process(rd partition.Ready) {
 		}
 	}
 	for _, ev := range rd.Events {
+		n.publish(ev)
 		if ev.Kind == partition.EventDropped || ev.Kind == partition.EventFenced {
 			owner := ""
 			if m, _ := n.view.current(); m != nil {

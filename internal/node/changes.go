@@ -1,0 +1,121 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/fero-go/fero/internal/partition"
+)
+
+// Change is one commit as applied to this node's copy: what a change
+// stream delivers. Value is the msgpack encoding of the value (empty for
+// a remove); it is shared and must not be modified.
+type Change struct {
+	// Kind is EventCommitted when this node committed it as owner,
+	// EventApplied when it applied the owner's commit, EventDropped when an
+	// uncommitted change it held was undone (see docs/engine.md, rule 6),
+	// and EventRestored when a partition was replaced by a snapshot.
+	Kind      partition.EventKind
+	Partition int
+	Entry     partition.Entry
+}
+
+// Overflow says what a change stream does when its subscriber falls a
+// full buffer behind.
+type Overflow uint8
+
+const (
+	// Drop discards the newest changes and counts them (Subscription.Dropped):
+	// the node never waits for a slow subscriber.
+	Drop Overflow = iota
+	// Block makes the node wait until the subscriber takes the change.
+	// Nothing is lost, but a slow subscriber slows the whole node: its
+	// commits, its replication and its answers.
+	Block
+)
+
+// Subscription is one change stream. Changes arrive in commit order per
+// partition.
+type Subscription struct {
+	n        *Node
+	c        chan Change
+	overflow Overflow
+	dropped  atomic.Uint64
+	once     sync.Once
+	done     chan struct{}
+}
+
+// C delivers the changes. It is closed when the node closes; after Close
+// no more changes are sent on it, but it stays open (the node's driver is
+// its only sender and closes it only on its way out).
+func (s *Subscription) C() <-chan Change { return s.c }
+
+// Dropped counts the changes a Drop subscription discarded.
+func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
+
+// Close ends the subscription. It is idempotent.
+func (s *Subscription) Close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.n.subMu.Lock()
+		delete(s.n.subs, s)
+		s.n.subMu.Unlock()
+	})
+}
+
+// Subscribe opens a change stream holding up to buffer changes.
+func (n *Node) Subscribe(buffer int, overflow Overflow) *Subscription {
+	s := &Subscription{n: n, c: make(chan Change, max(buffer, 0)), overflow: overflow, done: make(chan struct{})}
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	if n.subsClosed {
+		close(s.c)
+		return s
+	}
+	n.subs[s] = struct{}{}
+	return s
+}
+
+// publish hands an engine event to every subscriber. It runs on the
+// driver goroutine, which is the only sender on the channels.
+func (n *Node) publish(ev partition.Event) {
+	switch ev.Kind {
+	case partition.EventCommitted, partition.EventApplied, partition.EventDropped, partition.EventRestored:
+	default:
+		return
+	}
+	ch := Change{Kind: ev.Kind, Partition: ev.Partition, Entry: ev.Entry}
+	n.subMu.Lock()
+	subs := make([]*Subscription, 0, len(n.subs))
+	for s := range n.subs {
+		subs = append(subs, s)
+	}
+	n.subMu.Unlock()
+	for _, s := range subs {
+		if s.overflow == Drop {
+			select {
+			case s.c <- ch:
+			default:
+				s.dropped.Add(1)
+			}
+			continue
+		}
+		select {
+		case s.c <- ch:
+		case <-s.done:
+		case <-n.ctx.Done():
+		}
+	}
+}
+
+// closeSubs closes every stream; the driver calls it as it exits, so no
+// send can follow.
+func (n *Node) closeSubs() {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.subsClosed = true
+	for s := range n.subs {
+		close(s.c)
+		delete(n.subs, s)
+	}
+}
