@@ -140,9 +140,12 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 	// A connection adopted again (its hello came twice) changes nothing.
 	cur, ok := p.conns[id]
 	if ok && cur.c != c && cur.c.Err() == nil {
-		// Two live connections: keep the one the smaller ID opened.
+		// Two live connections: keep the one the smaller ID opened. Of two
+		// that the same node opened, keep the newer: its opener dialed
+		// again because it gave up on the older, which may not have
+		// failed on this side yet.
 		winner := min(p.self, id)
-		if cur.initiator == winner || initiator != winner {
+		if cur.initiator == winner && initiator != winner {
 			p.closeLater(c)
 			p.mu.Unlock()
 			return cur.c
