@@ -678,9 +678,9 @@ func (s *Stream) push(b []byte) {
 		s.mu.Unlock()
 		return
 	}
-	if s.bytes+len(b) > s.limit {
+	if s.bytes+chunkCost(b) > s.limit {
 		s.ended = true
-		s.err = errs.Errorf(errs.ResourceExhausted, "stream consumer fell %d bytes behind (limit %d)", s.bytes+len(b), s.limit)
+		s.err = errs.Errorf(errs.ResourceExhausted, "stream consumer fell %d bytes behind (limit %d)", s.bytes+chunkCost(b), s.limit)
 		s.mu.Unlock()
 		if s.c.unregister(s.id) {
 			s.c.sendCancel(s.id)
@@ -689,10 +689,15 @@ func (s *Stream) push(b []byte) {
 		return
 	}
 	s.items = append(s.items, b)
-	s.bytes += len(b)
+	s.bytes += chunkCost(b)
 	s.mu.Unlock()
 	s.signal()
 }
+
+// chunkCost is what a queued chunk counts against the stream buffer: its
+// bytes plus its slot, so that a peer streaming empty chunks is bounded
+// too.
+func chunkCost(b []byte) int { return len(b) + 24 }
 
 func (s *Stream) end(b []byte, err error) {
 	s.mu.Lock()
@@ -701,6 +706,7 @@ func (s *Stream) end(b []byte, err error) {
 		if err == nil {
 			if len(b) > 0 {
 				s.items = append(s.items, b)
+				s.bytes += chunkCost(b)
 			}
 			err = io.EOF
 		}
@@ -727,7 +733,7 @@ func (s *Stream) Recv() ([]byte, error) {
 			b := s.items[0]
 			s.items[0] = nil
 			s.items = s.items[1:]
-			s.bytes -= len(b)
+			s.bytes -= chunkCost(b)
 			s.mu.Unlock()
 			return b, nil
 		}

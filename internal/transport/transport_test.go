@@ -619,3 +619,37 @@ func TestGoRepliesIntactAcrossRefills(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, wrong.Load())
 }
+
+// TestStreamOfEmptyChunksBounded: empty chunks count against the stream
+// buffer too, so a peer cannot grow a caller's queue without limit.
+func TestStreamOfEmptyChunksBounded(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) {
+		go func() {
+			for i := 0; i < 100000; i++ {
+				if r.Chunk(nil) != nil {
+					return
+				}
+			}
+			_ = r.Reply(nil)
+		}()
+	}))
+	require.NoError(t, err)
+	defer s.Close()
+	p := dialTest(t, s.Addr().String(), WithStreamBuffer(1024))
+	st, err := p.Stream(ctxT(t), 1, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.ended
+	}, 10*time.Second, time.Millisecond)
+	st.mu.Lock()
+	n := len(st.items)
+	st.mu.Unlock()
+	assert.LessOrEqual(t, n, 1024/24, "queued empty chunks stay within the buffer")
+	var last error
+	for last == nil {
+		_, last = st.Recv()
+	}
+	assert.Equal(t, errs.ResourceExhausted, errs.CodeOf(last))
+}
