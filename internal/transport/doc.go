@@ -39,12 +39,14 @@
 // exception: answers produced while the reader works through frames it has
 // already received are written together once it has handled the last of
 // them (as a server flushes when its input runs dry). There is no timer:
-// batching comes only from load and never waits for input yet to come. The outbox holds at most
-// OutboxLimit bytes (one frame larger than that is let through alone);
-// beyond it a sender blocks until there is room or its context ends, or,
-// with the FailFast call option, gets ErrOutboxFull at once. A connection
-// therefore holds at most about 2×OutboxLimit bytes of outgoing data (the
-// batch being written plus the outbox), however slow its peer.
+// batching comes only from load and never waits for input yet to come.
+//
+// The outbox holds at most OutboxLimit bytes (256 KiB by default; one
+// frame larger than that is let through alone); beyond it a sender blocks
+// until there is room or its context ends, or, with the FailFast call
+// option, gets ErrOutboxFull at once. A connection therefore holds at most
+// about 2×OutboxLimit bytes of outgoing data (the batch being written plus
+// the outbox), however slow its peer.
 //
 // # Connections
 //
