@@ -18,6 +18,8 @@ type Change struct {
 	Kind      partition.EventKind
 	Partition int
 	Entry     partition.Entry
+	// Position is where a restored partition now stands (EventRestored).
+	Position partition.Position
 }
 
 // Overflow says what a change stream does when its subscriber falls a
@@ -84,7 +86,7 @@ func (n *Node) publish(ev partition.Event) {
 	default:
 		return
 	}
-	ch := Change{Kind: ev.Kind, Partition: ev.Partition, Entry: ev.Entry}
+	ch := Change{Kind: ev.Kind, Partition: ev.Partition, Entry: ev.Entry, Position: ev.Position}
 	n.subMu.Lock()
 	subs := make([]*Subscription, 0, len(n.subs))
 	for s := range n.subs {

@@ -45,7 +45,16 @@ type Config struct {
 	// Inbox bounds the engine messages queued for the engine; a full inbox
 	// makes connections stop reading (default 4096).
 	Inbox int
+	// Handler answers requests for the partitions this node owns (default:
+	// Builtin, which commits ADD, UPDATE and REMOVE and refuses other verbs).
+	Handler Handler
+	// MaxRequests bounds the handlers running at once; beyond it requests
+	// are refused with ErrTooManyRequests (default DefaultMaxRequests).
+	MaxRequests int
 }
+
+// DefaultMaxRequests is the default bound on handlers running at once.
+const DefaultMaxRequests = 10000
 
 // Node is one running member of a resource's cluster.
 type Node struct {
@@ -61,11 +70,12 @@ type Node struct {
 	store *doc.Store
 	eng   *partition.Engine
 
-	inbox   chan inbound
-	props   chan proposal
-	queries chan func(*partition.Engine)           // run on the driver goroutine
-	waiters map[uint64]chan<- partition.Completion // driver goroutine only
-	token   uint64                                 // driver goroutine only
+	inbox    chan inbound
+	handlers chan struct{} // a semaphore: one token per running handler
+	props    chan proposal
+	queries  chan func(*partition.Engine)           // run on the driver goroutine
+	waiters  map[uint64]chan<- partition.Completion // driver goroutine only
+	token    uint64                                 // driver goroutine only
 
 	subMu      sync.Mutex
 	subs       map[*Subscription]struct{}
@@ -74,9 +84,12 @@ type Node struct {
 	dmu     sync.Mutex
 	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
 
+	spawnMu     sync.RWMutex
+	spawnClosed bool // no more goroutines for wg
+
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the driver, the view and background dials
+	wg     sync.WaitGroup // the driver, the view, background dials and handlers
 	close  sync.Once
 }
 
@@ -115,11 +128,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Inbox <= 0 {
 		cfg.Inbox = 4096
 	}
+	if cfg.MaxRequests <= 0 {
+		cfg.MaxRequests = DefaultMaxRequests
+	}
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
 		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string][][]byte),
-		subs: make(map[*Subscription]struct{}),
+		subs: make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -143,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
 	mux.HandleFunc(OpHello, n.pool.serveHello)
 	mux.HandleFunc(OpEngine, n.serveEngine)
+	mux.HandleFunc(OpRequest, n.serveRequest)
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
 	}
@@ -440,6 +457,9 @@ func (n *Node) Close() error {
 	var err error
 	n.close.Do(func() {
 		err = n.ms.Close()
+		n.spawnMu.Lock()
+		n.spawnClosed = true
+		n.spawnMu.Unlock()
 		n.cancel()
 		n.wg.Wait()
 		n.pool.close()

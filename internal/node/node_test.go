@@ -38,9 +38,15 @@ func clusterTimers(c *memberlist.Config) {
 // is real loopback TCP.
 func startNode(t *testing.T, nw *memnet.Network, id string, client bool, seeds ...string) *Node {
 	t.Helper()
+	return startNodeWith(t, nw, id, client, nil, seeds...)
+}
+
+// startNodeWith is startNode with a handler.
+func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h Handler, seeds ...string) *Node {
+	t.Helper()
 	logger := testLogger(t)
 	n, err := Start(ctxT(t), Config{
-		ID: id, Resource: "test", Client: client,
+		Handler: h, ID: id, Resource: "test", Client: client,
 		Membership: []membership.Option{
 			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
 			membership.WithTransport(nw.NewTransport()), membership.WithTuning(clusterTimers),

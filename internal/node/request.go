@@ -1,0 +1,340 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// OpRequest carries a request (a verb, a key and a payload) to the owner of
+// the key's partition, whose handler answers it. A node that is not the
+// owner forwards the request once; a request that already took that hop
+// and still meets a non-owner is answered with "retry", never forwarded
+// again, so a request travels at most two hops and cannot loop while maps
+// disagree.
+const OpRequest uint32 = 4
+
+// Verbs of the built-in handler.
+const (
+	VerbAdd    = "ADD"
+	VerbUpdate = "UPDATE"
+	VerbRemove = "REMOVE"
+)
+
+// Request is one request as the owner's handler sees it. Payload is
+// msgpack (empty if the caller sent none); it is valid until the handler
+// returns.
+type Request struct {
+	Verb      string
+	Key       string
+	Partition int
+	Payload   []byte
+	// Local is true when the caller runs in this process.
+	Local bool
+}
+
+// Handler answers requests on the owner of their key. It returns the
+// reply's msgpack encoding, or an error that reaches the caller with its
+// code (an error without one arrives as Unknown). Handlers run
+// concurrently, each in its own goroutine; ctx ends when the caller gives
+// up or the node closes.
+type Handler func(ctx context.Context, req *Request) ([]byte, error)
+
+// Builtin is the built-in handling of a request: ADD, UPDATE and REMOVE
+// commit the change (key, payload as the value) and reply nil once the
+// owner committed it; every other verb is refused with Unimplemented.
+func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
+	var t wire.RecordType
+	switch req.Verb {
+	case VerbAdd:
+		t = wire.RecordAdd
+	case VerbUpdate:
+		t = wire.RecordUpdate
+	case VerbRemove:
+		t = wire.RecordRemove
+	default:
+		return nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb)
+	}
+	value := req.Payload
+	if t != wire.RecordRemove {
+		// The engine keeps the value without copying; the payload's buffer
+		// is the connection's.
+		value = append([]byte(nil), value...)
+	} else {
+		value = nil
+	}
+	if _, err := n.Write(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// wireRequest is OpRequest's payload.
+type wireRequest struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Verb     string
+	Key      string
+	Payload  []byte
+	Hops     uint8
+}
+
+// A reply to OpRequest starts with a status byte.
+const (
+	replyOK    byte = 0 // the handler's reply follows
+	replyRetry byte = 1 // the receiver does not own the key's partition
+)
+
+// retryBackoff bounds the pause before a request that met a non-owner is
+// sent again, while the maps converge.
+const (
+	retryBackoffMin = 5 * time.Millisecond
+	retryBackoffMax = 200 * time.Millisecond
+)
+
+// ErrTooManyRequests is the answer when a node already runs its
+// configured maximum of handlers.
+var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many requests in flight on the owner")
+
+// Request sends a request to the owner of key's partition and returns the
+// handler's reply. With oneway it returns once the request is queued and
+// the reply is discarded. A request that meets a node which is not (or no
+// longer) the owner is sent again to the owner the caller's map then names,
+// until ctx ends; a request whose connection broke after it was sent is
+// not, since the handler may have run: the error says so.
+func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
+	if n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true}
+	var wbuf []byte
+	backoff := retryBackoffMin
+	for {
+		owner, ok := n.ownerOf(req.Partition)
+		switch {
+		case !ok:
+			// No map yet, or no server: wait for one.
+		case owner == n.id && !n.cfg.Client:
+			if oneway {
+				if !n.spawn(func() {
+					if _, err := n.handle(n.ctx, req); err != nil {
+						n.logger.Debug("fero: node: one-way request failed", "verb", verb, "key", key, "err", err)
+					}
+				}) {
+					return nil, ErrClosed
+				}
+				return nil, nil
+			}
+			return n.handle(ctx, req)
+		default:
+			if wbuf == nil {
+				var err error
+				if wbuf, err = msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload}); err != nil {
+					return nil, errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
+				}
+			}
+			c, err := n.connTo(ctx, owner)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				break // never sent: retry once the map moves on
+			}
+			if oneway {
+				if err := c.Send(ctx, OpRequest, wbuf); err != nil {
+					return nil, err
+				}
+				return nil, nil
+			}
+			reply, err := c.Call(ctx, OpRequest, wbuf)
+			if err != nil {
+				return nil, err
+			}
+			if len(reply) == 0 {
+				return nil, errs.New(errs.Internal, "fero: empty reply")
+			}
+			if reply[0] == replyOK {
+				return reply[1:], nil
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-n.ctx.Done():
+			t.Stop()
+			return nil, ErrClosed
+		case <-t.C:
+		}
+		backoff = min(2*backoff, retryBackoffMax)
+	}
+}
+
+// ownerOf returns the owner of partition p by the node's current map.
+func (n *Node) ownerOf(p int) (string, bool) {
+	m, _ := n.view.current()
+	if m == nil {
+		return "", false
+	}
+	o, ok := m.Owner(p)
+	return o.ID, ok
+}
+
+// connTo returns the connection to peer id, dialing it if needed.
+func (n *Node) connTo(ctx context.Context, id string) (*transport.Conn, error) {
+	if c := n.pool.lookup(id); c != nil {
+		return c, nil
+	}
+	addr, ok := n.view.addr(id)
+	if !ok || addr == "" {
+		return nil, errs.Errorf(errs.Unavailable, "fero: no address for %s", id)
+	}
+	return n.pool.get(ctx, id, addr)
+}
+
+// handle runs the node's handler (or the built-in one) for a request this
+// node owns, bounded by the node's request limit, and turns a panic into
+// an Internal error.
+func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err error) {
+	select {
+	case n.handlers <- struct{}{}:
+		defer func() { <-n.handlers }()
+	default:
+		return nil, ErrTooManyRequests
+	}
+	// The handler's context also ends when the node closes, so Close does
+	// not wait on handlers that wait on the caller.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(n.ctx, cancel)
+	defer stop()
+	defer func() {
+		if v := recover(); v != nil {
+			n.logger.Error("fero: node: request handler panicked", "verb", req.Verb, "key", req.Key, "panic", v, "stack", string(debug.Stack()))
+			reply, err = nil, errs.Errorf(errs.Internal, "fero: handler for %q panicked: %v", req.Verb, v)
+		}
+	}()
+	if n.cfg.Handler == nil {
+		return n.Builtin(ctx, req)
+	}
+	return n.cfg.Handler(ctx, req)
+}
+
+// serveRequest answers OpRequest: the owner runs the handler in its own
+// goroutine; a non-owner forwards the request to the owner once.
+func (n *Node) serveRequest(r *transport.Request) {
+	var wr wireRequest
+	if err := msgpack.Unmarshal(r.Payload(), &wr); err != nil {
+		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: bad request: %v", err))
+		return
+	}
+	p := n.store.PartitionOf(wr.Key)
+	owner, ok := n.ownerOf(p)
+	oneway := r.Mode() == transport.ModeSend
+	switch {
+	case ok && owner == n.id && !n.cfg.Client:
+		payload := wr.Payload
+		if oneway {
+			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
+		}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload}
+		ok := n.spawn(func() {
+			reply, err := n.handle(r.Context(), req)
+			if err != nil {
+				if oneway {
+					n.logger.Debug("fero: node: one-way request failed", "verb", req.Verb, "key", req.Key, "err", err)
+				}
+				_ = r.Fail(err)
+				return
+			}
+			_ = r.Reply(append([]byte{replyOK}, reply...))
+		})
+		if !ok {
+			_ = r.Fail(ErrClosed)
+		}
+	case ok && wr.Hops == 0 && owner != n.id:
+		n.forward(r, owner, &wr)
+	default:
+		_ = r.Reply([]byte{replyRetry})
+	}
+}
+
+// forward sends a request on to the owner and relays its answer. It never
+// blocks the connection's reader: without a connection to the owner it
+// dials in the background, and a full outbox answers "retry".
+func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest) {
+	wr.Hops++
+	b, err := msgpack.Marshal(wr)
+	if err != nil {
+		_ = r.Fail(errs.Errorf(errs.Internal, "fero: encode forwarded request: %v", err))
+		return
+	}
+	send := func(c *transport.Conn) {
+		if r.Mode() == transport.ModeSend {
+			if err := c.Send(n.ctx, OpRequest, b, transport.FailFast); err != nil {
+				n.logger.Debug("fero: node: forwarding a one-way request failed", "to", owner, "err", err)
+			}
+			return
+		}
+		err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+			if err != nil {
+				_ = r.Fail(err)
+				return
+			}
+			_ = r.Reply(reply)
+		}, transport.FailFast)
+		if errors.Is(err, transport.ErrOutboxFull) {
+			_ = r.Reply([]byte{replyRetry})
+		} else if err != nil {
+			_ = r.Fail(err)
+		}
+	}
+	if c := n.pool.lookup(owner); c != nil {
+		send(c)
+		return
+	}
+	if r.Mode() == transport.ModeSend {
+		// The payload dies with this call; take a copy for the dial.
+		b = append([]byte(nil), b...)
+	}
+	if !n.spawn(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		c, err := n.connTo(ctx, owner)
+		if err != nil {
+			_ = r.Reply([]byte{replyRetry})
+			return
+		}
+		send(c)
+	}) {
+		_ = r.Fail(ErrClosed)
+	}
+}
+
+// spawn runs f in a goroutine Close waits for, unless the node is closing.
+func (n *Node) spawn(f func()) bool {
+	n.spawnMu.RLock()
+	defer n.spawnMu.RUnlock()
+	if n.spawnClosed {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// String names a request for logs.
+func (r *Request) String() string { return fmt.Sprintf("%s %q", r.Verb, r.Key) }

@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// TestRequestsReachTheOwner sends requests for many keys through every
+// node (servers and a client): each is answered by the handler of the
+// node its key's partition belongs to, built-in verbs fall through and
+// commit, and the error paths come back coded.
+func TestRequestsReachTheOwner(t *testing.T) {
+	nw := memnet.New(11)
+	var oneways atomic.Int64
+	var nodes []*Node
+	handler := func(self *string) Handler {
+		return func(ctx context.Context, req *Request) ([]byte, error) {
+			switch req.Verb {
+			case "WHO":
+				return msgpack.Marshal([]any{*self, req.Key, req.Partition, req.Payload})
+			case "PING":
+				oneways.Add(1)
+				return nil, nil
+			case "BOOM":
+				panic("boom")
+			case "DENY":
+				return nil, errs.Errorf(errs.PermissionDenied, "no %s for you", req.Key)
+			}
+			return nodes[0].Builtin(ctx, req) // any node's built-in would do; it writes through the local node
+		}
+	}
+	ids := []string{"a", "b", "c"}
+	for i, id := range ids {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].Membership().Local().Gossip}
+		}
+		id := id
+		nodes = append(nodes, startNodeWith(t, nw, id, false, handler(&id), seeds...))
+	}
+	client := startNode(t, nw, "client", true, nodes[0].Membership().Local().Gossip)
+	all := append(append([]*Node(nil), nodes...), client)
+	require.Eventually(t, func() bool { return settled(all, 3) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		key := fmt.Sprintf("user%d", i)
+		via := all[i%len(all)]
+		payload, err := msgpack.Marshal(i)
+		require.NoError(t, err)
+		reply, err := via.Request(ctx, "WHO", key, payload, false)
+		require.NoError(t, err, "via %s", via.ID())
+		var got []any
+		require.NoError(t, msgpack.Unmarshal(reply, &got))
+		owner, ok := via.ownerOf(via.Store().PartitionOf(key))
+		require.True(t, ok)
+		assert.Equal(t, owner, got[0], "key %s via %s", key, via.ID())
+		assert.Equal(t, key, got[1])
+		assert.Equal(t, payload, got[3])
+	}
+
+	// Built-in verbs fall through to a commit; the reply comes after it.
+	v, err := msgpack.Marshal("hello")
+	require.NoError(t, err)
+	_, err = client.Request(ctx, VerbUpdate, "greeting", v, false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, n := range all {
+			if got, ok := n.Store().Get("greeting"); !ok || got != "hello" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	_, err = client.Request(ctx, VerbAdd, "greeting", v, false)
+	assert.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "%v", err)
+
+	// Error paths, through the client (two hops at most) and locally.
+	for _, via := range []*Node{client, nodes[0]} {
+		_, err = via.Request(ctx, "NOPE", "k", nil, false)
+		assert.Equal(t, errs.Unimplemented, errs.CodeOf(err), "%v", err)
+		assert.Contains(t, err.Error(), `unknown verb "NOPE"`)
+		_, err = via.Request(ctx, "BOOM", "k", nil, false)
+		assert.Equal(t, errs.Internal, errs.CodeOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "panicked")
+		_, err = via.Request(ctx, "DENY", "k", nil, false)
+		assert.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "no k for you")
+	}
+
+	// A node that is not the owner forwards a request once; a request
+	// that already took its hop is answered "retry", never forwarded.
+	var key string
+	for i := 0; key == ""; i++ {
+		if o, _ := nodes[0].ownerOf(nodes[0].Store().PartitionOf(fmt.Sprint("f", i))); o != "a" {
+			key = fmt.Sprint("f", i)
+		}
+	}
+	raw, err := transport.DialConn(ctx, nodes[0].Addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	for hops, want := range []byte{replyOK, replyRetry} {
+		b, err := msgpack.Marshal(&wireRequest{Verb: "WHO", Key: key, Hops: uint8(hops)})
+		require.NoError(t, err)
+		reply, err := raw.Call(ctx, OpRequest, b)
+		require.NoError(t, err)
+		require.Equal(t, want, reply[0], "hops %d", hops)
+		if want == replyOK {
+			var got []any
+			require.NoError(t, msgpack.Unmarshal(reply[1:], &got))
+			owner, _ := nodes[0].ownerOf(nodes[0].Store().PartitionOf(key))
+			assert.Equal(t, owner, got[0])
+		}
+	}
+
+	// One-way requests run on the owner; nothing comes back.
+	for i := 0; i < 50; i++ {
+		_, err := all[i%len(all)].Request(ctx, "PING", fmt.Sprintf("p%d", i), nil, true)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return oneways.Load() == 50 }, 10*time.Second, 10*time.Millisecond)
+
+	// A closed node refuses at once.
+	require.NoError(t, client.Close())
+	_, err = client.Request(ctx, "WHO", "k", nil, false)
+	assert.ErrorIs(t, err, ErrClosed)
+}
