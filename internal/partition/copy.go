@@ -289,6 +289,9 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	case found && a == cLast:
 		n := uint64(max(1, min(int(m.Max), e.cfg.fetchMax)))
 		to := min(pt.log.last(), cLast+n)
+		if to > cLast {
+			to = pt.log.fit(cLast+1, to, e.cfg.maxMessage)
+		}
 		var es []Entry
 		if to > cLast {
 			es = pt.log.appendRange(make([]Entry, 0, to-cLast), cLast+1, to)

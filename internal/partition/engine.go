@@ -334,6 +334,9 @@ func (e *Engine) Propose(req Request) error {
 	if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
 		return err
 	}
+	if n := len(req.Key) + len(req.Value); n > e.cfg.maxEntry {
+		return errs.Errorf(errs.InvalidArgument, "write of %d bytes (key and value) exceeds the limit of %d", n, e.cfg.maxEntry)
+	}
 	pt := e.parts[req.Partition]
 	o := origin{token: req.Token, wants: req.Wait != WaitNone}
 	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K}
@@ -534,13 +537,14 @@ func (e *Engine) Ready() Ready {
 	for _, p := range e.dirty {
 		pt := e.parts[p]
 		pt.dirty = false
-		if pt.active && pt.sent < pt.log.last() {
+		for pt.active && pt.sent < pt.log.last() {
 			from := max(pt.sent, pt.log.base) + 1
-			c := &Commit{Partition: uint32(p), Entries: pt.log.appendRange(make([]Entry, 0, pt.log.last()-from+1), from, pt.log.last())}
-			for _, to := range e.copies {
-				e.send(to, c)
+			to := pt.log.fit(from, pt.log.last(), e.cfg.maxMessage)
+			c := &Commit{Partition: uint32(p), Entries: pt.log.appendRange(make([]Entry, 0, to-from+1), from, to)}
+			for _, id := range e.copies {
+				e.send(id, c)
 			}
-			pt.sent = pt.log.last()
+			pt.sent = to
 		}
 		if pt.ackDirty {
 			pt.ackDirty = false

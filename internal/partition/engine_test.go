@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -946,5 +947,48 @@ func TestStaleMapYieldsToUnknownOwner(t *testing.T) {
 		if got := n.nodes[id].st.kv[p]["k"]; got != "v" {
 			t.Errorf("%s lost c's acked write on partition %d (has %q)", id, p, got)
 		}
+	}
+}
+
+// TestMessagesBoundedInBytes: commits and fetch replies split where their
+// entries would pass the message bound, and a write larger than the entry
+// bound is refused before it is committed.
+func TestMessagesBoundedInBytes(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 1, ids, WithMaxEntry(200), WithMaxMessage(1000))
+	n.settle()
+	owner := n.owner(0)
+	big := strings.Repeat("x", 150)
+	for i := range 20 {
+		if _, err := n.propose(owner, 0, "k"+strconv.Itoa(i), big, WaitNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyID := ids[0]
+	if copyID == owner {
+		copyID = ids[1]
+	}
+	var sizes []int
+	for _, env := range n.queue {
+		if c, ok := env.msg.(*Commit); ok && env.to == copyID {
+			bytes := 0
+			for _, e := range c.Entries {
+				bytes += len(e.Key) + len(e.Value) + len(e.Epoch.Owner) + entryOverhead
+			}
+			if bytes > 1000 && len(c.Entries) > 1 {
+				t.Fatalf("a commit of %d entries carries %d bytes, over the bound", len(c.Entries), bytes)
+			}
+			sizes = append(sizes, len(c.Entries))
+		}
+	}
+	if len(sizes) < 2 {
+		t.Fatalf("20 entries of ~200 bytes went out in %v commits; want them split", sizes)
+	}
+	n.deliverAll()
+	n.converged()
+
+	_, err := n.propose(owner, 0, "huge", strings.Repeat("y", 300), WaitAck)
+	if errs.CodeOf(err) != errs.InvalidArgument || !strings.Contains(err.Error(), "exceeds the limit of 200") {
+		t.Fatalf("oversized write: %v", err)
 	}
 }

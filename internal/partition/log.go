@@ -89,6 +89,24 @@ func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
 	l.runs = l.runs[:0]
 }
 
+// entryOverhead approximates an encoded entry's bytes beyond its key and
+// value: field tags, epoch, offset and type.
+const entryOverhead = 48
+
+// fit returns the last offset in [from, to] such that the entries from
+// from on fit in budget bytes, always including from itself.
+func (l *entryLog) fit(from, to uint64, budget int) uint64 {
+	size := 0
+	for o := from; o <= to; o++ {
+		e := l.at(o)
+		size += len(e.Key) + len(e.Value) + len(e.Epoch.Owner) + entryOverhead
+		if size > budget && o > from {
+			return o - 1
+		}
+	}
+	return to
+}
+
 // appendRange appends entries from … to (inclusive, within the log) to dst.
 func (l *entryLog) appendRange(dst []Entry, from, to uint64) []Entry {
 	for o := from; o <= to; o++ {

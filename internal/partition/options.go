@@ -25,6 +25,11 @@ const (
 	DefaultProbeInterval = time.Second
 	DefaultFenceBackoff  = time.Second
 	DefaultWriteTimeout  = 10 * time.Second
+	// DefaultMaxEntry bounds one write's key plus value, in bytes.
+	DefaultMaxEntry = 1 << 20
+	// DefaultMaxMessage bounds the entries' bytes in one Commit or
+	// FetchReply; it stays well under the transport's 16 MiB frame.
+	DefaultMaxMessage = 4 << 20
 )
 
 // ErrInvalidOption reports an option out of range; the message says which.
@@ -105,7 +110,19 @@ func WithWriteTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.writeTimeout = d })
 }
 
+// WithMaxEntry bounds one write's key plus value, in bytes (default
+// [DefaultMaxEntry]); a larger write fails with InvalidArgument. It may not
+// exceed the message bound.
+func WithMaxEntry(n int) Option { return optionFunc(func(c *config) { c.maxEntry = n }) }
+
+// WithMaxMessage bounds the bytes of entries carried in one Commit or
+// FetchReply (default [DefaultMaxMessage]); more entries go in further
+// messages. Keep it well under the transport's frame limit.
+func WithMaxMessage(n int) Option { return optionFunc(func(c *config) { c.maxMessage = n }) }
+
 type config struct {
+	maxEntry      int
+	maxMessage    int
 	client        bool
 	historyMax    int
 	gapMax        int
@@ -132,6 +149,8 @@ func newConfig(opts []Option) (config, error) {
 		probeInterval: DefaultProbeInterval,
 		fenceBackoff:  DefaultFenceBackoff,
 		writeTimeout:  DefaultWriteTimeout,
+		maxEntry:      DefaultMaxEntry,
+		maxMessage:    DefaultMaxMessage,
 	}
 	for _, o := range opts {
 		o.apply(&c)
@@ -148,6 +167,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad("sync queue max %d negative", c.queueMax)
 	case c.fetchMax < 1 || c.fetchMax > 1<<20:
 		return bad("fetch max %d not in [1, %d]", c.fetchMax, 1<<20)
+	case c.maxEntry < 1 || c.maxMessage < c.maxEntry:
+		return bad("max entry %d must be at least 1 and at most max message %d", c.maxEntry, c.maxMessage)
 	case c.quorum < 0:
 		return bad("quorum %d negative", c.quorum)
 	case c.quorumWindow < 0:

@@ -1,0 +1,114 @@
+package fero
+
+import (
+	"context"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/node"
+)
+
+// The built-in verbs. A request with one of these (sent with
+// [Resource.Call] or [Resource.Send]) commits the change with the request's
+// key and payload as the value, unless the resource's handler decides
+// otherwise; GET replies with the owner's value at the key.
+const (
+	VerbAdd    = node.VerbAdd
+	VerbUpdate = node.VerbUpdate
+	VerbRemove = node.VerbRemove
+	VerbGet    = "GET"
+)
+
+// Handler answers the requests sent to the partitions this node owns. It
+// returns the reply (encoded with msgpack; nil replies nothing, a
+// msgpack.RawMessage is sent as it is) or an error, which reaches the
+// caller as an *Error with the same code and message; an error without a
+// code arrives as CodeUnknown. The original's [status, message] replies
+// map to errors made with [Errorf]: a service's own codes, such as 405,
+// fit as they are. A panic answers CodeInternal and is logged; the node
+// carries on.
+//
+// Handlers run concurrently, each request in its own goroutine, on the
+// node that owned the key when the request arrived. Writes a handler makes
+// go to the owner as any write does (locally, in the common case). For a
+// read-modify-write that must not race another request for the same key,
+// use Add (a create-once) or your own lock.
+type Handler func(ctx context.Context, req *Request) (reply any, err error)
+
+// Request is one request as a handler sees it.
+type Request struct {
+	// Verb names the action (ADD, UPDATE, REMOVE, GET, or the service's
+	// own, such as LOGIN).
+	Verb string
+	// Key is the key the request is about; its partition chose this node.
+	Key string
+	// Payload is the msgpack encoding of the caller's payload (empty if it
+	// sent none). It is valid until the handler returns.
+	Payload msgpack.RawMessage
+
+	r     *Resource
+	local bool
+}
+
+// Decode decodes the payload into v, a pointer.
+func (q *Request) Decode(v any) error {
+	if len(q.Payload) == 0 {
+		return errs.Errorf(errs.InvalidArgument, "fero: %s %q carries no payload", q.Verb, q.Key)
+	}
+	if err := msgpack.Unmarshal(q.Payload, v); err != nil {
+		return errs.Errorf(errs.InvalidArgument, "fero: %s %q: bad payload: %w", q.Verb, q.Key, err)
+	}
+	return nil
+}
+
+// Resource returns the resource the request came to, to read it or write
+// to it.
+func (q *Request) Resource() *Resource { return q.r }
+
+// Local reports whether the caller runs in this process.
+func (q *Request) Local() bool { return q.local }
+
+// Next is the built-in handling of the request (the original's next): ADD,
+// UPDATE and REMOVE commit the change, with the payload as the value, and
+// reply nil once the owner committed it; GET replies with the value at the
+// key (nil if there is none); any other verb fails with CodeUnimplemented
+// ("unknown verb").
+func (q *Request) Next(ctx context.Context) (any, error) {
+	if q.Verb == VerbGet {
+		b, ok := q.r.n.Store().GetBytes(q.Key)
+		if !ok {
+			return nil, nil
+		}
+		return msgpack.RawMessage(b), nil
+	}
+	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload})
+	if err != nil || b == nil {
+		return nil, err
+	}
+	return msgpack.RawMessage(b), nil
+}
+
+// serve adapts the resource's handler to the node's.
+func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
+	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local}
+	h := r.cfg.handler
+	if h == nil {
+		h = func(ctx context.Context, q *Request) (any, error) { return q.Next(ctx) }
+	}
+	reply, err := h(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	switch v := reply.(type) {
+	case nil:
+		return nil, nil
+	case msgpack.RawMessage:
+		return v, nil
+	}
+	b, err := msgpack.Marshal(reply)
+	if err != nil {
+		return nil, errs.Errorf(errs.Internal, "fero: encode the reply to %s %q: %v", q.Verb, q.Key, err)
+	}
+	return b, nil
+}

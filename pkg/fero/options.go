@@ -1,0 +1,330 @@
+package fero
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// Option configures a resource when it opens. The package comment lists
+// every option with its default and the original library's constant.
+type Option func(*config)
+
+// DefaultConnectWait is how long a node with a Connect store waits to find
+// a cluster before it restores the store's state (the original's
+// connect.wait).
+const DefaultConnectWait = time.Second
+
+type config struct {
+	client      bool
+	id          string
+	listen      string
+	logger      *slog.Logger
+	handler     Handler
+	store       Store
+	replayAll   bool
+	connectWait time.Duration
+	wait        Wait
+	maxRequests int
+	tick        time.Duration
+
+	membership []membership.Option
+	ring       []ring.Option
+	engine     []partition.Option
+	transport  []transport.Option
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{connectWait: DefaultConnectWait, wait: Ack}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c
+}
+
+// Client makes this node a client: it owns no partition, receives every
+// commit into its local copy, and sends writes and requests straight to
+// the owners (the original's client: true).
+func Client() Option { return func(c *config) { c.client = true } }
+
+// WithID sets the node's stable identity (default: random). Two live nodes
+// must not share one.
+func WithID(id string) Option { return func(c *config) { c.id = id } }
+
+// WithListen sets the data-plane address, host:port (default
+// "127.0.0.1:0", a free port on loopback). Peers reach the node at the
+// address it listens on, so on a real network give the host's address.
+func WithListen(addr string) Option { return func(c *config) { c.listen = addr } }
+
+// WithLogger sends the node's logs to l (default: none).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithHandler answers the requests sent to the partitions this node owns
+// (the original's from function). Without one the node answers ADD, UPDATE
+// and REMOVE (see [Request.Next]) and refuses every other verb.
+func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
+
+// WithDefaultWait sets what writes wait for when the call does not say
+// (default [Ack]).
+func WithDefaultWait(w Wait) Option { return func(c *config) { c.wait = w } }
+
+// WithMaxRequests bounds the handlers running at once on this node; beyond
+// it requests are refused with CodeResourceExhausted (default 10,000).
+func WithMaxRequests(n int) Option { return func(c *config) { c.maxRequests = n } }
+
+// WithTick sets how often the partition engine's timers are driven
+// (default 100ms).
+func WithTick(d time.Duration) Option { return func(c *config) { c.tick = d } }
+
+// WithConnect restores the resource's initial state from store when this
+// node finds no other server within the connect wait, and replays changes
+// into store as they are applied (the original's connect). See [Store].
+func WithConnect(store Store) Option { return func(c *config) { c.store = store } }
+
+// WithConnectWait sets how long Open waits to find a cluster before it
+// restores from the Connect store (default [DefaultConnectWait], the
+// original's connect.wait). It is used only with [WithConnect].
+func WithConnectWait(d time.Duration) Option { return func(c *config) { c.connectWait = d } }
+
+// WithReplayAll replays every change this node applies into the Connect
+// store, not only the ones it commits as owner: for a store local to each
+// node, such as a file. See [Store].
+func WithReplayAll() Option { return func(c *config) { c.replayAll = true } }
+
+// Discovery and gossip.
+
+// Preset picks the gossip timing profile.
+type Preset = membership.Preset
+
+// Gossip timing profiles.
+const (
+	// PresetLAN: probe every second, suspicion multiplier 4 (the default).
+	PresetLAN = membership.PresetLAN
+	// PresetLocal: loopback timings, for one machine and tests.
+	PresetLocal = membership.PresetLocal
+)
+
+// MulticastConfig sets UDP multicast discovery: group, TTL, jitter and
+// interval (the original's udp.ip, udp.port, udp.ttl, udp.jitter).
+type MulticastConfig = membership.MulticastConfig
+
+// WithPreset picks the gossip timing profile (default [PresetLAN]).
+func WithPreset(p Preset) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithPreset(p)) }
+}
+
+// WithBind sets the gossip address, host:port (default "0.0.0.0:0" with
+// PresetLAN, "127.0.0.1:0" with PresetLocal).
+func WithBind(hostport string) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithBind(hostport)) }
+}
+
+// WithSeeds adds gossip addresses, host:port, to join (the original's
+// hosts). They are retried in the background while the node runs.
+func WithSeeds(addrs ...string) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithSeeds(addrs...)) }
+}
+
+// WithPortRange makes server nodes take a gossip port in [start, end] and
+// look for peers on every port of the range (the original's ports), on the
+// hosts given with WithScanHosts (default the loopback host).
+func WithPortRange(start, end int) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithPortRange(start, end)) }
+}
+
+// WithScanHosts sets the hosts whose port range is scanned for peers.
+func WithScanHosts(hosts ...string) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithScanHosts(hosts...)) }
+}
+
+// WithMulticast turns on UDP multicast discovery with the given settings
+// (zero fields take their defaults). It is on by default with PresetLAN.
+func WithMulticast(mc MulticastConfig) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithMulticast(mc)) }
+}
+
+// WithoutMulticast turns multicast discovery off (the original's udp:
+// false, or udp.skip).
+func WithoutMulticast() Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithoutMulticast()) }
+}
+
+// WithDNS discovers peers through DNS: a name starting with "_" as SRV
+// records, any other as A/AAAA records joined at port.
+func WithDNS(name string, port int) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithDNS(name, port)) }
+}
+
+// WithSecretKey encrypts gossip with an AES key of 16, 24 or 32 bytes;
+// every member needs the same key.
+func WithSecretKey(key []byte) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithSecretKey(key)) }
+}
+
+// WithGossipTransport replaces gossip's UDP/TCP transport, for example
+// with an in-memory network in tests.
+func WithGossipTransport(t memberlist.NodeAwareTransport) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithTransport(t)) }
+}
+
+// WithGossipTuning edits memberlist's configuration after the preset, for
+// timings the presets do not cover.
+func WithGossipTuning(f func(*memberlist.Config)) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithTuning(f)) }
+}
+
+// WithLeaveTimeout bounds how long Close spends telling the cluster it
+// leaves.
+func WithLeaveTimeout(d time.Duration) Option {
+	return func(c *config) { c.membership = append(c.membership, membership.WithLeaveTimeout(d)) }
+}
+
+// The ring. Every node of a resource must use the same ring settings.
+
+// Partitioner maps a key to a 64-bit hash; the partition is the hash
+// modulo the partition count (the original's hash). It must depend only
+// on the key's top-level segment, be deterministic and safe for concurrent
+// use.
+type Partitioner = ring.Partitioner
+
+// WithPartitions sets the partition count (default 271).
+func WithPartitions(n int) Option {
+	return func(c *config) { c.ring = append(c.ring, ring.WithPartitions(n)) }
+}
+
+// WithVNodes sets the virtual nodes per member on the hash ring (default
+// 200, the original's dht.vnodes).
+func WithVNodes(n int) Option {
+	return func(c *config) { c.ring = append(c.ring, ring.WithVNodes(n)) }
+}
+
+// WithLoad bounds the partitions one member owns to load × the average
+// (default 2.0).
+func WithLoad(f float64) Option { return func(c *config) { c.ring = append(c.ring, ring.WithLoad(f)) } }
+
+// WithReplicas sets how many servers besides the owner form a partition's
+// replica group: the copies whose acks make a write durable (default 2).
+// Every server and client keeps a copy either way.
+func WithReplicas(n int) Option {
+	return func(c *config) { c.ring = append(c.ring, ring.WithReplicas(n)) }
+}
+
+// WithPartitioner replaces the default partitioner, which hashes the
+// top-level key.
+func WithPartitioner(p Partitioner) Option {
+	return func(c *config) { c.ring = append(c.ring, ring.WithPartitioner(p)) }
+}
+
+// The partition engine.
+
+// WithHistoryMax caps the commits kept per partition; a copy that falls
+// further behind syncs from a snapshot plus the tail (default 10,000; the
+// original's partitions.history.max, which was unbounded).
+func WithHistoryMax(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithHistoryMax(n)) }
+}
+
+// WithQuorum fixes how many live servers an owner must see to accept
+// writes. 0, the default, means a majority of the most servers seen within
+// the quorum window: a node on the minority side of a split refuses writes
+// with CodeUnavailable.
+func WithQuorum(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithQuorum(n)) }
+}
+
+// WithQuorumWindow sets how long a server count is remembered for the
+// default quorum (default 5 minutes).
+func WithQuorumWindow(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithQuorumWindow(d)) }
+}
+
+// WithWriteTimeout bounds how long the engine keeps a write waiting (for
+// sync, replica acks or a forwarded reply) before failing it with
+// CodeUnavailable (default 10s).
+func WithWriteTimeout(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithWriteTimeout(d)) }
+}
+
+// WithSyncTimeout sets how long a new owner's sync may wait for the other
+// copies before it starts over (default 2s).
+func WithSyncTimeout(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithSyncTimeout(d)) }
+}
+
+// WithSyncQueueMax caps the writes a syncing owner holds per partition
+// (default 1,024); beyond it they fail with CodeUnavailable.
+func WithSyncQueueMax(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithSyncQueueMax(n)) }
+}
+
+// WithGapBufferMax caps the out-of-order commits a copy holds per
+// partition while it fetches the missing ones (default 1,024).
+func WithGapBufferMax(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithGapBufferMax(n)) }
+}
+
+// WithFetchMax caps the commits in one catch-up reply (default 1,024).
+func WithFetchMax(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithFetchMax(n)) }
+}
+
+// WithProbeInterval sets how often an owner checks that every copy keeps
+// up (default 1s).
+func WithProbeInterval(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithProbeInterval(d)) }
+}
+
+// The transport between nodes.
+
+// WithRetry sets the reconnect backoff: first delay, largest delay and
+// attempts (the original's retries.base, retries.cap, retries.max; the
+// jitter is always full).
+func WithRetry(base, cap time.Duration, max int) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithRetry(base, cap, max)) }
+}
+
+// WithConnectTimeout bounds one dial with its handshake (default 10s, the
+// original's connections.timeout).
+func WithConnectTimeout(d time.Duration) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithConnectTimeout(d)) }
+}
+
+// WithMaxBatch sets the most bytes handed to one socket write (the
+// original's outbox.max).
+func WithMaxBatch(n int) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithMaxBatch(n)) }
+}
+
+// WithOutboxLimit sets the bytes a connection may queue before senders
+// wait (default 256 KiB).
+func WithOutboxLimit(n int) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithOutboxLimit(n)) }
+}
+
+// WithMaxFrame sets the largest message accepted or sent, in bytes; it
+// bounds a value's size (default 16 MiB).
+func WithMaxFrame(n int) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithMaxFrame(n)) }
+}
+
+// WithTLS runs the data plane over TLS; for mutual TLS set ClientAuth and
+// ClientCAs too. Every node of a resource needs a compatible config.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithTLS(cfg)) }
+}
+
+// WithMaxEntry bounds one write's key plus value, in bytes (default 1 MiB);
+// a larger write fails with CodeInvalidArgument. Commits travel in
+// messages of at most 4 MiB of entries, so it may not exceed that.
+func WithMaxEntry(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithMaxEntry(n)) }
+}

@@ -1,0 +1,343 @@
+package fero
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/partition"
+)
+
+// ErrClosed is returned by calls on a closed resource (CodeUnavailable).
+var ErrClosed = node.ErrClosed
+
+// Resource is one node's handle on a named resource: a key/value map that
+// every node of the resource holds a full copy of. Reads are local. Writes
+// go to the owner of the key's partition, which commits them and fans them
+// out to every copy. Keys are paths: "user.tags.0" addresses element 0 of
+// the tags array of the top-level key "user"; the top-level key picks the
+// partition.
+//
+// Its methods are safe for concurrent use.
+type Resource struct {
+	name   string
+	cfg    *config
+	n      *node.Node
+	logger *slog.Logger
+	build  doc.Builder
+
+	replay   *node.Subscription
+	replayWG sync.WaitGroup
+	close    sync.Once
+	closeErr error
+}
+
+// Open starts a node of the named resource and joins its cluster. It
+// returns once the node listens and gossips; it does not wait for peers
+// (see [Resource.WaitServers]), except that with [WithConnect] it waits up
+// to the connect wait for another server and then restores the store's
+// state if it found none.
+func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
+	cfg := newConfig(opts)
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Resource{name: name, cfg: cfg, logger: cfg.logger.With("resource", name)}
+	ncfg := node.Config{
+		ID: cfg.id, Resource: name, Client: cfg.client, Listen: cfg.listen,
+		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
+		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests,
+	}
+	ncfg.Handler = r.serve // GET, and the resource's handler if it has one
+	n, err := node.Start(ctx, ncfg)
+	if err != nil {
+		return nil, err
+	}
+	r.n = n
+	if cfg.store != nil {
+		if err := r.connect(ctx); err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Name returns the resource's name.
+func (r *Resource) Name() string { return r.name }
+
+// ID returns this node's identity.
+func (r *Resource) ID() string { return r.n.ID() }
+
+// Addr returns this node's data-plane address, which the fero CLI's --addr
+// takes.
+func (r *Resource) Addr() string { return r.n.Addr() }
+
+// IsClient reports whether this node is a client.
+func (r *Resource) IsClient() bool { return r.cfg.client }
+
+// Reads. They never leave the process.
+
+// Get returns the value at path in this node's copy. Values are decoded
+// from msgpack into nil, bool, int64 (uint64 above MaxInt64), float64,
+// string, []byte, []any and map[string]any. The value is shared with the
+// copy: treat it as read-only; it never changes under you.
+func (r *Resource) Get(path string) (any, bool) { return r.n.Store().Get(path) }
+
+// GetInto decodes the value at path into v, a pointer; ok is false and v
+// untouched when there is no value.
+func (r *Resource) GetInto(path string, v any) (ok bool, err error) {
+	return r.n.Store().GetInto(path, v)
+}
+
+// Len returns the number of top-level keys in this node's copy.
+func (r *Resource) Len() int { return r.n.Store().Len() }
+
+// All yields every top-level key and its value, in key order within each
+// partition. Each partition is read at one moment (its state at one offset
+// of its log); partitions are independent logs, so there is no moment
+// common to all of them.
+func (r *Resource) All() iter.Seq2[string, any] { return r.n.Store().All() }
+
+// Snapshot returns a copy of every top-level key and value, each
+// partition read at one offset (as All). Values are shared and read-only,
+// as with Get.
+func (r *Resource) Snapshot() map[string]any {
+	out := make(map[string]any, r.Len())
+	for k, v := range r.All() {
+		out[k] = v
+	}
+	return out
+}
+
+// Digest hashes this node's whole copy; two nodes with equal digests hold
+// the same state.
+func (r *Resource) Digest() uint64 { return r.n.Store().Digest() }
+
+// Writes.
+
+// Update sets the value at path, creating maps on the way.
+func (r *Resource) Update(ctx context.Context, path string, value any, wait ...Wait) error {
+	c, err := r.build.Update(path, value)
+	if err != nil {
+		return err
+	}
+	return r.write(ctx, c, wait)
+}
+
+// Add sets the value at path only if there is none (a map key) or inserts
+// it before the element at an array index; ADD of a key that exists fails
+// with CodeFailedPrecondition, so Add is a create-once.
+func (r *Resource) Add(ctx context.Context, path string, value any, wait ...Wait) error {
+	c, err := r.build.Add(path, value)
+	if err != nil {
+		return err
+	}
+	return r.write(ctx, c, wait)
+}
+
+// Remove deletes the value at path. Removing what is not there succeeds.
+func (r *Resource) Remove(ctx context.Context, path string, wait ...Wait) error {
+	return r.write(ctx, r.build.Remove(path), wait)
+}
+
+// Push appends value to the array at path, creating the array if missing.
+func (r *Resource) Push(ctx context.Context, path string, value any, wait ...Wait) error {
+	c, err := r.build.Push(path, value)
+	if err != nil {
+		return err
+	}
+	return r.write(ctx, c, wait)
+}
+
+// Patch updates each key of values under path (top-level keys when path is
+// empty), one change per key in key order. The changes are independent
+// commits: each is atomic, the patch as a whole is not. It waits for all
+// of them and returns the first error.
+func (r *Resource) Patch(ctx context.Context, path string, values map[string]any, wait ...Wait) error {
+	cs, err := r.build.Patch(path, values)
+	if err != nil {
+		return err
+	}
+	w := r.waitOf(wait)
+	if w.kind == partition.WaitNone {
+		for _, c := range cs {
+			if err := r.write(ctx, c, wait); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errc := make(chan error, len(cs))
+	for _, c := range cs {
+		go func() { errc <- r.write(ctx, c, wait) }()
+	}
+	var first error
+	for range cs {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Set applies one change record, as the original's set: the general form
+// of every write above.
+func (r *Resource) Set(ctx context.Context, c Change, wait ...Wait) error {
+	if err := c.Type.valid(); err != nil {
+		return err
+	}
+	value := []byte(c.Value)
+	if c.Type == Remove {
+		value = nil
+	} else if len(value) == 0 {
+		return errs.Errorf(errs.InvalidArgument, "fero: %s %q without a value", c.Type, c.Key)
+	} else {
+		value = append([]byte(nil), value...) // the engine keeps it
+	}
+	return r.write(ctx, doc.Change{Type: c.Type.record(), Key: c.Key, Value: value}, wait)
+}
+
+func (r *Resource) waitOf(wait []Wait) Wait {
+	if len(wait) > 0 {
+		return wait[len(wait)-1]
+	}
+	return r.cfg.wait
+}
+
+func (r *Resource) write(ctx context.Context, c doc.Change, wait []Wait) error {
+	w := r.waitOf(wait)
+	if err := w.validate(); err != nil {
+		return err
+	}
+	_, err := r.n.Write(ctx, c, w.kind, w.k)
+	return err
+}
+
+// Requests.
+
+// Call sends a request with a verb, a key and a payload (encoded with
+// msgpack; nil sends none) to the owner of key's partition, whose handler
+// answers it, and decodes the reply into reply (a pointer; nil discards
+// it). The handler's error comes back as an *Error with its code. A request
+// that reaches a node that no longer owns the key is sent again to the new
+// owner until ctx ends; one whose connection broke after it was sent is
+// not, since the handler may have run: Call then fails with
+// CodeUnavailable.
+func (r *Resource) Call(ctx context.Context, verb, key string, payload, reply any) error {
+	b, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	out, err := r.n.Request(ctx, verb, key, b, false)
+	if err != nil {
+		return err
+	}
+	if reply == nil || len(out) == 0 {
+		return nil
+	}
+	if err := msgpack.Unmarshal(out, reply); err != nil {
+		return errs.Errorf(errs.Internal, "fero: decode the reply to %s %q: %w", verb, key, err)
+	}
+	return nil
+}
+
+// Send sends a request and does not wait for anything: it returns once
+// the request is queued. Its reply, or error, is discarded.
+func (r *Resource) Send(ctx context.Context, verb, key string, payload any) error {
+	b, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	_, err = r.n.Request(ctx, verb, key, b, true)
+	return err
+}
+
+func encodePayload(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return nil, nil
+	case msgpack.RawMessage:
+		return v, nil
+	}
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, errs.Errorf(errs.InvalidArgument, "fero: encode payload: %w", err)
+	}
+	return b, nil
+}
+
+// Cluster.
+
+// Member is a node of the resource's cluster as this node sees it.
+type Member struct {
+	ID     string
+	Addr   string // data plane; empty for a client that does not listen
+	Gossip string
+	Client bool
+	// Status is the peer's status: connecting, connected, client,
+	// suspect, dead (the original's disconnected) or removed.
+	Status string
+	// Owned is the number of partitions the member owns in this node's map.
+	Owned int
+}
+
+// Members lists the cluster's members, this node included.
+func (r *Resource) Members() []Member {
+	m := r.n.Map()
+	var out []Member
+	for _, mem := range r.n.Membership().Members() {
+		x := memberOf(mem)
+		if m != nil {
+			x.Owned = len(m.Owned(mem.ID))
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// WaitServers waits until this node routes by a map of at least n servers
+// (as a service waits for its cluster before it starts sending), or ctx
+// ends.
+func (r *Resource) WaitServers(ctx context.Context, n int) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if m := r.n.Map(); m != nil && len(m.Members()) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			have := 0
+			if m := r.n.Map(); m != nil {
+				have = len(m.Members())
+			}
+			return fmt.Errorf("fero: waiting for %d servers, have %d: %w", n, have, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Close leaves the cluster gracefully and releases every goroutine, socket
+// and timer the resource holds. It is idempotent.
+func (r *Resource) Close() error {
+	r.close.Do(func() {
+		r.closeErr = r.n.Close()
+		if r.replay != nil {
+			r.replay.Close()
+		}
+		r.replayWG.Wait()
+	})
+	return r.closeErr
+}
+
+// node exposes the node to the package's tests and the CLI server.
+func (r *Resource) node() *node.Node { return r.n }
