@@ -78,11 +78,47 @@ func (n *Node) Subscribe(buffer int, overflow Overflow) *Subscription {
 	return s
 }
 
-// publish hands an engine event to every subscriber. It runs on the
-// driver goroutine, which is the only sender on the channels.
+// Stats counts what happened to this node's copy since it started.
+type Stats struct {
+	Committed uint64 // changes this node committed as owner
+	Applied   uint64 // owners' commits applied to this copy
+	Dropped   uint64 // uncommitted changes undone (rule 6)
+	Restored  uint64 // partitions replaced by a snapshot
+	Gained    uint64 // partitions this node took ownership of
+	Lost      uint64 // partitions this node stopped owning
+}
+
+type stats struct {
+	committed, applied, dropped, restored, gained, lost atomic.Uint64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{
+		Committed: n.stats.committed.Load(), Applied: n.stats.applied.Load(),
+		Dropped: n.stats.dropped.Load(), Restored: n.stats.restored.Load(),
+		Gained: n.stats.gained.Load(), Lost: n.stats.lost.Load(),
+	}
+}
+
+// publish counts an engine event and hands it to every subscriber. It
+// runs on the driver goroutine, which is the only sender on the channels.
 func (n *Node) publish(ev partition.Event) {
 	switch ev.Kind {
-	case partition.EventCommitted, partition.EventApplied, partition.EventDropped, partition.EventRestored:
+	case partition.EventCommitted:
+		n.stats.committed.Add(1)
+	case partition.EventApplied:
+		n.stats.applied.Add(1)
+	case partition.EventDropped:
+		n.stats.dropped.Add(1)
+	case partition.EventRestored:
+		n.stats.restored.Add(1)
+	case partition.EventOwnershipGained:
+		n.stats.gained.Add(1)
+		return
+	case partition.EventOwnershipLost:
+		n.stats.lost.Add(1)
+		return
 	default:
 		return
 	}

@@ -77,6 +77,8 @@ type Node struct {
 	waiters  map[uint64]chan<- partition.Completion // driver goroutine only
 	token    uint64                                 // driver goroutine only
 
+	stats stats
+
 	subMu      sync.Mutex
 	subs       map[*Subscription]struct{}
 	subsClosed bool

@@ -214,6 +214,9 @@ func (r *Resource) waitOf(wait []Wait) Wait {
 }
 
 func (r *Resource) write(ctx context.Context, c doc.Change, wait []Wait) error {
+	if c.Key == "" {
+		return errs.New(errs.InvalidArgument, "fero: a write needs a key")
+	}
 	w := r.waitOf(wait)
 	if err := w.validate(); err != nil {
 		return err
@@ -341,3 +344,9 @@ func (r *Resource) Close() error {
 
 // node exposes the node to the package's tests and the CLI server.
 func (r *Resource) node() *node.Node { return r.n }
+
+// Stats counts what happened to this node's copy since it opened.
+type Stats = node.Stats
+
+// Stats returns this node's counters.
+func (r *Resource) Stats() Stats { return r.n.Stats() }

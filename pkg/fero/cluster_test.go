@@ -1,0 +1,131 @@
+package fero
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/membership/memnet"
+)
+
+// testCluster runs resources in this process: gossip over an in-memory
+// network, data over real loopback TCP.
+type testCluster struct {
+	t    *testing.T
+	nw   *memnet.Network
+	seed string
+	all  []*Resource
+}
+
+func newTestCluster(t *testing.T, seed uint64) *testCluster {
+	return &testCluster{t: t, nw: memnet.New(seed)}
+}
+
+// timers detect failures within seconds without suspecting live members
+// of a -race run on a loaded 2-core machine.
+func timers(c *memberlist.Config) {
+	c.ProbeInterval = 500 * time.Millisecond
+	c.ProbeTimeout = 400 * time.Millisecond
+	c.GossipInterval = 50 * time.Millisecond
+	c.PushPullInterval = 2 * time.Second
+	c.SuspicionMult = 4
+	c.TCPTimeout = 2 * time.Second
+}
+
+func (c *testCluster) options(id string) []Option {
+	opts := []Option{
+		WithID(id), WithLogger(testLogger(c.t)),
+		WithPreset(PresetLocal), WithoutMulticast(), WithGossipTransport(c.nw.NewTransport()),
+		WithGossipTuning(timers), WithLeaveTimeout(time.Second),
+		WithPartitions(32), WithSyncTimeout(500 * time.Millisecond), WithTick(20 * time.Millisecond),
+	}
+	if c.seed != "" {
+		opts = append(opts, WithSeeds(c.seed))
+	}
+	return opts
+}
+
+// open opens a node of the resource "test" with the cluster's options and
+// then opts.
+func (c *testCluster) open(id string, opts ...Option) *Resource {
+	c.t.Helper()
+	r, err := Open(ctxT(c.t), "test", append(c.options(id), opts...)...)
+	require.NoError(c.t, err)
+	c.t.Cleanup(func() { _ = r.Close() })
+	if c.seed == "" {
+		c.seed = r.node().Membership().Local().Gossip
+	}
+	c.all = append(c.all, r)
+	return r
+}
+
+// settle waits until every open node routes by one map of servers servers.
+func (c *testCluster) settle(servers int) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		v := c.all[0].node().Map()
+		for _, r := range c.all {
+			m := r.node().Map()
+			if m == nil || v == nil || m.Version() != v.Version() || len(m.Members()) != servers {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// converged waits until every node holds keys keys and one digest.
+func (c *testCluster) converged(nodes []*Resource, keys int) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		d := nodes[0].Digest()
+		for _, r := range nodes {
+			if r.Len() != keys || r.Digest() != d {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// retry repeats a write while the cluster settles (owners syncing, maps
+// moving), as a service does with CodeUnavailable.
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || CodeOf(err) != CodeUnavailable || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct {
+	t    *testing.T
+	done atomic.Bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
