@@ -162,6 +162,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpHello, n.pool.serveHello)
 	mux.HandleFunc(OpEngine, n.serveEngine)
 	mux.HandleFunc(OpRequest, n.serveRequest)
+	mux.HandleFunc(OpStatus, n.serveStatus)
+	mux.HandleFunc(OpTail, n.serveTail)
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
 	}

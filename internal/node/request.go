@@ -338,3 +338,36 @@ func (n *Node) spawn(f func()) bool {
 
 // String names a request for logs.
 func (r *Request) String() string { return fmt.Sprintf("%s %q", r.Verb, r.Key) }
+
+// CallNode sends a request to the node at the other end of c, which
+// answers it or forwards it to the owner, and returns the handler's reply.
+// It is how a process outside the cluster (the fero CLI) makes requests. A
+// "retry" answer (the node's map and the owner's disagree for now) is
+// retried with backoff until ctx ends.
+func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload []byte) ([]byte, error) {
+	b, err := msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload})
+	if err != nil {
+		return nil, errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
+	}
+	backoff := retryBackoffMin
+	for {
+		reply, err := c.Call(ctx, OpRequest, b)
+		if err != nil {
+			return nil, err
+		}
+		if len(reply) == 0 {
+			return nil, errs.New(errs.Internal, "fero: empty reply")
+		}
+		if reply[0] == replyOK {
+			return reply[1:], nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, retryBackoffMax)
+	}
+}

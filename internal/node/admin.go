@@ -1,0 +1,164 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Operator ops: what the fero CLI and other tools ask a node for. Any node
+// answers them; no hello is needed.
+const (
+	// OpStatus (call) answers a StatusReport.
+	OpStatus uint32 = 5
+	// OpTail (stream) streams this node's change stream as TailRecords
+	// until the caller cancels.
+	OpTail uint32 = 6
+)
+
+// StatusReport is one node's view of its cluster.
+type StatusReport struct {
+	ID         string         `msgpack:"id"`
+	Resource   string         `msgpack:"resource"`
+	Client     bool           `msgpack:"client"`
+	Addr       string         `msgpack:"addr"`
+	MapVersion uint64         `msgpack:"map_version"`
+	Partitions int            `msgpack:"partitions"`
+	Members    []MemberReport `msgpack:"members"`
+	// Roles counts this node's partitions by role (owner, replica,
+	// follower, syncing, client).
+	Roles  map[string]int `msgpack:"roles"`
+	Keys   int            `msgpack:"keys"`
+	Digest uint64         `msgpack:"digest"`
+	Stats  Stats          `msgpack:"stats"`
+}
+
+// MemberReport is one member in a StatusReport.
+type MemberReport struct {
+	ID     string `msgpack:"id"`
+	Addr   string `msgpack:"addr"`
+	Gossip string `msgpack:"gossip"`
+	Client bool   `msgpack:"client"`
+	Status string `msgpack:"status"`
+	Owned  int    `msgpack:"owned"`
+}
+
+// Report builds this node's StatusReport.
+func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
+	st, err := n.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &StatusReport{
+		ID: n.id, Resource: n.cfg.Resource, Client: n.cfg.Client, Addr: n.Addr(),
+		Partitions: n.store.Partitions(), Roles: map[string]int{},
+		Keys: n.store.Len(), Digest: n.store.Digest(), Stats: n.Stats(),
+	}
+	for _, s := range st {
+		rep.Roles[s.Role.String()]++
+	}
+	m := n.Map()
+	if m != nil {
+		rep.MapVersion = m.Version()
+	}
+	for _, mem := range n.ms.Members() {
+		mr := MemberReport{ID: mem.ID, Addr: mem.Addr, Gossip: mem.Gossip, Client: mem.Role == membership.RoleClient, Status: mem.Status.String()}
+		if m != nil {
+			mr.Owned = len(m.Owned(mem.ID))
+		}
+		rep.Members = append(rep.Members, mr)
+	}
+	slices.SortFunc(rep.Members, func(a, b MemberReport) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return rep, nil
+}
+
+func (n *Node) serveStatus(r *transport.Request) {
+	if !n.spawn(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		rep, err := n.Report(ctx)
+		if err != nil {
+			_ = r.Fail(err)
+			return
+		}
+		b, err := msgpack.Marshal(rep)
+		if err != nil {
+			_ = r.Fail(errs.Errorf(errs.Internal, "fero: encode status: %v", err))
+			return
+		}
+		_ = r.Reply(b)
+	}) {
+		_ = r.Fail(ErrClosed)
+	}
+}
+
+// TailRecord is one change in an OpTail stream.
+type TailRecord struct {
+	Kind      partition.EventKind `msgpack:"kind"`
+	Type      wire.RecordType     `msgpack:"type,omitempty"`
+	Key       string              `msgpack:"key,omitempty"`
+	Value     msgpack.RawMessage  `msgpack:"value,omitempty"`
+	Partition int                 `msgpack:"partition"`
+	Term      uint64              `msgpack:"term"`
+	Offset    uint64              `msgpack:"offset"`
+	// Missed is how many changes the stream has dropped so far because
+	// its reader fell a full buffer behind.
+	Missed uint64 `msgpack:"missed,omitempty"`
+}
+
+// tailBuffer is how many changes a tail holds for a slow reader before it
+// drops them (and says so in Missed).
+const tailBuffer = 4096
+
+func (n *Node) serveTail(r *transport.Request) {
+	sub := n.Subscribe(tailBuffer, Drop)
+	if !n.spawn(func() {
+		defer sub.Close()
+		ctx := r.Context()
+		for {
+			select {
+			case ch, ok := <-sub.C():
+				if !ok {
+					_ = r.Fail(ErrClosed)
+					return
+				}
+				rec := TailRecord{Kind: ch.Kind, Partition: ch.Partition, Missed: sub.Dropped()}
+				if ch.Kind == partition.EventRestored {
+					rec.Term, rec.Offset = ch.Position.Epoch.Term, ch.Position.Offset
+				} else {
+					e := ch.Entry
+					rec.Type, rec.Key, rec.Value, rec.Term, rec.Offset = e.Type, e.Key, e.Value, e.Epoch.Term, e.Offset
+				}
+				b, err := msgpack.Marshal(&rec)
+				if err != nil {
+					_ = r.Fail(errs.Errorf(errs.Internal, "fero: encode change: %v", err))
+					return
+				}
+				if err := r.Chunk(b); err != nil {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}) {
+		sub.Close()
+		_ = r.Fail(ErrClosed)
+	}
+}

@@ -1,0 +1,151 @@
+package fero
+
+import (
+	"context"
+	"iter"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// Remote is a connection from outside the cluster to one node of a
+// resource, at its data-plane address: for tools such as the fero CLI, and
+// for processes that should not join the cluster. It does not keep a copy
+// of the resource: every read asks the owner, through the node, which
+// forwards what it does not own (at most two hops). A service that reads
+// often should open the resource as a [Client] instead.
+//
+// Its methods are safe for concurrent use; the connection is redialed when
+// it breaks.
+type Remote struct {
+	peer *transport.Peer
+}
+
+// NodeStatus is one node's view of its cluster, as [Remote.Status]
+// returns it.
+type NodeStatus = node.StatusReport
+
+// MemberStatus is one member in a [NodeStatus].
+type MemberStatus = node.MemberReport
+
+// Dial connects to the node at addr (its data-plane address, which
+// [Resource.Addr] and `fero serve` print). Of the options, only the
+// transport's apply: TLS, connect timeout, retry, frame size.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
+	cfg := newConfig(opts)
+	p, err := transport.Dial(ctx, addr, cfg.transport...)
+	if err != nil {
+		return nil, err
+	}
+	return &Remote{peer: p}, nil
+}
+
+// Addr returns the address the remote dials.
+func (c *Remote) Addr() string { return c.peer.Addr() }
+
+// Call sends a request to the owner of key, through the node, and decodes
+// the reply into reply (a pointer; nil discards it). See [Resource.Call].
+func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any) error {
+	b, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	out, err := node.CallNode(ctx, c.peer, verb, key, b)
+	if err != nil || reply == nil || len(out) == 0 {
+		return err
+	}
+	if err := msgpack.Unmarshal(out, reply); err != nil {
+		return errs.Errorf(errs.Internal, "fero: decode the reply to %s %q: %w", verb, key, err)
+	}
+	return nil
+}
+
+// Get decodes the owner's value at key into v; ok is false when there is
+// none.
+func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error) {
+	out, err := node.CallNode(ctx, c.peer, VerbGet, key, nil)
+	if err != nil || len(out) == 0 {
+		return false, err
+	}
+	if err := msgpack.Unmarshal(out, v); err != nil {
+		return true, errs.Errorf(errs.Internal, "fero: decode %q: %w", key, err)
+	}
+	return true, nil
+}
+
+// Update sets the value at key; it returns once the owner committed it.
+func (c *Remote) Update(ctx context.Context, key string, value any) error {
+	return c.Call(ctx, VerbUpdate, key, value, nil)
+}
+
+// Add sets the value at key only if there is none.
+func (c *Remote) Add(ctx context.Context, key string, value any) error {
+	return c.Call(ctx, VerbAdd, key, value, nil)
+}
+
+// Remove deletes the value at key.
+func (c *Remote) Remove(ctx context.Context, key string) error {
+	return c.Call(ctx, VerbRemove, key, nil, nil)
+}
+
+// Status returns the node's view of its cluster.
+func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
+	b, err := c.peer.Call(ctx, node.OpStatus, nil)
+	if err != nil {
+		return nil, err
+	}
+	var st NodeStatus
+	if err := msgpack.Unmarshal(b, &st); err != nil {
+		return nil, errs.Errorf(errs.Internal, "fero: decode status: %w", err)
+	}
+	return &st, nil
+}
+
+// Tail yields the changes the node applies to its copy, from now on, until
+// ctx ends, the loop breaks, or the stream fails (the error is yielded
+// last). The node holds up to 4,096 changes for a slow reader and then
+// drops them; missed says how many it dropped so far.
+func (c *Remote) Tail(ctx context.Context) iter.Seq2[TailChange, error] {
+	return func(yield func(TailChange, error) bool) {
+		s, err := c.peer.Stream(ctx, node.OpTail, nil)
+		if err != nil {
+			yield(TailChange{}, err)
+			return
+		}
+		defer s.Close()
+		for {
+			b, err := s.Recv()
+			if err != nil {
+				if ctx.Err() == nil {
+					yield(TailChange{}, err)
+				}
+				return
+			}
+			var rec node.TailRecord
+			if err := msgpack.Unmarshal(b, &rec); err != nil {
+				yield(TailChange{}, errs.Errorf(errs.Internal, "fero: decode change: %w", err))
+				return
+			}
+			ch := TailChange{Change: Change{
+				Kind: ChangeKind(rec.Kind), Type: ChangeType(rec.Type), Key: rec.Key,
+				Value: append(msgpack.RawMessage(nil), rec.Value...), Partition: rec.Partition, Term: rec.Term, Offset: rec.Offset,
+			}, Missed: rec.Missed}
+			if !yield(ch, nil) {
+				return
+			}
+		}
+	}
+}
+
+// TailChange is a change from [Remote.Tail].
+type TailChange struct {
+	Change
+	// Missed counts the changes the node dropped from this tail so far.
+	Missed uint64
+}
+
+// Close closes the connection.
+func (c *Remote) Close() error { return c.peer.Close() }
