@@ -26,29 +26,29 @@ const (
 
 // StatusReport is one node's view of its cluster.
 type StatusReport struct {
-	ID         string         `msgpack:"id"`
-	Resource   string         `msgpack:"resource"`
-	Client     bool           `msgpack:"client"`
-	Addr       string         `msgpack:"addr"`
-	MapVersion uint64         `msgpack:"map_version"`
-	Partitions int            `msgpack:"partitions"`
-	Members    []MemberReport `msgpack:"members"`
+	ID         string         `msgpack:"id" json:"id"`
+	Resource   string         `msgpack:"resource" json:"resource"`
+	Client     bool           `msgpack:"client" json:"client"`
+	Addr       string         `msgpack:"addr" json:"addr"`
+	MapVersion uint64         `msgpack:"map_version" json:"map_version"`
+	Partitions int            `msgpack:"partitions" json:"partitions"`
+	Members    []MemberReport `msgpack:"members" json:"members"`
 	// Roles counts this node's partitions by role (owner, replica,
 	// follower, syncing, client).
-	Roles  map[string]int `msgpack:"roles"`
-	Keys   int            `msgpack:"keys"`
-	Digest uint64         `msgpack:"digest"`
-	Stats  Stats          `msgpack:"stats"`
+	Roles  map[string]int `msgpack:"roles" json:"roles"`
+	Keys   int            `msgpack:"keys" json:"keys"`
+	Digest uint64         `msgpack:"digest" json:"digest"`
+	Stats  Stats          `msgpack:"stats" json:"stats"`
 }
 
 // MemberReport is one member in a StatusReport.
 type MemberReport struct {
-	ID     string `msgpack:"id"`
-	Addr   string `msgpack:"addr"`
-	Gossip string `msgpack:"gossip"`
-	Client bool   `msgpack:"client"`
-	Status string `msgpack:"status"`
-	Owned  int    `msgpack:"owned"`
+	ID     string `msgpack:"id" json:"id"`
+	Addr   string `msgpack:"addr" json:"addr"`
+	Gossip string `msgpack:"gossip" json:"gossip"`
+	Client bool   `msgpack:"client" json:"client"`
+	Status string `msgpack:"status" json:"status"`
+	Owned  int    `msgpack:"owned" json:"owned"`
 }
 
 // Report builds this node's StatusReport.
@@ -110,16 +110,16 @@ func (n *Node) serveStatus(r *transport.Request) {
 
 // TailRecord is one change in an OpTail stream.
 type TailRecord struct {
-	Kind      partition.EventKind `msgpack:"kind"`
-	Type      wire.RecordType     `msgpack:"type,omitempty"`
-	Key       string              `msgpack:"key,omitempty"`
-	Value     msgpack.RawMessage  `msgpack:"value,omitempty"`
-	Partition int                 `msgpack:"partition"`
-	Term      uint64              `msgpack:"term"`
-	Offset    uint64              `msgpack:"offset"`
+	Kind      partition.EventKind `msgpack:"kind" json:"kind"`
+	Type      wire.RecordType     `msgpack:"type,omitempty" json:"type,omitempty"`
+	Key       string              `msgpack:"key,omitempty" json:"key,omitempty"`
+	Value     msgpack.RawMessage  `msgpack:"value,omitempty" json:"value,omitempty"`
+	Partition int                 `msgpack:"partition" json:"partition"`
+	Term      uint64              `msgpack:"term" json:"term"`
+	Offset    uint64              `msgpack:"offset" json:"offset"`
 	// Missed is how many changes the stream has dropped so far because
 	// its reader fell a full buffer behind.
-	Missed uint64 `msgpack:"missed,omitempty"`
+	Missed uint64 `msgpack:"missed,omitempty" json:"missed,omitempty"`
 }
 
 // tailBuffer is how many changes a tail holds for a slow reader before it

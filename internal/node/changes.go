@@ -80,12 +80,12 @@ func (n *Node) Subscribe(buffer int, overflow Overflow) *Subscription {
 
 // Stats counts what happened to this node's copy since it started.
 type Stats struct {
-	Committed uint64 // changes this node committed as owner
-	Applied   uint64 // owners' commits applied to this copy
-	Dropped   uint64 // uncommitted changes undone (rule 6)
-	Restored  uint64 // partitions replaced by a snapshot
-	Gained    uint64 // partitions this node took ownership of
-	Lost      uint64 // partitions this node stopped owning
+	Committed uint64 `msgpack:"committed" json:"committed"` // changes this node committed as owner
+	Applied   uint64 `msgpack:"applied" json:"applied"`     // owners' commits applied to this copy
+	Dropped   uint64 `msgpack:"dropped" json:"dropped"`     // uncommitted changes undone (rule 6)
+	Restored  uint64 `msgpack:"restored" json:"restored"`   // partitions replaced by a snapshot
+	Gained    uint64 `msgpack:"gained" json:"gained"`       // partitions this node took ownership of
+	Lost      uint64 `msgpack:"lost" json:"lost"`           // partitions this node stopped owning
 }
 
 type stats struct {

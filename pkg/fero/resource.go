@@ -81,6 +81,10 @@ func (r *Resource) ID() string { return r.n.ID() }
 // takes.
 func (r *Resource) Addr() string { return r.n.Addr() }
 
+// GossipAddr returns this node's gossip address, host:port: the seed
+// other nodes join with ([WithSeeds]).
+func (r *Resource) GossipAddr() string { return r.n.Membership().Local().Gossip }
+
 // IsClient reports whether this node is a client.
 func (r *Resource) IsClient() bool { return r.cfg.client }
 

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/pkg/fero"
+)
+
+// remoteFlags are what every command that talks to a running node takes.
+type remoteFlags struct {
+	addr    string
+	timeout time.Duration
+}
+
+func (f *remoteFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "addr", os.Getenv("FERO_ADDR"), "data address of any node (default $FERO_ADDR)")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
+}
+
+// dial connects to the node and returns a context bounded by --timeout.
+func (f *remoteFlags) dial(cmd *cobra.Command) (*fero.Remote, context.Context, context.CancelFunc, error) {
+	if f.addr == "" {
+		return nil, nil, nil, errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	rc, err := fero.Dial(ctx, f.addr)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, fmt.Errorf("connect to %s: %w", f.addr, err)
+	}
+	return rc, ctx, cancel, nil
+}
+
+func newPut() *cobra.Command {
+	var f remoteFlags
+	var add bool
+	cmd := &cobra.Command{
+		Use:   "put KEY JSON",
+		Short: "Set the value at KEY, through the cluster",
+		Long: `put sets the value at KEY (an UPDATE, or an ADD with --add, which fails if
+KEY has a value) and returns once the owner committed it. JSON is any JSON
+value; a bare word that is not JSON is taken as a string.`,
+		Example: `  fero put --addr 127.0.0.1:7400 ada '{"name":"Ada","langs":["en"]}'
+  fero put --addr 127.0.0.1:7400 ada.langs.- fr       # push onto the array`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var v any
+			if err := json.Unmarshal([]byte(args[1]), &v); err != nil {
+				v = args[1]
+			}
+			rc, ctx, cancel, err := f.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer rc.Close()
+			verb := fero.VerbUpdate
+			if add || strings.HasSuffix(args[0], ".-") {
+				verb = fero.VerbAdd
+			}
+			return rc.Call(ctx, verb, args[0], v, nil)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&add, "add", false, "create only: fail if KEY has a value")
+	return cmd
+}
+
+func newGet() *cobra.Command {
+	var f remoteFlags
+	cmd := &cobra.Command{
+		Use:   "get KEY",
+		Short: "Print the value at KEY as JSON, read from its owner",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rc, ctx, cancel, err := f.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer rc.Close()
+			var v any
+			ok, err := rc.Get(ctx, args[0], &v)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%s: not found", args[0])
+			}
+			return printJSON(cmd.OutOrStdout(), v)
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newRm() *cobra.Command {
+	var f remoteFlags
+	cmd := &cobra.Command{
+		Use:   "rm KEY",
+		Short: "Remove the value at KEY (removing what is not there succeeds)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rc, ctx, cancel, err := f.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer rc.Close()
+			return rc.Remove(ctx, args[0])
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newTail() *cobra.Command {
+	var f remoteFlags
+	var count int
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Stream the changes a node applies, one JSON object per line",
+		Long: `tail prints every change the node applies to its copy from now on: its
+kind (committed by that node as owner, applied from the owner, dropped,
+restored), type, key, value, partition, term and offset. It runs until
+interrupted, or until --count changes. A node holds up to 4,096 changes
+for a slow reader and then drops them; "missed" counts them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.addr == "" {
+				return errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
+			}
+			ctx := cmd.Context()
+			dctx, cancel := context.WithTimeout(ctx, f.timeout)
+			rc, err := fero.Dial(dctx, f.addr)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("connect to %s: %w", f.addr, err)
+			}
+			defer rc.Close()
+			ctx, stop := context.WithCancel(ctx)
+			defer stop()
+			n := 0
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			for ch, err := range rc.Tail(ctx) {
+				if err != nil {
+					return err
+				}
+				line := map[string]any{
+					"kind": ch.Kind.String(), "partition": ch.Partition, "term": ch.Term, "offset": ch.Offset,
+				}
+				if ch.Kind != fero.Restored {
+					line["type"], line["key"] = ch.Type.String(), ch.Key
+				}
+				if len(ch.Value) > 0 {
+					var v any
+					if err := msgpack.Unmarshal(ch.Value, &v); err == nil {
+						line["value"] = jsonable(v)
+					}
+				}
+				if ch.Missed > 0 {
+					line["missed"] = ch.Missed
+				}
+				if err := enc.Encode(line); err != nil {
+					return err
+				}
+				if n++; count > 0 && n >= count {
+					return nil
+				}
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many changes (0: run until interrupted)")
+	return cmd
+}
+
+func newStatus() *cobra.Command {
+	var f remoteFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster as one node sees it: members, ownership, this node's partitions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rc, ctx, cancel, err := f.dial(cmd)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer rc.Close()
+			st, err := rc.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), st)
+			}
+			return printStatus(cmd.OutOrStdout(), st)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, st *fero.NodeStatus) error {
+	role := "server"
+	if st.Client {
+		role = "client"
+	}
+	fmt.Fprintf(w, "resource %q, as seen by %s node %s (%s)\n", st.Resource, role, st.ID, st.Addr)
+	fmt.Fprintf(w, "map %016x: %d partitions\n\n", st.MapVersion, st.Partitions)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tROLE\tSTATUS\tOWNS\tDATA\tGOSSIP")
+	for _, m := range st.Members {
+		r := "server"
+		if m.Client {
+			r = "client"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, r, m.Status, m.Owned, m.Addr, m.Gossip)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	roles := make([]string, 0, len(st.Roles))
+	for r, n := range st.Roles {
+		roles = append(roles, fmt.Sprintf("%s %d", r, n))
+	}
+	sort.Strings(roles)
+	fmt.Fprintf(w, "\nthis node: %d keys, digest %016x; partitions: %s\n", st.Keys, st.Digest, strings.Join(roles, ", "))
+	s := st.Stats
+	fmt.Fprintf(w, "since start: %d committed, %d applied, %d dropped, %d restored, %d ownerships gained, %d lost\n",
+		s.Committed, s.Applied, s.Dropped, s.Restored, s.Gained, s.Lost)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(jsonable(v))
+}
+
+// jsonable turns decoded msgpack into values encoding/json accepts: maps
+// with non-string keys get string keys, and binary becomes a string when it
+// is text.
+func jsonable(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = jsonable(x)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[fmt.Sprint(k)] = jsonable(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = jsonable(x)
+		}
+		return out
+	}
+	return v
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fero-go/fero/pkg/fero"
+)
+
+// serveFlags mirror the options of pkg/fero that an operator sets.
+type serveFlags struct {
+	id          string
+	listen      string
+	bind        string
+	seeds       []string
+	portRange   string
+	scanHosts   []string
+	multicast   bool
+	preset      string
+	client      bool
+	partitions  int
+	replicas    int
+	vnodes      int
+	historyMax  int
+	quorum      int
+	maxEntry    int
+	logLevel    string
+	readyServer int
+}
+
+func newServe() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve RESOURCE",
+		Short: "Run a generic server node for a resource",
+		Long: `serve runs one node of RESOURCE's cluster until it is interrupted, then
+leaves the cluster gracefully. The node holds the resource's dynamic
+documents and answers ADD, UPDATE, REMOVE and GET; any other verb gets an
+"unknown verb" error.
+
+Its first line on stdout names its addresses:
+
+  fero: node <id> of "<resource>": gossip <host:port> data <host:port>
+
+Other nodes join with --seeds <gossip address>; put, get, rm, tail and status
+take --addr <data address>.
+
+Every node of a resource must use the same --partitions, --replicas and
+--vnodes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd, args[0], &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.id, "id", "", "node ID (default: random)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
+	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
+	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
+	fl.StringVar(&f.portRange, "ports", "", "gossip port range START-END to take a port from and scan for peers (the original's ports)")
+	fl.StringSliceVar(&f.scanHosts, "scan-hosts", nil, "hosts whose port range is scanned (default the loopback host)")
+	fl.BoolVar(&f.multicast, "multicast", false, "discover peers by UDP multicast (on by default with --preset lan)")
+	fl.StringVar(&f.preset, "preset", "local", "gossip timings: local (one machine) or lan")
+	fl.BoolVar(&f.client, "client", false, "run a client node: it owns nothing and keeps a full copy")
+	fl.IntVar(&f.partitions, "partitions", 271, "partition count")
+	fl.IntVar(&f.replicas, "replicas", 2, "servers besides the owner whose acks make a write durable")
+	fl.IntVar(&f.vnodes, "vnodes", 200, "virtual nodes per member on the ring (the original's dht.vnodes)")
+	fl.IntVar(&f.historyMax, "history-max", 10000, "commits kept per partition (the original's partitions.history.max)")
+	fl.IntVar(&f.quorum, "quorum", 0, "live servers an owner needs to accept writes (0: a majority of the most seen)")
+	fl.IntVar(&f.maxEntry, "max-entry", 1<<20, "largest key plus value of one write, in bytes")
+	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	fl.IntVar(&f.readyServer, "wait-servers", 0, "before printing ready, wait until the node sees this many servers")
+	return cmd
+}
+
+func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
+	ctx := cmd.Context()
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts := []fero.Option{
+		fero.WithLogger(logger), fero.WithListen(f.listen),
+		fero.WithPartitions(f.partitions), fero.WithReplicas(f.replicas), fero.WithVNodes(f.vnodes),
+		fero.WithHistoryMax(f.historyMax), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
+	}
+	switch f.preset {
+	case "local":
+		opts = append(opts, fero.WithPreset(fero.PresetLocal))
+	case "lan":
+		opts = append(opts, fero.WithPreset(fero.PresetLAN))
+	default:
+		return fmt.Errorf("--preset: %q is neither local nor lan", f.preset)
+	}
+	if f.id != "" {
+		opts = append(opts, fero.WithID(f.id))
+	}
+	if f.bind != "" {
+		opts = append(opts, fero.WithBind(f.bind))
+	}
+	if len(f.seeds) > 0 {
+		opts = append(opts, fero.WithSeeds(f.seeds...))
+	}
+	if f.portRange != "" {
+		var lo, hi int
+		if _, err := fmt.Sscanf(strings.TrimSpace(f.portRange), "%d-%d", &lo, &hi); err != nil {
+			return fmt.Errorf("--ports: want START-END, got %q", f.portRange)
+		}
+		opts = append(opts, fero.WithPortRange(lo, hi))
+	}
+	if len(f.scanHosts) > 0 {
+		opts = append(opts, fero.WithScanHosts(f.scanHosts...))
+	}
+	if cmd.Flags().Changed("multicast") {
+		if f.multicast {
+			opts = append(opts, fero.WithMulticast(fero.MulticastConfig{}))
+		} else {
+			opts = append(opts, fero.WithoutMulticast())
+		}
+	}
+	if f.client {
+		opts = append(opts, fero.Client())
+	}
+	r, err := fero.Open(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
+	if f.readyServer > 0 {
+		if err := r.WaitServers(ctx, f.readyServer); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "fero: node %s sees %d servers\n", r.ID(), f.readyServer)
+	}
+	<-ctx.Done()
+	fmt.Fprintf(out, "fero: node %s leaving\n", r.ID())
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "fero: node %s left in %v\n", r.ID(), time.Since(start).Round(time.Millisecond))
+	return nil
+}
