@@ -20,11 +20,7 @@ import (
 	"time"
 
 	"github.com/fero-go/fero/examples/internal/procs"
-	"github.com/fero-go/fero/internal/doc"
-	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/membership"
-	"github.com/fero-go/fero/internal/node"
-	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/pkg/fero"
 )
 
 func main() {
@@ -90,70 +86,64 @@ func runDemo(ctx context.Context, n, keys int) error {
 // runNode runs one server node: it waits until it sees every node, the
 // first node writes, and every node waits until it holds every key.
 func runNode(ctx context.Context, id, seed string, nodes, keys int) error {
-	var seeds []string
-	if seed != "" {
-		seeds = []string{seed}
+	opts := []fero.Option{
+		fero.WithID(id), fero.WithBind("127.0.0.1:0"), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
 	}
-	n, err := node.Start(ctx, node.Config{
-		ID: id, Resource: "users",
-		Membership: []membership.Option{
-			membership.WithBind("127.0.0.1:0"), membership.WithPreset(membership.PresetLocal),
-			membership.WithoutMulticast(), membership.WithSeeds(seeds...),
-		},
-	})
+	if seed != "" {
+		opts = append(opts, fero.WithSeeds(seed))
+	}
+	users, err := fero.Open(ctx, "users", opts...)
 	if err != nil {
 		return err
 	}
-	defer n.Close()
-	fmt.Printf("gossip %s data %s\n", n.Membership().Local().Gossip, n.Addr())
+	defer users.Close()
+	fmt.Printf("gossip %s data %s\n", users.GossipAddr(), users.Addr())
 
 	report := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	start := time.Now()
-	if err := waitFor(ctx, 30*time.Second, func() bool {
-		m := n.Map()
-		return m != nil && len(m.Members()) == nodes
-	}); err != nil {
-		report("error: never saw all %d nodes: %v", nodes, err)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := users.WaitServers(wctx, nodes); err != nil {
+		report("error: %v", err)
 		return nil
 	}
-	m := n.Map()
-	report("sees %d servers after %v; owns %d of %d partitions", nodes, time.Since(start).Round(time.Millisecond), len(m.Owned(id)), m.Partitions())
+	owned := 0
+	for _, m := range users.Members() {
+		if m.ID == id {
+			owned = m.Owned
+		}
+	}
+	report("sees %d servers after %v; owns %d partitions", nodes, time.Since(start).Round(time.Millisecond), owned)
 
 	if id == "node-0" {
-		var b doc.Builder
 		t := time.Now()
 		for i := 0; i < keys; i++ {
-			c, err := b.Update(fmt.Sprintf("user%d", i), map[string]any{"name": fmt.Sprintf("user %d", i), "logins": i})
-			if err != nil {
-				return err
-			}
-			if err := writeRetrying(ctx, n, c); err != nil {
+			user := map[string]any{"name": fmt.Sprintf("user %d", i), "logins": i}
+			if err := writeRetrying(wctx, func() error { return users.Update(wctx, fmt.Sprintf("user%d", i), user, fero.Majority) }); err != nil {
 				report("error: write %d: %v", i, err)
 				return nil
 			}
 		}
 		report("wrote %d keys, each acknowledged by a majority of its replicas, in %v", keys, time.Since(t).Round(time.Millisecond))
 	}
-	if err := waitFor(ctx, 30*time.Second, func() bool { return n.Store().Len() == keys }); err != nil {
-		report("error: holds %d of %d keys: %v", n.Store().Len(), keys, err)
+	if err := waitFor(ctx, 30*time.Second, func() bool { return users.Len() == keys }); err != nil {
+		report("error: holds %d of %d keys: %v", users.Len(), keys, err)
 		return nil
 	}
-	v, _ := n.Store().Get("user7.name")
-	report("holds all %d keys (digest %016x); reads user7.name = %q locally", keys, n.Store().Digest(), v)
+	v, _ := users.Get("user7.name")
+	report("holds all %d keys (digest %016x); reads user7.name = %q locally", keys, users.Digest(), v)
 	fmt.Println("done")
 	// Serve until the demo closes stdin: other nodes may still sync.
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
 }
 
-// writeRetrying writes with a majority ack, retrying while ownership
-// settles (owners syncing after a join answer Unavailable).
-func writeRetrying(ctx context.Context, n *node.Node, c doc.Change) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+// writeRetrying retries a write while ownership settles (owners syncing
+// after a join answer CodeUnavailable).
+func writeRetrying(ctx context.Context, write func() error) error {
 	for {
-		_, err := n.Write(ctx, c, partition.WaitMajority, 0)
-		if err == nil || errs.CodeOf(err) != errs.Unavailable {
+		err := write()
+		if err == nil || fero.CodeOf(err) != fero.CodeUnavailable {
 			return err
 		}
 		select {
