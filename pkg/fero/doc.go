@@ -1,8 +1,105 @@
-// Package fero is the public runtime API of fero for Go: open a named
-// resource, read it locally, write to it through its partitions' owners,
-// and watch its changes.
+// Package fero is the public API of fero for Go: open a named resource,
+// read it locally, write to it through its partitions' owners, answer
+// requests with your own verbs, and react to its changes.
 //
-// It is being built. What is here now is the error model every call
-// will share: one coded error type, [Error], that crosses the wire with
-// its [Code] and message, checked with [CodeOf] or errors.Is / errors.As.
+// # Resources
+//
+// A resource is a named key/value map served by every process that opens
+// it. Each copy of the service joins one cluster by gossip; a consistent-hash
+// ring gives each of the resource's partitions one owner; the owner commits
+// each write to the partition's log and sends the commit to every other
+// copy, server or client. Every node therefore holds the whole map, and
+// reads never leave the process.
+//
+//	users, err := fero.Open(ctx, "users", fero.WithSeeds("10.0.0.1:7946"))
+//	if err != nil { … }
+//	defer users.Close()
+//	err = users.Update(ctx, "ada", map[string]any{"name": "Ada"})   // waits for the owner's ack
+//	name, ok := users.Get("ada.name")                                 // local read
+//
+// Keys are paths: segments separated by '.', array elements by index, "-"
+// to append. The top-level segment picks the partition. [Map] is the typed
+// form: top-level keys to values of one Go type, encoded with msgpack.
+//
+// A [Client] node owns no partition; it receives every commit and sends its
+// writes straight to the owners.
+//
+// # Writes and what they wait for
+//
+// Update, Add, Remove, Push, Patch and Set build change records (the
+// original's helpers) and send each to the owner of its partition, at
+// most two hops away. The last argument says what to wait for: [NoWait]
+// (fire and forget; nothing is allocated to wait), [Ack] (the owner
+// committed; the default), [Replicas](k) (k replicas applied it) or
+// [Majority] (a majority of the replica group applied it, which survives
+// any owner change). Every call that waits takes a context.
+//
+// The owner checks each change against its state before it commits: Add of
+// a key that exists, or a path through a scalar, fails with
+// CodeFailedPrecondition and is never committed.
+//
+// # Requests and handlers
+//
+// [Resource.Call] sends a request (a verb, a key and a payload) to the
+// owner of the key, where the resource's [Handler] answers it; the reply,
+// or a coded [Error], comes back to the caller. A handler can fall through
+// to the built-in handling of ADD, UPDATE, REMOVE and GET with
+// [Request.Next]. [Resource.Send] is the fire-and-forget form. Unknown verbs
+// are answered with CodeUnimplemented, a panicking handler with
+// CodeInternal.
+//
+// # Change streams
+//
+// [Resource.Changes] yields every change applied to this node's copy, as a
+// Go iterator; [Resource.Commits] only those this node committed as owner;
+// [Resource.Subscribe] is the channel form. A stream buffers [DefaultBuffer]
+// changes; when its consumer falls that far behind it drops the newest and
+// counts them ([DropNewest], the default) or makes the node wait
+// ([Block]; nothing is lost, and a slow consumer slows the node).
+// [Resource.MemberEvents] reports peers' status.
+//
+// # Connect
+//
+// [WithConnect] ties the resource to the service's own [Store]: the first
+// server of a cluster restores its initial state from the store after the
+// connect wait, and changes are replayed into the store (see [Replayer]).
+//
+// # Options and the original's constants
+//
+// Every option has a default; the original library's constants map to
+// them as follows.
+//
+//	original constant        option                       default
+//	dht.vnodes               WithVNodes                   200
+//	connect.wait             WithConnectWait              1s
+//	retries.base/cap/max     WithRetry (a Remote's redial) 100ms, 60s, 5; nodes redial peers as the engine needs them
+//	retries.jitter           (always full jitter)         -
+//	connections.timeout      WithConnectTimeout           10s
+//	connections.jitter       (not needed: simultaneous dials resolve deterministically)
+//	connections.max.*        (not applicable: one connection per pair of nodes)
+//	udp / udp.skip           WithMulticast, WithoutMulticast  on with PresetLAN, off with PresetLocal
+//	udp.ip/port/ttl/jitter   MulticastConfig fields       224.0.0.251:5354, TTL 128 (membership defaults)
+//	udp.retry                MulticastConfig.Interval     announces again while alone
+//	partitions.history.max   WithHistoryMax               10,000 (the original kept everything)
+//	outbox.max               WithMaxBatch                 256 KiB per write
+//	outbox.frag              WithMaxFrame                 16 MiB
+//	hosts                    WithSeeds, WithScanHosts     none
+//	ports                    WithPortRange                none (a free port)
+//	hash                     WithPartitioner              hash of the top-level key
+//	client                   Client                       server
+//
+// And fero for Go's own: WithPartitions (271), WithReplicas (2), WithLoad
+// (2.0), WithQuorum (a majority of the most servers seen), WithWriteTimeout
+// (10s), WithMaxEntry (1 MiB), WithOutboxLimit (256 KiB), WithTLS,
+// WithSecretKey, WithPreset, WithBind, WithListen, WithLogger (none).
+//
+// # Errors
+//
+// Every error fero returns for a cluster condition is an [*Error] with a
+// [Code] that crosses the wire; check it with [CodeOf] or errors.Is.
+// CodeUnavailable means "not now" (no owner yet, an owner syncing after a
+// membership change, a node on the minority side of a split): retrying
+// later is the right response.
+//
+// The design behind these guarantees is docs/engine.md.
 package fero

@@ -285,9 +285,10 @@ func WithProbeInterval(d time.Duration) Option {
 
 // The transport between nodes.
 
-// WithRetry sets the reconnect backoff: first delay, largest delay and
-// attempts (the original's retries.base, retries.cap, retries.max; the
-// jitter is always full).
+// WithRetry sets a [Remote]'s reconnect backoff: first delay, largest
+// delay and attempts (the original's retries.base, retries.cap,
+// retries.max; the jitter is always full). Nodes of a cluster redial each
+// other whenever the engine has something to send.
 func WithRetry(base, cap time.Duration, max int) Option {
 	return func(c *config) { c.transport = append(c.transport, transport.WithRetry(base, cap, max)) }
 }
