@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -41,6 +42,9 @@ type Membership struct {
 	conflicts map[string]conflict // by ID: another life seen at another address
 	heard     map[string]time.Time
 	subs      map[*Subscription]struct{}
+
+	probe         time.Duration // memberlist's probe interval, once created
+	suspicionMult int           // memberlist's suspicion multiplier
 }
 
 type peer struct {
@@ -155,6 +159,7 @@ func (m *Membership) create() (*memberlist.Memberlist, error) {
 	if m.cfg.tune != nil {
 		m.cfg.tune(conf)
 	}
+	m.probe, m.suspicionMult = conf.ProbeInterval, conf.SuspicionMult
 	d := &delegate{m: m}
 	conf.Name = m.meta.ID
 	conf.Delegate = d
@@ -248,6 +253,19 @@ func (m *Membership) gossipAddr() string {
 		return p.m.Gossip
 	}
 	return ""
+}
+
+// DetectionTime estimates how far apart in time one member may declare
+// the members of an n-member cluster dead when they all become unreachable
+// at once: about one suspicion timeout, which memberlist scales with
+// log10(n). Probes find the first failure; the suspicion then runs its
+// course on each peer, sped up by other members' confirmations.
+func (m *Membership) DetectionTime(n int) time.Duration {
+	m.mu.Lock()
+	probe, mult := m.probe, m.suspicionMult
+	m.mu.Unlock()
+	scale := max(1, math.Log10(float64(max(n, 1))))
+	return time.Duration(float64(mult) * scale * float64(probe))
 }
 
 // Local returns the local member.

@@ -276,6 +276,10 @@ func (n *Node) drive() {
 			return
 		case <-n.view.changed:
 			m, clients := n.view.current()
+			if prev := n.eng.Map(); prev != nil {
+				// Wait out failure detection after a server leaves (rule 9).
+				n.eng.SetSettleDelay(n.ms.DetectionTime(len(prev.Members())))
+			}
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
 			if err := n.eng.SetMap(m, clients); err != nil {
 				n.logger.Error("fero: node: engine refused the map", "err", err)

@@ -43,9 +43,14 @@ type part struct {
 	queue     []queued
 	backoff   time.Time // no sync before this, after yielding to a rival
 
-	group     []string // owner and replicas by the current map
-	prevGroup []string // the group before the owner last changed
-	prevOwner string
+	group []string // owner and replicas by the current map
+	// prevGroups are the replica groups the partition had, by this node's
+	// maps, since the last epoch it saw start: a write acked by a majority
+	// of any of them may exist, so a sync reads a majority of each (rule
+	// 4). Failure detection removes the members of a split one by one, so
+	// the owner may change several times before anyone writes again.
+	prevGroups [][]string
+	prevOwner  string
 }
 
 func (pt *part) position() Position { return Position{Epoch: pt.logEpoch, Offset: pt.log.last()} }
@@ -221,6 +226,9 @@ func (e *Engine) stepEpochStart(pt *part, from string, m *EpochStart) {
 	e.adopt(pt, m.Epoch)
 	if pt.active {
 		return
+	}
+	if !pt.started {
+		pt.prevGroups = nil // the new owner synced past them
 	}
 	pt.started = true
 	pt.knownLast = max(pt.knownLast, m.Last)

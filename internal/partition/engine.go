@@ -52,6 +52,10 @@ type Engine struct {
 	counts []sample             // server counts replaced within the quorum window
 	parts  []*part
 
+	settleUntil time.Time            // no sync starts before (a server just left)
+	heard       map[string]time.Time // servers: when a message last came from each
+	beat        time.Time            // when this node last sent heartbeats
+
 	nextID uint64
 	fwd    map[uint64]forwarded
 
@@ -93,9 +97,9 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 		cfg:   cfg,
 		id:    id,
 		st:    st,
-		alive: map[string]bool{},
-		seen:  map[string]time.Time{},
-		fwd:   map[uint64]forwarded{},
+		alive: map[string]bool{}, heard: map[string]time.Time{},
+		seen: map[string]time.Time{},
+		fwd:  map[uint64]forwarded{},
 	}, nil
 }
 
@@ -122,9 +126,25 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	}
 	prev := e.m
 	e.m = m
+	if prev != nil && e.cfg.settle > 0 {
+		for _, s := range prev.Members() {
+			if !inMap(m, s.ID) {
+				// A server left: wait out the detector before any new
+				// epoch, and drop syncs under way, which counted it.
+				e.settleUntil = e.now.Add(e.cfg.settle)
+				for _, pt := range e.parts {
+					pt.sync = nil
+				}
+				break
+			}
+		}
+	}
 	clear(e.alive)
 	e.copies = e.copies[:0]
 	for _, s := range m.Members() {
+		if !inMap(prev, s.ID) {
+			e.heard[s.ID] = e.now // a server new to the map: its lease starts now
+		}
 		e.alive[s.ID] = true
 		e.seen[s.ID] = e.now
 		if s.ID != e.id {
@@ -172,17 +192,25 @@ func (e *Engine) remap(pt *part, prev *ring.Map) {
 	}
 	owner := e.ownerOf(pt.p)
 	if prev != nil && oldOwner != owner {
-		// The group that may hold the last owner's acked writes (rule 4).
 		pt.prevOwner = oldOwner
-		pt.prevGroup = append(pt.prevGroup[:0], pt.group...)
 	}
-	pt.group = pt.group[:0]
+	group := make([]string, 0, 1+len(pt.group))
 	if owner != "" {
-		pt.group = append(pt.group, owner)
+		group = append(group, owner)
 		for _, r := range e.m.Replicas(pt.p) {
-			pt.group = append(pt.group, r.ID)
+			group = append(group, r.ID)
 		}
 	}
+	if prev != nil && len(pt.group) > 0 && !slices.Equal(group, pt.group) &&
+		!slices.ContainsFunc(pt.prevGroups, func(g []string) bool { return slices.Equal(g, pt.group) }) {
+		// The group that may hold acked writes of the current history
+		// (rule 4); the owner and its replicas may change one by one.
+		if len(pt.prevGroups) == maxPrevGroups {
+			pt.prevGroups = slices.Delete(pt.prevGroups, 0, 1)
+		}
+		pt.prevGroups = append(pt.prevGroups, slices.Clone(pt.group))
+	}
+	pt.group = group
 	if pt.active && !e.hasQuorum() {
 		// Without quorum the other side may take the partition (rule 9);
 		// holding on to the epoch would serve a history that may be stale
@@ -242,7 +270,25 @@ func (e *Engine) quorum() int {
 	return n/2 + 1
 }
 
-func (e *Engine) hasQuorum() bool { return len(e.m.Members()) >= e.quorum() }
+func (e *Engine) hasQuorum() bool { return len(e.m.Members()) >= e.quorum() && e.reachesQuorum() }
+
+// reachesQuorum reports whether this node has heard, within the lease,
+// from enough servers (itself included) to make a quorum: a node cut off
+// from the majority whose map still lists servers of the other side stops
+// writing once the lease runs out.
+func (e *Engine) reachesQuorum() bool {
+	n := 1
+	for id := range e.alive {
+		if id != e.id && e.now.Sub(e.heard[id]) <= e.lease() {
+			n++
+		}
+	}
+	return n >= e.quorum()
+}
+
+// lease is how long a server's last message counts as reaching it: three
+// heartbeat intervals.
+func (e *Engine) lease() time.Duration { return 3 * e.cfg.probeInterval }
 
 // recent reports whether server id is alive or left within the quorum
 // window; such a member still counts when a sync asks for a majority of
@@ -266,6 +312,23 @@ func (e *Engine) Tick(now time.Time) {
 		e.seen[id] = now
 	}
 	e.pruneCounts()
+	if !e.cfg.client && now.Sub(e.beat) >= e.cfg.probeInterval {
+		e.beat = now
+		for _, s := range e.m.Members() {
+			if s.ID != e.id {
+				e.send(s.ID, &Heartbeat{})
+			}
+		}
+	}
+	if !e.reachesQuorum() {
+		for _, pt := range e.parts {
+			if pt.active {
+				// Cut off from the majority: the other side will take the
+				// partition once it has declared this node dead (rule 9).
+				e.stepDown(pt, ErrNoQuorum)
+			}
+		}
+	}
 	for _, pt := range e.parts {
 		e.tickPart(pt)
 	}
@@ -308,7 +371,7 @@ func (e *Engine) tickPart(pt *part) {
 	}
 	switch {
 	case pt.sync != nil && e.now.Sub(pt.sync.started) >= e.cfg.syncTimeout:
-		if e.hasQuorum() {
+		if e.hasQuorum() && !e.now.Before(e.settleUntil) {
 			e.startSync(pt) // start over with a new term
 		} else {
 			pt.sync = nil
@@ -412,6 +475,12 @@ func (e *Engine) Step(from string, msg Message) error {
 	}
 	if int64(msg.Part()) >= int64(len(e.parts)) {
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", msg.Part(), len(e.parts))
+	}
+	if e.alive[from] {
+		e.heard[from] = e.now
+	}
+	if _, ok := msg.(*Heartbeat); ok {
+		return nil
 	}
 	pt := e.parts[msg.Part()]
 	var err error
@@ -576,6 +645,18 @@ func (e *Engine) ackTarget(pt *part) string {
 	return pt.accepted.Owner
 }
 
+// maxPrevGroups bounds the groups a partition remembers between epochs.
+const maxPrevGroups = 8
+
+// inMap reports whether server id is a member of m (false for a nil m).
+func inMap(m *ring.Map, id string) bool {
+	return m != nil && slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == id })
+}
+
+// SetSettleDelay changes the settle delay (see [WithSettleDelay]); the
+// driver sets it from gossip's detection time for the cluster's size.
+func (e *Engine) SetSettleDelay(d time.Duration) { e.cfg.settle = max(d, 0) }
+
 // Partitions returns the partition count (0 before the first SetMap).
 func (e *Engine) Partitions() int { return len(e.parts) }
 
@@ -603,3 +684,6 @@ func (e *Engine) Status(p int) Status {
 	}
 	return s
 }
+
+// Map returns the map the engine routes by (nil before the first SetMap).
+func (e *Engine) Map() *ring.Map { return e.m }

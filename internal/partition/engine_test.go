@@ -293,9 +293,9 @@ func TestOwnerChangeOnJoin(t *testing.T) {
 // crashSetup finds, in a four-node cluster, a partition whose owner o has
 // replicas r1, r2 and follower f, such that after o dies the new owner is
 // not f.
-func crashSetup(t *testing.T) (n *network, p int, o, f string) {
+func crashSetup(t *testing.T, opts ...Option) (n *network, p int, o, f string) {
 	ids := []string{"a", "b", "c", "d"}
-	n = newNetwork(t, 32, ids)
+	n = newNetwork(t, 32, ids, opts...)
 	for p = range 32 {
 		o, reps := groupOf(n.buildMap(ids), p)
 		f = ""
@@ -315,7 +315,9 @@ func crashSetup(t *testing.T) (n *network, p int, o, f string) {
 }
 
 func TestOwnerCrash(t *testing.T) {
-	n, p, o, f := crashSetup(t)
+	// A quorum of 2 lets the new owner sync without the follower, whose
+	// replies are dropped below: the case rule 6 is for.
+	n, p, o, f := crashSetup(t, WithQuorum(2))
 	durable, _ := n.propose(o, p, "durable", "1", WaitMajority)
 	n.deliverAll()
 	if c := mustDone(t, n.nodes[o], durable); c.Err != nil {
@@ -990,5 +992,145 @@ func TestMessagesBoundedInBytes(t *testing.T) {
 	_, err := n.propose(owner, 0, "huge", strings.Repeat("y", 300), WaitAck)
 	if errs.CodeOf(err) != errs.InvalidArgument || !strings.Contains(err.Error(), "exceeds the limit of 200") {
 		t.Fatalf("oversized write: %v", err)
+	}
+}
+
+// TestMinorityPairRegainsOwnership: five servers split 3 | 2, where the
+// two on the minority side are the owner of a partition and one of its
+// replicas. The majority side takes the partition over and commits
+// majority-acked writes. When the split heals, the old owner is owner
+// again by the map; what it and its fellow minority replica know is stale,
+// and their two positions alone make a majority of the new replica group.
+// The sync must still find the majority side's writes.
+func TestMinorityPairRegainsOwnership(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	const parts = 16
+	// A fixed quorum keeps the minority from writing however long the
+	// split lasts (rule 9).
+	n := newNetwork(t, parts, ids, WithQuorum(3))
+	n.settle()
+	full := n.buildMap(ids)
+	p, owner, mate := -1, "", ""
+	for x := range parts {
+		o, _ := full.Owner(x)
+		rs := full.Replicas(x)
+		if len(rs) == 2 {
+			p, owner, mate = x, o.ID, rs[0].ID
+			break
+		}
+	}
+	if p < 0 {
+		t.Fatal("no partition with two replicas")
+	}
+	minor := []string{owner, mate}
+	var major []string
+	for _, id := range ids {
+		if !slices.Contains(minor, id) {
+			major = append(major, id)
+		}
+	}
+	for i := range 2 {
+		tok, err := n.propose(owner, p, "k"+strconv.Itoa(i), "before", WaitMajority)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.deliverAll()
+		if c := mustDone(t, n.nodes[owner], tok); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+	}
+
+	n.isolate(minor, major)
+	n.setMap(major, major...)
+	n.setMap(minor, minor...)
+	// Two of the partition's previous group are on the other side; they
+	// count until the quorum window has passed (rule 4).
+	n.tick(DefaultQuorumWindow + time.Second)
+	n.settle()
+	x := n.owner(p)
+	if !slices.Contains(major, x) {
+		t.Fatalf("partition %d owned by %q during the split", p, x)
+	}
+	for i := range 2 {
+		tok, err := n.propose(x, p, "k"+strconv.Itoa(i), "during", WaitMajority)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.deliverAll()
+		if c := mustDone(t, n.nodes[x], tok); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+	}
+
+	n.heal()
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+	if o := n.owner(p); o != owner {
+		t.Fatalf("after the heal partition %d is owned by %q, want %q", p, o, owner)
+	}
+	for _, id := range ids {
+		for i := range 2 {
+			if v := n.nodes[id].st.kv[p]["k"+strconv.Itoa(i)]; v != "during" {
+				t.Errorf("%s: k%d = %q: a majority-acked write was lost", id, i, v)
+			}
+		}
+	}
+}
+
+// TestCutOffNodeStartsNoEpoch: a node cut off from the majority whose map
+// still lists one server of the other side (failure detection has not
+// removed it yet) counts a quorum of servers in its map, but cannot reach
+// them: it must not start an epoch.
+func TestCutOffNodeStartsNoEpoch(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	const parts = 16
+	n := newNetwork(t, parts, ids)
+	n.settle()
+	minor, major := []string{"d", "e"}, []string{"a", "b", "c"}
+	n.isolate(minor, major)
+	n.setMap(major, major...)
+	stale := []string{"c", "d", "e"} // c is not dead yet in d's and e's eyes
+	n.setMap(stale, minor...)
+	n.settle()
+	m := n.buildMap(stale)
+	for p := range parts {
+		o, _ := m.Owner(p)
+		if o.ID == "c" {
+			continue
+		}
+		if st := n.nodes[o.ID].e.Status(p); st.Role == RoleOwner {
+			t.Fatalf("%s started an epoch for partition %d while cut off: %+v", o.ID, p, st)
+		}
+		if _, err := n.propose(o.ID, p, "k", "v", WaitAck); errs.CodeOf(err) != errs.Unavailable && err != nil {
+			t.Fatalf("write on the cut-off side: %v", err)
+		}
+	}
+}
+
+// TestSettleDelay: after a server leaves the map, no sync starts until the
+// settle delay has passed.
+func TestSettleDelay(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids, WithSettleDelay(3*time.Second))
+	n.settle()
+	n.crash("a")
+	rest := []string{"b", "c"}
+	n.setMap(rest, rest...)
+	n.deliverAll()
+	n.tick(time.Second)
+	n.deliverAll()
+	m := n.buildMap(rest)
+	for p := range 8 {
+		o, _ := m.Owner(p)
+		if st := n.nodes[o.ID].e.Status(p); st.Role == RoleOwner && st.Accepted.Owner == o.ID && st.Accepted.Term > 1 {
+			t.Fatalf("partition %d: %s took over 1s after the map changed: %+v", p, o.ID, st)
+		}
+	}
+	n.settle()
+	for p := range 8 {
+		if n.owner(p) == "" {
+			t.Fatalf("partition %d has no owner after the settle delay", p)
+		}
 	}
 }

@@ -19,6 +19,7 @@ const (
 	KindSnapshotReply MsgKind = 9
 	KindForward       MsgKind = 10
 	KindForwardReply  MsgKind = 11
+	KindHeartbeat     MsgKind = 12
 )
 
 // Message is one of the pointer types below. Messages are shared: the
@@ -141,6 +142,14 @@ type ForwardReply struct {
 	Owner     string   `msgpack:"o"`
 }
 
+// Heartbeat tells a server that its sender still reaches it. Servers send
+// one to every other server each probe interval, whatever the traffic; an
+// owner that has not heard from a quorum of servers within the lease stops
+// accepting writes (rule 9). Partition is always 0.
+type Heartbeat struct {
+	Partition uint32 `msgpack:"p"`
+}
+
 // Kind implements Message.
 func (*Commit) Kind() MsgKind        { return KindCommit }
 func (*CommitAck) Kind() MsgKind     { return KindCommitAck }
@@ -153,6 +162,7 @@ func (*FetchReply) Kind() MsgKind    { return KindFetchReply }
 func (*SnapshotReply) Kind() MsgKind { return KindSnapshotReply }
 func (*Forward) Kind() MsgKind       { return KindForward }
 func (*ForwardReply) Kind() MsgKind  { return KindForwardReply }
+func (*Heartbeat) Kind() MsgKind     { return KindHeartbeat }
 
 // Part implements Message.
 func (m *Commit) Part() uint32        { return m.Partition }
@@ -166,6 +176,7 @@ func (m *FetchReply) Part() uint32    { return m.Partition }
 func (m *SnapshotReply) Part() uint32 { return m.Partition }
 func (m *Forward) Part() uint32       { return m.Partition }
 func (m *ForwardReply) Part() uint32  { return m.Partition }
+func (m *Heartbeat) Part() uint32     { return m.Partition }
 
 // NewMessage returns a zero message of kind k for a decoder to fill, or nil
 // for an unknown kind.
@@ -193,6 +204,8 @@ func NewMessage(k MsgKind) Message {
 		return new(Forward)
 	case KindForwardReply:
 		return new(ForwardReply)
+	case KindHeartbeat:
+		return new(Heartbeat)
 	}
 	return nil
 }

@@ -120,7 +120,19 @@ func WithMaxEntry(n int) Option { return optionFunc(func(c *config) { c.maxEntry
 // messages. Keep it well under the transport's frame limit.
 func WithMaxMessage(n int) Option { return optionFunc(func(c *config) { c.maxMessage = n }) }
 
+// WithSettleDelay makes the node wait this long after servers leave its
+// map before it starts syncing any partition (default 0). Failure
+// detection is not symmetric: a node cut off from the majority may declare
+// some of the other side dead a moment before the rest, and in that moment
+// its map still counts enough servers for quorum. Waiting out the detector
+// keeps such a node from starting an epoch it will lose (rule 9). The node
+// driver sets it from gossip's suspicion timeout.
+func WithSettleDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.settle = d })
+}
+
 type config struct {
+	settle        time.Duration
 	maxEntry      int
 	maxMessage    int
 	client        bool
@@ -173,6 +185,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad("quorum %d negative", c.quorum)
 	case c.quorumWindow < 0:
 		return bad("quorum window %v negative", c.quorumWindow)
+	case c.settle < 0:
+		return bad("settle delay %v negative", c.settle)
 	case c.syncTimeout <= 0, c.fetchRetry <= 0, c.probeInterval <= 0, c.fenceBackoff < 0, c.writeTimeout <= 0:
 		return bad("timeouts must be positive (sync %v, fetch %v, probe %v, fence backoff %v, write %v)",
 			c.syncTimeout, c.fetchRetry, c.probeInterval, c.fenceBackoff, c.writeTimeout)

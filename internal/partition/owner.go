@@ -10,14 +10,14 @@ import (
 // collects positions (each reply a promise to refuse older epochs), then
 // fetches from the best one (target) before starting the epoch.
 type syncState struct {
-	epoch     Epoch
-	started   time.Time
-	replies   []reply
-	asked     map[string]bool
-	prevGroup []string
-	writers   []string // previous writers; each is waited for while alive
-	target    string
-	targetPos Position
+	epoch      Epoch
+	started    time.Time
+	replies    []reply
+	asked      map[string]bool
+	prevGroups [][]string
+	writers    []string // previous writers; each is waited for while alive
+	target     string
+	targetPos  Position
 }
 
 type reply struct {
@@ -35,7 +35,7 @@ func (s *syncState) has(self, id string) bool {
 // off from a rival's epoch.
 func (e *Engine) maybeStartSync(pt *part) {
 	if e.cfg.client || pt.active || pt.sync != nil || e.ownerOf(pt.p) != e.id ||
-		!e.hasQuorum() || e.now.Before(pt.backoff) {
+		!e.hasQuorum() || e.now.Before(pt.backoff) || e.now.Before(e.settleUntil) {
 		return
 	}
 	e.startSync(pt)
@@ -59,16 +59,22 @@ func (e *Engine) startSync(pt *part) {
 	clear(pt.gap)
 	pt.fetch = fetchState{}
 	s := &syncState{
-		epoch:     ep,
-		started:   e.now,
-		asked:     map[string]bool{},
-		prevGroup: slices.Clone(pt.prevGroup),
-		writers:   writers,
+		epoch:      ep,
+		started:    e.now,
+		asked:      map[string]bool{},
+		prevGroups: slices.Clone(pt.prevGroups),
+		writers:    writers,
 	}
 	pt.sync = s
-	for _, ids := range [][]string{pt.group, s.prevGroup, s.writers} {
+	for _, ids := range append([][]string{pt.group, s.writers}, s.prevGroups...) {
 		for _, id := range ids {
 			e.ask(pt, id)
+		}
+	}
+	if len(s.asked)+1 < e.quorum() {
+		// The groups are too small to make a quorum of servers: ask them all.
+		for _, m := range e.m.Members() {
+			e.ask(pt, m.ID)
 		}
 	}
 	e.checkSync(pt)
@@ -105,6 +111,12 @@ func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
 // that is alive.
 func (e *Engine) syncReady(pt *part) bool {
 	s := pt.sync
+	// Promises from a quorum of servers, not just a quorum in this node's
+	// map: a node cut off from the majority may still count enough servers
+	// before failure detection removes them, but it cannot reach them.
+	if len(s.replies)+1 < e.quorum() {
+		return false
+	}
 	n := 0
 	for _, id := range pt.group {
 		if s.has(e.id, id) {
@@ -114,17 +126,21 @@ func (e *Engine) syncReady(pt *part) bool {
 	if n < len(pt.group)/2+1 {
 		return false
 	}
-	size, n := 0, 0
-	for _, id := range s.prevGroup {
-		if e.recent(id) {
-			size++
-			if s.has(e.id, id) {
-				n++
+	for _, g := range s.prevGroups {
+		size, n := 0, 0
+		for _, id := range g {
+			if e.recent(id) {
+				size++
+				if s.has(e.id, id) {
+					n++
+				}
 			}
 		}
-	}
-	if size > 0 && n < size/2+1 {
-		return false
+		// Enough to meet every majority of the group: size - size/2 (for
+		// an even size one less than a majority).
+		if n < size-size/2 {
+			return false
+		}
 	}
 	for _, w := range s.writers {
 		if e.alive[w] && !s.has(e.id, w) {
@@ -171,6 +187,7 @@ func (e *Engine) startEpoch(pt *part) {
 	pt.sync = nil
 	start := pt.log.last()
 	pt.logEpoch, pt.logStart, pt.started = s.epoch, start, true
+	pt.prevGroups = nil // synced past them
 	pt.startPrev = pt.log.lastEpoch()
 	pt.active = true
 	pt.sent = start

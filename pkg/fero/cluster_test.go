@@ -3,6 +3,7 @@ package fero
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -115,7 +116,7 @@ func retry(ctx context.Context, f func() error) error {
 func testLogger(t *testing.T) *slog.Logger {
 	w := &tWriter{t: t}
 	t.Cleanup(func() { w.done.Store(true) })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: testLogLevel}))
 }
 
 type tWriter struct {
@@ -129,3 +130,12 @@ func (w *tWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// testLogLevel is Warn; FERO_TEST_LOG=info shows the engines' events.
+var testLogLevel = func() slog.Level {
+	var l slog.Level
+	if l.UnmarshalText([]byte(os.Getenv("FERO_TEST_LOG"))) != nil {
+		return slog.LevelWarn
+	}
+	return l
+}()
