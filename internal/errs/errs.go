@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Code classifies an error. Codes 1–16 follow the familiar RPC set; a
@@ -130,8 +131,13 @@ func CodeOf(err error) Code {
 // err.Error() for any other error.
 func MessageOf(err error) string {
 	var e *Error
-	if errors.As(err, &e) {
-		return e.msg
+	if !errors.As(err, &e) {
+		return err.Error()
 	}
-	return err.Error()
+	if full, inner := err.Error(), e.Error(); full != inner && strings.Contains(full, inner) {
+		// A coded error wrapped with context ("login: %w"): keep the
+		// context, drop the inner error's code prefix.
+		return strings.Replace(full, inner, e.msg, 1)
+	}
+	return e.msg
 }

@@ -40,3 +40,13 @@ func TestWrapAndWire(t *testing.T) {
 	assert.ErrorIs(t, two, io.EOF)
 	assert.Nil(t, New(NotFound, "x").Unwrap())
 }
+
+func TestMessageOfKeepsWrappingContext(t *testing.T) {
+	inner := New(PermissionDenied, "wrong password")
+	if got := MessageOf(fmt.Errorf("login ada: %w", inner)); got != "login ada: wrong password" {
+		t.Fatalf("MessageOf = %q", got)
+	}
+	if got := MessageOf(inner); got != "wrong password" {
+		t.Fatalf("MessageOf = %q", got)
+	}
+}

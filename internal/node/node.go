@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fero-go/fero/internal/doc"
@@ -77,7 +78,8 @@ type Node struct {
 	waiters  map[uint64]chan<- partition.Completion // driver goroutine only
 	token    uint64                                 // driver goroutine only
 
-	stats stats
+	stats  stats
+	engMap atomic.Pointer[ring.Map] // the map the engine routes by
 
 	subMu      sync.Mutex
 	subs       map[*Subscription]struct{}
@@ -207,6 +209,11 @@ func (n *Node) Map() *ring.Map {
 	return m
 }
 
+// EngineMap returns the map the partition engine routes by: the same as
+// Map once the driver has handed it over (nil before). A write routed by
+// it cannot fail for want of a map.
+func (n *Node) EngineMap() *ring.Map { return n.engMap.Load() }
+
 // Membership returns the node's membership.
 func (n *Node) Membership() *membership.Membership { return n.ms }
 
@@ -283,6 +290,8 @@ func (n *Node) drive() {
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
 			if err := n.eng.SetMap(m, clients); err != nil {
 				n.logger.Error("fero: node: engine refused the map", "err", err)
+			} else {
+				n.engMap.Store(m)
 			}
 			n.connectPeers(m, clients)
 		case in := <-n.inbox:

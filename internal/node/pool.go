@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -33,6 +34,7 @@ type pool struct {
 	dialing map[string]chan struct{}   // closed when a dial to the peer ends
 	closed  bool
 	closing sync.WaitGroup // connections being closed in the background
+	done    chan struct{}  // closed by close
 }
 
 type pooled struct {
@@ -41,7 +43,7 @@ type pooled struct {
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{})}
+	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), done: make(chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -152,8 +154,8 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 		}
 		p.closeLater(cur.c)
 	}
-	if ok && cur.c != c {
-		delete(p.byConn, cur.c)
+	if ok && cur.c != c && cur.c.Err() != nil {
+		delete(p.byConn, cur.c) // a live loser keeps its entry until closeLater closes it
 	}
 	p.conns[id] = pooled{c: c, initiator: initiator}
 	p.byConn[c] = id
@@ -179,13 +181,29 @@ func (p *pool) idOf(c *transport.Conn) (string, bool) {
 	return id, ok
 }
 
-// closeLater closes c on a goroutine that close waits for. Callers hold mu.
+// loserGrace is how long a connection that lost the tie-break stays open:
+// calls already in flight on it finish, and messages the peer sends on it
+// before it learns it lost are still served.
+const loserGrace = 5 * time.Second
+
+// closeLater closes c after loserGrace (at once when the pool closes), on
+// a goroutine that close waits for. Callers hold mu.
 func (p *pool) closeLater(c *transport.Conn) {
-	delete(p.byConn, c)
 	p.closing.Add(1)
 	go func() {
 		defer p.closing.Done()
+		t := time.NewTimer(loserGrace)
+		select {
+		case <-t.C:
+		case <-p.done:
+			t.Stop()
+		case <-c.Done():
+			t.Stop()
+		}
 		c.Close()
+		p.mu.Lock()
+		delete(p.byConn, c)
+		p.mu.Unlock()
 	}()
 }
 
@@ -205,6 +223,9 @@ func (p *pool) peers() []string {
 // close closes every connection and waits for them.
 func (p *pool) close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	conns := p.conns
 	p.conns = map[string]pooled{}

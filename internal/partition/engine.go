@@ -33,8 +33,8 @@ var (
 	// ErrReplicas: the write asks for more replica acks than the replica
 	// group has.
 	ErrReplicas = errs.New(errs.FailedPrecondition, "more replica acks asked than the replica group has")
-	// ErrNoMap: the engine has not been given a ring map yet.
-	ErrNoMap = errs.New(errs.FailedPrecondition, "no ring map yet")
+	// ErrNoMap: the engine has not been given a ring map yet; retry.
+	ErrNoMap = errs.New(errs.Unavailable, "no ring map yet")
 )
 
 // Engine is one node's partition state machine for one resource. It is

@@ -108,7 +108,10 @@ const (
 	DropNewest = node.Drop
 	// Block makes the node wait for the consumer. Nothing is lost, but a
 	// slow consumer slows the whole node: its commits, its replication and
-	// its answers.
+	// its answers. A Block consumer must not wait for a write to the same
+	// resource: once its buffer is full, the node waits for the consumer
+	// and the consumer for the node. Writes to another resource are fine,
+	// as are NoWait writes.
 	Block = node.Block
 )
 
@@ -182,6 +185,27 @@ func (s *Subscription) run() {
 	}
 }
 
+// All yields the subscription's changes until ctx ends, the loop breaks or
+// the subscription closes; it closes the subscription when it returns. Use
+// it when the stream must not miss what happens between the moment you
+// subscribe and the moment the loop starts: Subscribe, then write, then
+// range over All.
+func (s *Subscription) All(ctx context.Context) iter.Seq[Change] {
+	return func(yield func(Change) bool) {
+		defer s.Close()
+		for {
+			select {
+			case c, ok := <-s.c:
+				if !ok || !yield(c) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
 // C delivers the changes.
 func (s *Subscription) C() <-chan Change { return s.c }
 
@@ -198,7 +222,8 @@ func (s *Subscription) Close() {
 
 // Changes yields every change applied to this node's copy, in log order per
 // partition, until ctx ends, the loop breaks or the resource closes (the
-// original's change event). The stream holds up to [DefaultBuffer] changes
+// original's change event). It subscribes when the loop starts; to catch
+// every change from an earlier moment, use Subscribe and [Subscription.All]. The stream holds up to [DefaultBuffer] changes
 // and drops newer ones when the loop falls that far behind, unless opts
 // say otherwise.
 func (r *Resource) Changes(ctx context.Context, opts ...StreamOption) iter.Seq[Change] {
@@ -214,18 +239,7 @@ func (r *Resource) Commits(ctx context.Context, opts ...StreamOption) iter.Seq[C
 
 func (r *Resource) seq(ctx context.Context, commits bool, opts []StreamOption) iter.Seq[Change] {
 	return func(yield func(Change) bool) {
-		s := r.subscribe(commits, opts)
-		defer s.Close()
-		for {
-			select {
-			case c, ok := <-s.C():
-				if !ok || !yield(c) {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
+		r.subscribe(commits, opts).All(ctx)(yield)
 	}
 }
 

@@ -164,3 +164,21 @@ func prime(t *testing.T, r *Resource, seen func() bool) {
 		require.Less(t, i, 1000, "the streams never started")
 	}
 }
+
+// TestSubscribeThenRange: a subscription opened before a write sees it,
+// however late the loop starts.
+func TestSubscribeThenRange(t *testing.T) {
+	c := newTestCluster(t, 13)
+	a := c.open("a")
+	c.settle(1)
+	ctx := ctxT(t)
+	sub := a.Subscribe(Buffer(16))
+	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "first", 1) }))
+	for ch := range sub.All(ctx) {
+		assert.Equal(t, "first", ch.Key)
+		assert.Equal(t, Committed, ch.Kind)
+		break
+	}
+	_, open := <-sub.C()
+	assert.False(t, open, "breaking the loop closes the subscription")
+}

@@ -311,20 +311,22 @@ func (r *Resource) Members() []Member {
 	return out
 }
 
-// WaitServers waits until this node routes by a map of at least n servers
-// (as a service waits for its cluster before it starts sending), or ctx
-// ends.
+// WaitServers waits until this node's partition engine routes by a map of
+// at least n servers (as a service waits for its cluster before it starts
+// sending), or ctx ends. Owners that just gained partitions may still be
+// syncing them: the first writes can wait for that, or get
+// CodeUnavailable when they come faster than the sync queue takes them.
 func (r *Resource) WaitServers(ctx context.Context, n int) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if m := r.n.Map(); m != nil && len(m.Members()) >= n {
+		if m := r.n.EngineMap(); m != nil && len(m.Members()) >= n {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			have := 0
-			if m := r.n.Map(); m != nil {
+			if m := r.n.EngineMap(); m != nil {
 				have = len(m.Members())
 			}
 			return fmt.Errorf("fero: waiting for %d servers, have %d: %w", n, have, ctx.Err())
