@@ -29,11 +29,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fero-go/fero/pkg/fero"
@@ -57,7 +57,7 @@ func main() {
 	seed := flag.String("seed", "", "gossip address, host:port, of a node to join (with -serve)")
 	bind := flag.String("bind", "127.0.0.1:0", "gossip address to listen on (with -serve)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	var err error
@@ -85,6 +85,7 @@ type node struct {
 // by node name. It prints a transcript to w.
 func runDemo(ctx context.Context, w io.Writer) (views map[string]map[string]Session, err error) {
 	var nodes []node
+	byName := map[string]*fero.Map[Session]{}
 	defer func() {
 		for _, n := range slices.Backward(nodes) {
 			if cerr := n.sessions.Close(); cerr != nil {
@@ -105,6 +106,7 @@ func runDemo(ctx context.Context, w io.Writer) (views map[string]map[string]Sess
 			return nil, fmt.Errorf("open %s: %w", name, err)
 		}
 		nodes = append(nodes, node{name, m})
+		byName[name] = m
 		if seed == "" {
 			seed = m.Resource().GossipAddr()
 		}
@@ -121,10 +123,6 @@ func runDemo(ctx context.Context, w io.Writer) (views map[string]map[string]Sess
 	}
 	fmt.Fprintf(w, "every node routes by the 3 servers after %v\n\n", time.Since(start).Round(time.Millisecond))
 
-	byName := make(map[string]*fero.Map[Session], len(nodes))
-	for _, n := range nodes {
-		byName[n.name] = n.sessions
-	}
 	tokens := map[string]string{} // user → token
 	for _, put := range []struct{ via, user string }{
 		{"client", "alice"}, {"server-1", "bob"}, {"server-2", "carol"},
@@ -222,8 +220,8 @@ func printViews(w io.Writer, nodes []node) {
 	for _, n := range nodes {
 		all := n.sessions.Snapshot()
 		var users []string
-		for _, token := range slices.Sorted(maps.Keys(all)) {
-			users = append(users, fmt.Sprintf("%s (%s)", all[token].User, token))
+		for token, s := range all {
+			users = append(users, fmt.Sprintf("%s (%s)", s.User, token))
 		}
 		slices.Sort(users)
 		fmt.Fprintf(w, "  %-8s %d sessions: %s\n", n.name, len(all), strings.Join(users, ", "))
@@ -273,15 +271,15 @@ func runServe(ctx context.Context, w io.Writer, in io.Reader, bind, seed string)
 	return nil
 }
 
-// retry runs write until it succeeds, fails for another reason than
-// CodeUnavailable, or ctx ends. A node answers Unavailable while the
-// cluster settles: an owner that just gained a partition syncs it with the
-// other copies first, and a node that has not yet seen a quorum of servers
-// refuses writes.
+// retry runs write until it succeeds, fails for a reason that is not
+// transient (see retryable), or ctx ends. A node answers Unavailable while
+// the cluster settles: an owner that just gained a partition syncs it with
+// the other copies first, and a node that has not yet seen a quorum of
+// servers refuses writes.
 func retry(ctx context.Context, write func() error) error {
 	for {
 		err := write()
-		if err == nil || fero.CodeOf(err) != fero.CodeUnavailable {
+		if err == nil || !retryable(err) {
 			return err
 		}
 		select {
@@ -305,3 +303,7 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// retryable reports whether err says "not now" (CodeUnavailable): an
+// owner syncing after a membership change, or no owner yet.
+func retryable(err error) bool { return fero.CodeOf(err) == fero.CodeUnavailable }
