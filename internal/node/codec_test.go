@@ -29,6 +29,7 @@ func sampleMessages() []partition.Message {
 		&partition.SnapshotReply{Partition: 1, ID: 6, Position: pos, Start: 2, OffsetEpoch: ep, TruncateTo: 8, State: []byte{0x80}},
 		&partition.Forward{Partition: 9, ID: 77, Hops: 1, Type: wire.RecordAdd, Key: "k", Value: []byte{0x01}, Wait: partition.WaitMajority, K: 2},
 		&partition.ForwardReply{Partition: 9, ID: 77, Code: 14, Msg: "no quorum", Owner: "s3"},
+		&partition.Heartbeat{},
 	}
 }
 

@@ -244,3 +244,27 @@ func TestHandlers(t *testing.T) {
 		assert.Equal(t, CodeUnavailable, CodeOf(err), name)
 	}
 }
+
+// TestMemberEvents: the stream starts with the current members and
+// reports a peer that leaves.
+func TestMemberEvents(t *testing.T) {
+	c := newTestCluster(t, 14)
+	a, b := c.open("a"), c.open("b")
+	c.settle(2)
+	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	defer cancel()
+	seen := map[string]string{}
+	closed := false
+	for ev := range a.MemberEvents(ctx) {
+		seen[ev.Member.ID] = ev.Member.Status
+		if !closed && seen["a"] == "connected" && seen["b"] == "connected" {
+			closed = true
+			require.NoError(t, b.Close())
+		}
+		if seen["b"] == "removed" {
+			break
+		}
+	}
+	assert.Equal(t, "removed", seen["b"], "events seen: %v", seen)
+	assert.Equal(t, "connected", seen["a"])
+}
