@@ -81,6 +81,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 
 // wireRequest is OpRequest's payload.
 type wireRequest struct {
+	//lint:ignore U1000 msgpack reads the tag: the request travels as an array
 	_msgpack struct{} `msgpack:",as_array"`
 	Verb     string
 	Key      string
