@@ -29,18 +29,22 @@ func (f *remoteFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
 }
 
-// dial connects to the node and returns a context bounded by --timeout.
-func (f *remoteFlags) dial(cmd *cobra.Command) (*fero.Remote, context.Context, context.CancelFunc, error) {
+var errNoAddr = errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
+
+// run connects to the node and runs f with the connection, all within
+// --timeout.
+func (f *remoteFlags) run(cmd *cobra.Command, do func(ctx context.Context, rc *fero.Remote) error) error {
 	if f.addr == "" {
-		return nil, nil, nil, errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
+		return errNoAddr
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
 	rc, err := fero.Dial(ctx, f.addr)
 	if err != nil {
-		cancel()
-		return nil, nil, nil, fmt.Errorf("connect to %s: %w", f.addr, err)
+		return fmt.Errorf("connect to %s: %w", f.addr, err)
 	}
-	return rc, ctx, cancel, nil
+	defer rc.Close()
+	return do(ctx, rc)
 }
 
 func newPut() *cobra.Command {
@@ -60,17 +64,13 @@ value; a bare word that is not JSON is taken as a string.`,
 			if err := json.Unmarshal([]byte(args[1]), &v); err != nil {
 				v = args[1]
 			}
-			rc, ctx, cancel, err := f.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer rc.Close()
 			verb := fero.VerbUpdate
 			if add || strings.HasSuffix(args[0], ".-") {
 				verb = fero.VerbAdd
 			}
-			return rc.Call(ctx, verb, args[0], v, nil)
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				return rc.Call(ctx, verb, args[0], v, nil)
+			})
 		},
 	}
 	f.register(cmd)
@@ -85,21 +85,17 @@ func newGet() *cobra.Command {
 		Short: "Print the value at KEY as JSON, read from its owner",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rc, ctx, cancel, err := f.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer rc.Close()
-			var v any
-			ok, err := rc.Get(ctx, args[0], &v)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("%s: not found", args[0])
-			}
-			return printJSON(cmd.OutOrStdout(), v)
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				var v any
+				ok, err := rc.Get(ctx, args[0], &v)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("%s: not found", args[0])
+				}
+				return printJSON(cmd.OutOrStdout(), v)
+			})
 		},
 	}
 	f.register(cmd)
@@ -113,13 +109,7 @@ func newRm() *cobra.Command {
 		Short: "Remove the value at KEY (removing what is not there succeeds)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rc, ctx, cancel, err := f.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer rc.Close()
-			return rc.Remove(ctx, args[0])
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error { return rc.Remove(ctx, args[0]) })
 		},
 	}
 	f.register(cmd)
@@ -140,7 +130,7 @@ for a slow reader and then drops them; "missed" counts them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.addr == "" {
-				return errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
+				return errNoAddr
 			}
 			ctx := cmd.Context()
 			dctx, cancel := context.WithTimeout(ctx, f.timeout)
@@ -196,20 +186,16 @@ func newStatus() *cobra.Command {
 		Short: "Show the cluster as one node sees it: members, ownership, this node's partitions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rc, ctx, cancel, err := f.dial(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer rc.Close()
-			st, err := rc.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			return printStatus(cmd.OutOrStdout(), st)
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				st, err := rc.Status(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				return printStatus(cmd.OutOrStdout(), st)
+			})
 		},
 	}
 	f.register(cmd)

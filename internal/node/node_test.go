@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/testkit"
 )
 
 // clusterTimers detect failures within a few seconds, but not so fast
@@ -64,25 +63,7 @@ func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h H
 
 // testLogger sends the node's info logs to the test log, so a failure
 // shows what the engines saw.
-// memberlist may log once more after Close returns, so the writer goes
-// quiet when the test ends.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(func() { w.done.Store(true) })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-type tWriter struct {
-	t    *testing.T
-	done atomic.Bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	if !w.done.Load() {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
+func testLogger(t *testing.T) *slog.Logger { return testkit.Logger(t, slog.LevelInfo) }
 
 // write retries while the cluster settles (owners syncing, maps moving),
 // bounded by ctx.

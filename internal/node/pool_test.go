@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/testkit"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -24,17 +24,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
-	code := m.Run()
-	deadline := time.Now().Add(20 * time.Second)
-	for err := goleak.Find(); code == 0 && err != nil; err = goleak.Find() {
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	os.Exit(code)
+	os.Exit(testkit.RunWithoutLeaks(m))
 }
 
 const opWho uint32 = 2

@@ -156,28 +156,14 @@ func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, on
 				}
 				return nil, nil
 			}
-			reply, err := c.Call(ctx, OpRequest, wbuf)
-			if err != nil {
-				return nil, err
-			}
-			if len(reply) == 0 {
-				return nil, errs.New(errs.Internal, "fero: empty reply")
-			}
-			if reply[0] == replyOK {
-				return reply[1:], nil
+			reply, retry, err := callOnce(ctx, c, wbuf)
+			if !retry {
+				return reply, err
 			}
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-n.ctx.Done():
-			t.Stop()
-			return nil, ErrClosed
-		case <-t.C:
+		if err := pause(ctx, n.ctx, &backoff); err != nil {
+			return nil, err
 		}
-		backoff = min(2*backoff, retryBackoffMax)
 	}
 }
 
@@ -352,23 +338,43 @@ func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload
 	}
 	backoff := retryBackoffMin
 	for {
-		reply, err := c.Call(ctx, OpRequest, b)
-		if err != nil {
+		reply, retry, err := callOnce(ctx, c, b)
+		if !retry {
+			return reply, err
+		}
+		if err := pause(ctx, context.Background(), &backoff); err != nil {
 			return nil, err
 		}
-		if len(reply) == 0 {
-			return nil, errs.New(errs.Internal, "fero: empty reply")
-		}
-		if reply[0] == replyOK {
-			return reply[1:], nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, retryBackoffMax)
 	}
+}
+
+// callOnce sends an encoded request and reads the status byte of its
+// answer: retry is true when the receiver said the owner is elsewhere.
+func callOnce(ctx context.Context, c transport.Caller, b []byte) (reply []byte, retry bool, err error) {
+	reply, err = c.Call(ctx, OpRequest, b)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case len(reply) == 0:
+		return nil, false, errs.New(errs.Internal, "fero: empty reply")
+	case reply[0] == replyOK:
+		return reply[1:], false, nil
+	}
+	return nil, true, nil
+}
+
+// pause waits out *backoff (then doubles it, up to retryBackoffMax) unless
+// ctx ends (its error) or the node closes (ErrClosed).
+func pause(ctx, node context.Context, backoff *time.Duration) error {
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-node.Done():
+		return ErrClosed
+	case <-t.C:
+	}
+	*backoff = min(2**backoff, retryBackoffMax)
+	return nil
 }

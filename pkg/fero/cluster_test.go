@@ -3,9 +3,6 @@ package fero
 import (
 	"context"
 	"log/slog"
-	"os"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/testkit"
 )
 
 // testCluster runs resources in this process: gossip over an in-memory
@@ -114,28 +112,5 @@ func retry(ctx context.Context, f func() error) error {
 }
 
 func testLogger(t *testing.T) *slog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(func() { w.done.Store(true) })
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: testLogLevel}))
+	return testkit.Logger(t, testkit.LevelFromEnv("FERO_TEST_LOG", slog.LevelWarn))
 }
-
-type tWriter struct {
-	t    *testing.T
-	done atomic.Bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	if !w.done.Load() {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
-
-// testLogLevel is Warn; FERO_TEST_LOG=info shows the engines' events.
-var testLogLevel = func() slog.Level {
-	var l slog.Level
-	if l.UnmarshalText([]byte(os.Getenv("FERO_TEST_LOG"))) != nil {
-		return slog.LevelWarn
-	}
-	return l
-}()
