@@ -75,7 +75,7 @@ type Node struct {
 	handlers chan struct{} // a semaphore: one token per running handler
 	props    chan proposal
 	queries  chan func(*partition.Engine)           // run on the driver goroutine
-	waiters  map[uint64]chan<- partition.Completion // driver goroutine only
+	waiters  map[uint64]func(partition.Completion) // driver goroutine only
 	token    uint64                                 // driver goroutine only
 
 	stats  stats
@@ -104,7 +104,7 @@ type inbound struct {
 
 type proposal struct {
 	req  partition.Request
-	done chan<- partition.Completion // nil: nobody waits
+	done func(partition.Completion) // nil: nobody waits; runs on the driver
 }
 
 // ErrClosed is returned by calls on a closed node.
@@ -138,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
-		waiters: make(map[uint64]chan<- partition.Completion), dialing: make(map[string][][]byte),
+		waiters: make(map[uint64]func(partition.Completion)), dialing: make(map[string][][]byte),
 		subs: make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -221,30 +221,49 @@ func (n *Node) Membership() *membership.Membership { return n.ms }
 // change is queued for the engine; the others return when the write
 // completes, fails, or ctx ends.
 func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
-	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
-	var done chan partition.Completion
-	if wait != partition.WaitNone {
-		done = make(chan partition.Completion, 1)
+	if wait == partition.WaitNone {
+		return partition.Position{}, n.WriteAsync(ctx, c, wait, k, nil)
 	}
-	select {
-	case n.props <- proposal{req: req, done: done}:
-	case <-ctx.Done():
-		return partition.Position{}, ctx.Err()
-	case <-n.ctx.Done():
-		return partition.Position{}, ErrClosed
-	}
-	if done == nil {
-		return partition.Position{}, nil
+	done := make(chan partition.Completion, 1) // the driver never blocks on a caller that left
+	if err := n.WriteAsync(ctx, c, wait, k, func(c partition.Completion) { done <- c }); err != nil {
+		return partition.Position{}, err
 	}
 	select {
 	case c := <-done:
 		return c.Position, c.Err
 	case <-ctx.Done():
-		// The driver still completes the write; done is buffered, so it
-		// never blocks on a caller that left.
+		// The driver still completes the write.
 		return partition.Position{}, ctx.Err()
 	case <-n.ctx.Done():
 		return partition.Position{}, ErrClosed
+	}
+}
+
+// WriteAsync proposes a change without waiting: it returns once the
+// change is queued for the engine (or fails if ctx ends or the node closes
+// first). With a wait other than WaitNone, done is called exactly once
+// with how the write completed; it runs on the node's driver goroutine, so
+// it must return at once and must not call the node. With WaitNone, done
+// must be nil: nothing is kept for the write.
+func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion)) error {
+	if (wait == partition.WaitNone) != (done == nil) {
+		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
+	}
+	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	// Close waits for senders under way, then the driver drains what they
+	// queued, so every done is called.
+	n.spawnMu.RLock()
+	defer n.spawnMu.RUnlock()
+	if n.spawnClosed {
+		return ErrClosed
+	}
+	select {
+	case n.props <- proposal{req: req, done: done}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
 	}
 }
 
@@ -277,7 +296,12 @@ func (n *Node) drive() {
 		select {
 		case <-n.ctx.Done():
 			for _, w := range n.waiters {
-				w <- partition.Completion{Err: ErrClosed}
+				w(partition.Completion{Err: ErrClosed})
+			}
+			for len(n.props) > 0 {
+				if p := <-n.props; p.done != nil {
+					p.done(partition.Completion{Err: ErrClosed})
+				}
 			}
 			n.closeSubs()
 			return
@@ -321,7 +345,7 @@ func (n *Node) propose(p proposal) {
 	if err := n.eng.Propose(p.req); err != nil {
 		if p.done != nil {
 			delete(n.waiters, p.req.Token)
-			p.done <- partition.Completion{Err: err}
+			p.done(partition.Completion{Err: err})
 		}
 	}
 }
@@ -345,7 +369,7 @@ func (n *Node) process(rd partition.Ready) {
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters[c.Token]; ok {
 			delete(n.waiters, c.Token)
-			w <- c
+			w(c)
 		}
 	}
 	for _, ev := range rd.Events {

@@ -196,18 +196,29 @@ func (r *Resource) Patch(ctx context.Context, path string, values map[string]any
 // Set applies one change record, as the original's set: the general form
 // of every write above.
 func (r *Resource) Set(ctx context.Context, c Change, wait ...Wait) error {
-	if err := c.Type.valid(); err != nil {
+	rec, err := record(c)
+	if err != nil {
 		return err
 	}
-	value := []byte(c.Value)
-	if c.Type == Remove {
-		value = nil
-	} else if len(value) == 0 {
-		return errs.Errorf(errs.InvalidArgument, "fero: %s %q without a value", c.Type, c.Key)
-	} else {
-		value = append([]byte(nil), value...) // the engine keeps it
+	return r.write(ctx, rec, wait)
+}
+
+// record turns a public change into the store's, copying the value (the
+// engine keeps it).
+func record(c Change) (doc.Change, error) {
+	if err := c.Type.valid(); err != nil {
+		return doc.Change{}, err
 	}
-	return r.write(ctx, doc.Change{Type: c.Type.record(), Key: c.Key, Value: value}, wait)
+	value := []byte(c.Value)
+	switch {
+	case c.Type == Remove:
+		value = nil
+	case len(value) == 0:
+		return doc.Change{}, errs.Errorf(errs.InvalidArgument, "fero: %s %q without a value", c.Type, c.Key)
+	default:
+		value = append([]byte(nil), value...)
+	}
+	return doc.Change{Type: c.Type.record(), Key: c.Key, Value: value}, nil
 }
 
 func (r *Resource) waitOf(wait []Wait) Wait {
@@ -356,3 +367,27 @@ type Stats = node.Stats
 
 // Stats returns this node's counters.
 func (r *Resource) Stats() Stats { return r.n.Stats() }
+
+// SetAsync applies a change without waiting for it: it returns once the
+// change is queued on this node, and calls done exactly once when the
+// write has completed as w asks (nil error) or failed. It is how a caller
+// keeps many writes in flight. done runs on the node's engine goroutine:
+// it must return at once and must not call the resource. With [NoWait],
+// done must be nil.
+func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(error)) error {
+	rec, err := record(c)
+	if err != nil {
+		return err
+	}
+	if err := w.validate(); err != nil {
+		return err
+	}
+	if c.Key == "" {
+		return errs.New(errs.InvalidArgument, "fero: a write needs a key")
+	}
+	var cb func(partition.Completion)
+	if done != nil {
+		cb = func(c partition.Completion) { done(c.Err) }
+	}
+	return r.n.WriteAsync(ctx, rec, w.kind, w.k, cb)
+}

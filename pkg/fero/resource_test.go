@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,3 +269,45 @@ func TestMemberEvents(t *testing.T) {
 	assert.Equal(t, "removed", seen["b"], "events seen: %v", seen)
 	assert.Equal(t, "connected", seen["a"])
 }
+
+// TestSetAsync: many writes in flight from one goroutine; every callback
+// runs exactly once, and the writes land.
+func TestSetAsync(t *testing.T) {
+	c := newTestCluster(t, 16)
+	a, client := c.open("a"), c.open("client", Client())
+	c.settle(1)
+	ctx := ctxT(t)
+	require.NoError(t, retry(ctx, func() error { return client.Update(ctx, "warm", 1) }))
+	const n = 2000
+	var mu sync.Mutex
+	var done, failed int
+	all := make(chan struct{})
+	for i := range n {
+		v, err := msgpack.Marshal(i)
+		require.NoError(t, err)
+		require.NoError(t, client.SetAsync(ctx, Change{Type: Update, Key: fmt.Sprint("a", i%100), Value: v}, Ack, func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			done++
+			if err != nil {
+				failed++
+			}
+			if done == n {
+				close(all)
+			}
+		}))
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatalf("%d of %d callbacks ran", done, n)
+	}
+	assert.Zero(t, failed)
+	c.converged([]*Resource{a, client}, 101)
+	assert.Equal(t, CodeInvalidArgument, CodeOf(client.SetAsync(ctx, Change{Type: Update, Key: "x", Value: v1}, NoWait, func(error) {})))
+	require.NoError(t, client.SetAsync(ctx, Change{Type: Update, Key: "x", Value: v1}, NoWait, nil))
+	require.NoError(t, client.Close())
+	assert.ErrorIs(t, client.SetAsync(ctx, Change{Type: Update, Key: "x", Value: v1}, Ack, func(error) {}), ErrClosed)
+}
+
+var v1 = msgpack.RawMessage{0x01}
