@@ -65,6 +65,9 @@ const (
 	Tacks = "tacks"
 	Yacks = "yacks"
 	Sacks = "sacks"
+	// Replicated is every record applied by every server (systems that
+	// replicate; see Replicator).
+	Replicated = "replicated"
 )
 
 // Histogram names in a FixedRate or RoundTrip result.
@@ -178,6 +181,9 @@ func runScenario(ctx context.Context, conn Conn, spec ClientSpec, p *progress) (
 			return res, err
 		}
 		res.Milestones = []Milestone{{Tacks, t.tacks}, {Yacks, t.last}}
+		if t.replicated > 0 {
+			res.Milestones = append(res.Milestones, Milestone{Replicated, t.replicated})
+		}
 		res.Records, res.Sent, res.Window, res.Errors = spec.Records, spec.Records, t.last, t.errors
 	case RequestReply:
 		t, err := runRequestReply(ctx, conn, payload, spec.Records, spec.Window, p)
@@ -198,8 +204,8 @@ func runScenario(ctx context.Context, conn Conn, spec ClientSpec, p *progress) (
 }
 
 type throughputTimes struct {
-	tacks, last time.Duration
-	errors      int64
+	tacks, last, replicated time.Duration
+	errors                  int64
 }
 
 // runOneWay sends n records back to back, then syncs.
@@ -222,6 +228,12 @@ func runOneWay(ctx context.Context, conn Conn, payload []byte, n int64, p *progr
 		return t, fmt.Errorf("sync: %w", err)
 	}
 	t.last = time.Since(start)
+	if r, ok := conn.(Replicator); ok {
+		if err := r.Replicated(ctx); err != nil {
+			return t, fmt.Errorf("replicated: %w", err)
+		}
+		t.replicated = time.Since(start)
+	}
 	if p != nil {
 		p.done.Store(n)
 	}

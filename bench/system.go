@@ -66,6 +66,14 @@ type Conn interface {
 	Close() error
 }
 
+// Replicator is implemented by a Conn whose system copies every record to
+// several servers. Replicated returns once every server has applied every
+// record acknowledged so far; the one-way scenario reports the time as the
+// "replicated" milestone.
+type Replicator interface {
+	Replicated(ctx context.Context) error
+}
+
 // Flusher is implemented by a Conn that buffers Send and Go until told to
 // write (as the raw echo does, to be the fastest possible floor). The
 // scenarios flush before they wait for anything the server must answer and

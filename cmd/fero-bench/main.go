@@ -23,6 +23,7 @@ import (
 
 	"github.com/fero-go/fero/bench"
 	"github.com/fero-go/fero/bench/echo"
+	"github.com/fero-go/fero/bench/ferosut"
 	"github.com/fero-go/fero/bench/transportsut"
 )
 
@@ -30,6 +31,7 @@ import (
 // plugs in here and nowhere else.
 var registry = bench.Registry{
 	"echo":      echo.System{},
+	"fero":      ferosut.System{},
 	"transport": transportsut.System{},
 }
 

@@ -378,3 +378,51 @@ func pause(ctx, node context.Context, backoff *time.Duration) error {
 	*backoff = min(2**backoff, retryBackoffMax)
 	return nil
 }
+
+// RequestAsync sends a request like Request but does not wait: done is
+// called exactly once with the handler's reply (valid only until done
+// returns) or an error. It returns an error, and never calls done, if the
+// request could not be sent. done may run on a connection's reader
+// goroutine or on a goroutine of its own: it must return promptly.
+func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
+	if n.ctx.Err() != nil {
+		return ErrClosed
+	}
+	slow := func() bool {
+		return n.spawn(func() { done(n.Request(ctx, verb, key, payload, false)) })
+	}
+	owner, ok := n.ownerOf(n.store.PartitionOf(key))
+	if !ok || owner == n.id {
+		// No map yet, or this node owns the key: the handler runs here.
+		if !slow() {
+			return ErrClosed
+		}
+		return nil
+	}
+	c := n.pool.lookup(owner)
+	if c == nil {
+		if !slow() {
+			return ErrClosed
+		}
+		return nil
+	}
+	b, err := msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload})
+	if err != nil {
+		return errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
+	}
+	return c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+		switch {
+		case err != nil:
+			done(nil, err)
+		case len(reply) == 0:
+			done(nil, errs.New(errs.Internal, "fero: empty reply"))
+		case reply[0] == replyOK:
+			done(reply[1:], nil)
+		default:
+			// The owner moved: retry the slow way, off the reader.
+			if !slow() {
+				done(nil, ErrClosed)
+			}
+		}
+	})
+}

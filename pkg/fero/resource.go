@@ -391,3 +391,16 @@ func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(err
 	}
 	return r.n.WriteAsync(ctx, rec, w.kind, w.k, cb)
 }
+
+// CallAsync sends a request like [Resource.Call] but does not wait: done is
+// called exactly once with the reply's msgpack encoding (valid only until
+// done returns) or the error. It returns an error, and never calls done,
+// if the request could not be sent. done may run on a connection's
+// goroutine: it must return promptly and must not call the resource.
+func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
+	b, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	return r.n.RequestAsync(ctx, verb, key, b, func(reply []byte, err error) { done(reply, err) })
+}

@@ -1,0 +1,256 @@
+// Package ferosut puts fero itself (pkg/fero, with the partition engine
+// behind it) under the benchmark harness as a [bench.System].
+//
+// Each server process is a fero server node of the resource "fero-bench";
+// each client process is a fero client node of it, which joins the cluster,
+// keeps a copy, and sends every write straight to the owner of its key's
+// partition. Records are UPDATEs of keys spread over every partition
+// (Keys distinct keys), their values the payload as msgpack binary.
+//
+//   - Send is an UPDATE waiting for the owner's ack, kept in flight
+//     (Resource.SetAsync): tacks is every record handed to the client node,
+//     yacks every ack back.
+//   - Go and Call are UPDATE requests answered by the owner's handler once
+//     it committed them (Resource.CallAsync, Resource.Call): sacks.
+//   - Replicated waits until every server has applied as many records as
+//     were sent: the time to replicate everything to every copy.
+package ferosut
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/bench"
+	"github.com/fero-go/fero/pkg/fero"
+)
+
+// Resource is the benchmark's resource name.
+const Resource = "fero-bench"
+
+// Keys is how many distinct keys the records cycle through.
+const Keys = 10000
+
+// System is fero as a system under test.
+type System struct{}
+
+var _ bench.System = System{}
+
+func baseOptions() []fero.Option {
+	return []fero.Option{
+		fero.WithBind("127.0.0.1:0"), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
+	}
+}
+
+// Serve runs a fero server node until ctx is done. Its address, for
+// clients and later servers, is "<gossip address> <data address>".
+func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+	o := append(baseOptions(), fero.WithListen(opts.Addr), fero.WithID(fmt.Sprintf("server-%d", opts.Index)))
+	if seeds := gossipOf(opts.Peers); len(seeds) > 0 {
+		o = append(o, fero.WithSeeds(seeds...))
+	}
+	r, err := fero.Open(ctx, Resource, o...)
+	if err != nil {
+		return fmt.Errorf("ferosut: open server: %w", err)
+	}
+	ready(r.GossipAddr() + " " + r.Addr())
+	<-ctx.Done()
+	return r.Close()
+}
+
+func gossipOf(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		out = append(out, strings.Fields(a)[0])
+	}
+	return out
+}
+
+func dataOf(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		if f := strings.Fields(a); len(f) == 2 {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// Dial opens a fero client node and waits until it routes by a map of
+// every server.
+func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
+	if len(opts.Servers) == 0 {
+		return nil, errors.New("ferosut: no server")
+	}
+	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d", opts.Index)), fero.WithSeeds(gossipOf(opts.Servers)...))
+	r, err := fero.Open(ctx, Resource, o...)
+	if err != nil {
+		return nil, fmt.Errorf("ferosut: open client: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.WaitServers(wctx, len(opts.Servers)); err != nil {
+		r.Close()
+		return nil, err
+	}
+	c := &conn{r: r, servers: dataOf(opts.Servers), keys: make([]string, Keys), acked: make(chan struct{}, 1)}
+	for i := range c.keys {
+		c.keys[i] = fmt.Sprintf("k%d", i)
+	}
+	// Owners sync the partitions they just gained: write every key once,
+	// so the measured records never wait for that.
+	for i := 0; i < Keys; i += Keys / 100 {
+		if err := c.settle(wctx, c.keys[i]); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+type conn struct {
+	r       *fero.Resource
+	servers []string
+	keys    []string
+	next    uint64
+
+	mu      sync.Mutex   // orders the done callbacks (bench.Conn's contract)
+	writes  atomic.Int64 // every write this conn made, for Replicated
+	sent    atomic.Int64
+	done    atomic.Int64
+	failed  atomic.Int64
+	lastErr atomic.Value
+	acked   chan struct{} // signalled when done catches up with sent
+}
+
+var _ bench.Conn = (*conn)(nil)
+
+// settle writes key until the owner accepts it.
+func (c *conn) settle(ctx context.Context, key string) error {
+	for {
+		err := c.r.Update(ctx, key, 0)
+		if err == nil {
+			c.writes.Add(1)
+			return nil
+		}
+		if fero.CodeOf(err) != fero.CodeUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ferosut: the cluster never took writes for %q: %w", key, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (c *conn) key() string {
+	k := c.keys[c.next%Keys]
+	c.next++
+	c.writes.Add(1)
+	return k
+}
+
+// value encodes payload as msgpack binary.
+func value(payload []byte) msgpack.RawMessage {
+	b, _ := msgpack.Marshal(payload) // []byte encodes as bin; it cannot fail
+	return b
+}
+
+func (c *conn) Send(ctx context.Context, payload []byte) error {
+	c.sent.Add(1)
+	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: value(payload)}, fero.Ack, func(err error) {
+		if err != nil {
+			c.failed.Add(1)
+			c.lastErr.Store(err)
+		}
+		if c.done.Add(1) == c.sent.Load() {
+			select {
+			case c.acked <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		c.sent.Add(-1)
+	}
+	return err
+}
+
+// Sync waits until every record sent so far is acked; a record that failed
+// fails the sync, with the count.
+func (c *conn) Sync(ctx context.Context) error {
+	for c.done.Load() < c.sent.Load() {
+		select {
+		case <-c.acked:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("ferosut: %d of %d acks: %w", c.done.Load(), c.sent.Load(), ctx.Err())
+		}
+	}
+	if n := c.failed.Load(); n > 0 {
+		return fmt.Errorf("ferosut: %d of %d writes failed, the last with: %v", n, c.sent.Load(), c.lastErr.Load())
+	}
+	return nil
+}
+
+func (c *conn) Go(ctx context.Context, payload []byte, done func([]byte, error)) error {
+	return c.r.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), func(reply msgpack.RawMessage, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		done(reply, err)
+	})
+}
+
+func (c *conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
+	var reply msgpack.RawMessage
+	err := c.r.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
+	return reply, err
+}
+
+// Replicated waits until every server has applied (or, as owner,
+// committed) as many records as this conn has written: every record sent
+// so far, plus the warm-up and settling writes. With several clients, a
+// server counts the others' records too, so this is when the slowest
+// server has caught up with at least this much.
+func (c *conn) Replicated(ctx context.Context) error {
+	want := uint64(c.writes.Load())
+	remotes := make([]*fero.Remote, 0, len(c.servers))
+	defer func() {
+		for _, rc := range remotes {
+			rc.Close()
+		}
+	}()
+	for _, addr := range c.servers {
+		rc, err := fero.Dial(ctx, addr)
+		if err != nil {
+			return err
+		}
+		remotes = append(remotes, rc)
+	}
+	for _, rc := range remotes {
+		for {
+			st, err := rc.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if st.Stats.Applied+st.Stats.Committed >= want {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("ferosut: %s applied %d of %d: %w", rc.Addr(), st.Stats.Applied+st.Stats.Committed, want, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func (c *conn) Close() error { return c.r.Close() }
