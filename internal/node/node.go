@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -74,9 +73,9 @@ type Node struct {
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
 	props    chan proposal
-	queries  chan func(*partition.Engine)           // run on the driver goroutine
+	queries  chan func(*partition.Engine)          // run on the driver goroutine
 	waiters  map[uint64]func(partition.Completion) // driver goroutine only
-	token    uint64                                 // driver goroutine only
+	token    uint64                                // driver goroutine only
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by
@@ -84,6 +83,11 @@ type Node struct {
 	subMu      sync.Mutex
 	subs       map[*Subscription]struct{}
 	subsClosed bool
+
+	smu          sync.Mutex
+	spills       map[string]*spillQueue // peers whose must-deliver messages queue (see spill.go)
+	spilled      atomic.Int64           // bytes in every spill queue
+	spillDrained chan struct{}          // capacity 1: a spill queue shrank
 
 	dmu     sync.Mutex
 	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
@@ -140,6 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
 		waiters: make(map[uint64]func(partition.Completion)), dialing: make(map[string][][]byte),
 		subs: make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
+		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -248,6 +253,9 @@ func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion)) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
+	}
+	if err := n.awaitSpill(ctx); err != nil {
+		return err
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
 	// Close waits for senders under way, then the driver drains what they
@@ -401,12 +409,6 @@ func (n *Node) sendTo(id string, b []byte) {
 		return
 	}
 	n.dialLater(id, b)
-}
-
-func (n *Node) send(id string, c *transport.Conn, b []byte) {
-	if err := c.Send(n.ctx, OpEngine, b, transport.FailFast); err != nil && !errors.Is(err, transport.ErrOutboxFull) {
-		n.logger.Debug("fero: node: send failed", "to", id, "err", err)
-	}
 }
 
 // connectPeers dials every member with an address, so owners can reach
