@@ -27,9 +27,13 @@ type part struct {
 	logStart uint64
 	log      entryLog
 
-	gap       map[uint64]Entry // entries of accepted past a gap (rule 7)
-	knownLast uint64           // last offset accepted's owner told of
-	fetch     fetchState       // the one outstanding fetch, if any
+	gap map[uint64]Entry // entries of accepted past a gap (rule 7)
+	// gapStale is set when the log advanced other than entry by entry
+	// through drain or an in-order commit (a fetch or a snapshot), so the
+	// gap may hold entries the log has passed.
+	gapStale  bool
+	knownLast uint64     // last offset accepted's owner told of
+	fetch     fetchState // the one outstanding fetch, if any
 	ackDirty  bool
 	dirty     bool
 
@@ -172,6 +176,9 @@ func (e *Engine) stepCommit(pt *part, from string, m *Commit) error {
 		case ent.Offset <= n: // duplicate
 		case ent.Offset == n+1 && pt.logEpoch == ep:
 			e.apply(pt, ent)
+			if len(pt.gap) > 0 {
+				delete(pt.gap, ent.Offset)
+			}
 		default:
 			e.buffer(pt, ent)
 		}
@@ -207,6 +214,10 @@ func (e *Engine) drain(pt *part) {
 		delete(pt.gap, ent.Offset)
 		e.apply(pt, ent)
 	}
+	if !pt.gapStale {
+		return // every entry the log passed was deleted on the way
+	}
+	pt.gapStale = false
 	n := pt.log.last()
 	for o := range pt.gap {
 		if o <= n {
@@ -383,6 +394,7 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 // afterCatchUp finishes a fetch or snapshot reply from a server at pos
 // whose epoch started at start.
 func (e *Engine) afterCatchUp(pt *part, pos Position, start uint64) {
+	pt.gapStale = true
 	if pt.logEpoch.Less(pos.Epoch) && pt.log.last() >= start {
 		pt.logEpoch, pt.logStart = pos.Epoch, start
 	}
