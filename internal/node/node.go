@@ -327,11 +327,11 @@ func (n *Node) drive() {
 			}
 			n.connectPeers(m, clients)
 		case in := <-n.inbox:
-			if err := n.eng.Step(in.from, in.msg); err != nil {
-				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
-			}
+			n.step(in)
+			n.batch()
 		case p := <-n.props:
 			n.propose(p)
+			n.batch()
 		case q := <-n.queries:
 			q(n.eng)
 		case now := <-tick.C:
@@ -341,6 +341,32 @@ func (n *Node) drive() {
 			n.process(n.eng.Ready())
 			n.eng.Advance()
 		}
+	}
+}
+
+// maxBatch bounds the inputs the driver takes before it acts on the
+// engine's output.
+const maxBatch = 256
+
+// batch steps the engine with the messages and proposals already waiting,
+// up to maxBatch, before the driver acts on its output: the commits of a
+// batch leave in one Commit per partition and copy, instead of one each.
+func (n *Node) batch() {
+	for range maxBatch {
+		select {
+		case in := <-n.inbox:
+			n.step(in)
+		case p := <-n.props:
+			n.propose(p)
+		default:
+			return
+		}
+	}
+}
+
+func (n *Node) step(in inbound) {
+	if err := n.eng.Step(in.from, in.msg); err != nil {
+		n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 	}
 }
 
@@ -504,11 +530,13 @@ func (n *Node) Close() error {
 		n.spawnClosed = true
 		n.spawnMu.Unlock()
 		n.cancel()
-		n.wg.Wait()
+		// Closing the connections first ends every request's context, so
+		// handlers that wait on theirs return before wg.Wait.
 		n.pool.close()
 		if cerr := n.srv.Close(); err == nil {
 			err = cerr
 		}
+		n.wg.Wait()
 	})
 	return err
 }

@@ -199,12 +199,6 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 	default:
 		return nil, ErrTooManyRequests
 	}
-	// The handler's context also ends when the node closes, so Close does
-	// not wait on handlers that wait on the caller.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(n.ctx, cancel)
-	defer stop()
 	defer func() {
 		if v := recover(); v != nil {
 			n.logger.Error("fero: node: request handler panicked", "verb", req.Verb, "key", req.Key, "panic", v, "stack", string(debug.Stack()))

@@ -137,3 +137,31 @@ func TestRequestsReachTheOwner(t *testing.T) {
 	_, err = client.Request(ctx, "WHO", "k", nil, false)
 	assert.ErrorIs(t, err, ErrClosed)
 }
+
+// TestCloseEndsWaitingHandlers: a handler that waits on its context does
+// not hold up Close.
+func TestCloseEndsWaitingHandlers(t *testing.T) {
+	nw := memnet.New(12)
+	started := make(chan struct{}, 1)
+	h := func(ctx context.Context, req *Request) ([]byte, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	a := startNodeWith(t, nw, "a", false, h)
+	b := startNode(t, nw, "b", true, a.Membership().Local().Gossip)
+	require.Eventually(t, func() bool { return settled([]*Node{a, b}, 1) }, 20*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { _, err := b.Request(ctx, "HANG", "k", nil, false); errc <- err }()
+	<-started
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a handler that waits on its context")
+	}
+	assert.Error(t, <-errc)
+}
