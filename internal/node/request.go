@@ -29,6 +29,7 @@ const (
 	VerbAdd    = "ADD"
 	VerbUpdate = "UPDATE"
 	VerbRemove = "REMOVE"
+	VerbGet    = "GET"
 )
 
 // Request is one request as the owner's handler sees it. Payload is
@@ -52,8 +53,29 @@ type Handler func(ctx context.Context, req *Request) ([]byte, error)
 
 // Builtin is the built-in handling of a request: ADD, UPDATE and REMOVE
 // commit the change (key, payload as the value) and reply nil once the
-// owner committed it; every other verb is refused with Unimplemented.
+// owner committed it; GET replies with the value at the key (nothing if
+// there is none); every other verb is refused with Unimplemented.
 func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
+	type result struct {
+		reply []byte
+		err   error
+	}
+	done := make(chan result, 1)
+	if !n.builtinAsync(ctx, req, func(reply []byte, err error) { done <- result{reply, err} }) {
+		return nil, ErrClosed
+	}
+	select {
+	case r := <-done:
+		return r.reply, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// builtinAsync is Builtin without waiting: done is called exactly once,
+// from the driver for a write. It reports false (and does not call done)
+// when the node is closed.
+func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte, error)) bool {
 	var t wire.RecordType
 	switch req.Verb {
 	case VerbAdd:
@@ -62,8 +84,13 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 		t = wire.RecordUpdate
 	case VerbRemove:
 		t = wire.RecordRemove
+	case VerbGet:
+		b, _ := n.store.GetBytes(req.Key)
+		done(b, nil)
+		return true
 	default:
-		return nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb)
+		done(nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb))
+		return true
 	}
 	value := req.Payload
 	if t != wire.RecordRemove {
@@ -73,10 +100,15 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 	} else {
 		value = nil
 	}
-	if _, err := n.Write(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0); err != nil {
-		return nil, err
+	err := n.WriteAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
+		func(c partition.Completion) { done(nil, c.Err) })
+	if errors.Is(err, ErrClosed) {
+		return false
 	}
-	return nil, nil
+	if err != nil {
+		done(nil, err)
+	}
+	return true
 }
 
 // wireRequest is OpRequest's payload.
@@ -223,6 +255,23 @@ func (n *Node) serveRequest(r *transport.Request) {
 	owner, ok := n.ownerOf(p)
 	oneway := r.Mode() == transport.ModeSend
 	switch {
+	case ok && owner == n.id && !n.cfg.Client && n.cfg.Handler == nil:
+		// The built-in handling needs no goroutine: the driver answers.
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload}
+		if !n.builtinAsync(r.Context(), req, func(reply []byte, err error) {
+			// This runs on the driver, which must not wait for a slow
+			// caller: anything that could block goes to a goroutine.
+			if err != nil {
+				n.spawn(func() { _ = r.Fail(err) })
+				return
+			}
+			b := append([]byte{replyOK}, reply...)
+			if errors.Is(r.TryReply(b), transport.ErrOutboxFull) {
+				n.spawn(func() { _ = r.Reply(b) })
+			}
+		}) {
+			_ = r.Fail(ErrClosed)
+		}
 	case ok && owner == n.id && !n.cfg.Client:
 		payload := wr.Payload
 		if oneway {

@@ -168,6 +168,33 @@ func (r *Request) Reply(payload []byte) error {
 	return r.conn.writeFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false)
 }
 
+// TryReply is Reply for a goroutine that must not block: when the outbox
+// has no room it returns ErrOutboxFull and leaves the request unanswered,
+// so Reply or Fail may follow (from a goroutine that may wait). Room is
+// checked before the answer is committed, so it waits only if another
+// sender fills the outbox in between.
+func (r *Request) TryReply(payload []byte) error {
+	if r.kind == wire.KindSend {
+		return nil
+	}
+	if r.done.Load() {
+		return ErrReplied
+	}
+	c := r.conn
+	n := wire.FrameSize(r.id, 0, len(payload))
+	if n-wire.LengthSize > c.cfg.maxFrame {
+		return ErrTooLarge
+	}
+	if err := c.out.lock(c.ctx, n, true); err != nil {
+		return err
+	}
+	c.out.mu.Unlock() // only a look at the room
+	if !r.finish() {
+		return nil
+	}
+	return c.writeFrame(c.ctx, wire.KindReply, r.id, 0, payload, false)
+}
+
 // Chunk sends one intermediate answer of a stream.
 func (r *Request) Chunk(payload []byte) error {
 	switch {

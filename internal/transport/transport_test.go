@@ -653,3 +653,52 @@ func TestStreamOfEmptyChunksBounded(t *testing.T) {
 	}
 	assert.Equal(t, errs.ResourceExhausted, errs.CodeOf(last))
 }
+
+// TestTryReplyNeverWaits: with the caller not reading and the outbox full,
+// TryReply returns ErrOutboxFull at once and leaves the request open for
+// a Reply that may wait.
+func TestTryReplyNeverWaits(t *testing.T) {
+	results := make(chan error, 64)
+	held := make(chan *Request, 64)
+	s, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) {
+		err := r.TryReply(make([]byte, 4096))
+		results <- err
+		if err != nil {
+			held <- r
+		}
+	}), WithOutboxLimit(8192))
+	require.NoError(t, err)
+	defer s.Close()
+	nc := rawConn(t, s.Addr().String()) // never reads
+	var frames []byte
+	for id := uint64(1); id <= 64; id++ {
+		frames = wire.AppendFrame(frames, wire.KindCall, id, 1, nil)
+	}
+	_, err = nc.Write(frames)
+	require.NoError(t, err)
+	full := false
+	deadline := time.After(10 * time.Second)
+	for i := 0; i < 64 && !full; i++ {
+		select {
+		case err := <-results:
+			if errors.Is(err, ErrOutboxFull) {
+				full = true
+			} else {
+				require.NoError(t, err)
+			}
+		case <-deadline:
+			t.Fatal("TryReply waited")
+		}
+	}
+	require.True(t, full, "the outbox never filled")
+	r := <-held
+	done := make(chan error, 1)
+	go func() { done <- r.Reply([]byte("later")) }()
+	go io.Copy(io.Discard, nc) // the caller reads again: the waiting Reply goes out
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reply after TryReply never went out")
+	}
+}

@@ -17,7 +17,7 @@ const (
 	VerbAdd    = node.VerbAdd
 	VerbUpdate = node.VerbUpdate
 	VerbRemove = node.VerbRemove
-	VerbGet    = "GET"
+	VerbGet    = node.VerbGet
 )
 
 // Handler answers the requests sent to the partitions this node owns. It
@@ -75,13 +75,6 @@ func (q *Request) Local() bool { return q.local }
 // key (nil if there is none); any other verb fails with CodeUnimplemented
 // ("unknown verb").
 func (q *Request) Next(ctx context.Context) (any, error) {
-	if q.Verb == VerbGet {
-		b, ok := q.r.n.Store().GetBytes(q.Key)
-		if !ok {
-			return nil, nil
-		}
-		return msgpack.RawMessage(b), nil
-	}
 	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload})
 	if err != nil || b == nil {
 		return nil, err
@@ -92,11 +85,7 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 // serve adapts the resource's handler to the node's.
 func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
 	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local}
-	h := r.cfg.handler
-	if h == nil {
-		h = func(ctx context.Context, q *Request) (any, error) { return q.Next(ctx) }
-	}
-	reply, err := h(ctx, q)
+	reply, err := r.cfg.handler(ctx, q)
 	if err != nil {
 		return nil, err
 	}

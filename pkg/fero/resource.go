@@ -56,7 +56,9 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests,
 	}
-	ncfg.Handler = r.serve // GET, and the resource's handler if it has one
+	if cfg.handler != nil {
+		ncfg.Handler = r.serve
+	}
 	n, err := node.Start(ctx, ncfg)
 	if err != nil {
 		return nil, err
