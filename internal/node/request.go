@@ -111,14 +111,57 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte,
 	return true
 }
 
-// wireRequest is OpRequest's payload.
+// wireRequest is OpRequest's payload: [verb, key, payload, hops], encoded
+// by hand (one per request, so no reflection).
 type wireRequest struct {
-	//lint:ignore U1000 msgpack reads the tag: the request travels as an array
-	_msgpack struct{} `msgpack:",as_array"`
-	Verb     string
-	Key      string
-	Payload  []byte
-	Hops     uint8
+	Verb    string
+	Key     string
+	Payload []byte
+	Hops    uint8
+}
+
+var (
+	_ msgpack.CustomEncoder = (*wireRequest)(nil)
+	_ msgpack.CustomDecoder = (*wireRequest)(nil)
+)
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (w *wireRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeArrayLen(4); err != nil {
+		return err
+	}
+	if err := enc.EncodeString(w.Verb); err != nil {
+		return err
+	}
+	if err := enc.EncodeString(w.Key); err != nil {
+		return err
+	}
+	if err := enc.EncodeBytes(w.Payload); err != nil {
+		return err
+	}
+	return enc.EncodeUint(uint64(w.Hops))
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (w *wireRequest) DecodeMsgpack(dec *msgpack.Decoder) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n != 4 {
+		return fmt.Errorf("request: array of %d fields, want 4", n)
+	}
+	if w.Verb, err = dec.DecodeString(); err != nil {
+		return err
+	}
+	if w.Key, err = dec.DecodeString(); err != nil {
+		return err
+	}
+	if w.Payload, err = dec.DecodeBytes(); err != nil {
+		return err
+	}
+	w.Hops, err = dec.DecodeUint8()
+	return err
 }
 
 // A reply to OpRequest starts with a status byte.
