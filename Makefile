@@ -53,9 +53,10 @@ fuzz: ## Every fuzz target for FUZZTIME executions each (default 3,000,000).
 	./scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
-bench: ## Go micro-benchmarks (benchstat-ready, -count=5) and the transport harness's short profile.
+bench: ## Go micro-benchmarks (benchstat-ready, -count=5), the transport's short profile and fero against the echo floor.
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/... | tee bench.out
 	$(GO) run ./cmd/fero-bench transport --short
+	$(GO) run ./cmd/fero-bench run --systems echo,fero --baseline echo -r 100000 -n 2000 -s oneway,reqreply,roundtrip --progress never
 
 .PHONY: generate
 generate: ## Regenerate every generated file.
