@@ -1,6 +1,6 @@
 module github.com/fero-go/fero
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
@@ -11,7 +11,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	go.uber.org/goleak v1.3.0
-	golang.org/x/net v0.57.0
+	golang.org/x/net v0.61.0
 )
 
 require (
@@ -29,5 +29,8 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/tools v0.52.0 // indirect
 )

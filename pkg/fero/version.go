@@ -1,0 +1,7 @@
+package fero
+
+// SupportPackageIsVersion1 is referenced by code ferogen generates, so that
+// generated code fails to compile against a pkg/fero it was not made for.
+// A change to what generated code relies on adds SupportPackageIsVersion2
+// and the generator moves to it.
+const SupportPackageIsVersion1 = true
