@@ -13,7 +13,13 @@ type docState struct {
 	logger *slog.Logger
 }
 
-var _ partition.State = docState{}
+var (
+	_ partition.State        = docState{}
+	_ partition.CheckApplier = docState{}
+)
+
+// CheckApply applies e if it fits the state; on error nothing changed.
+func (d docState) CheckApply(p int, e *partition.Entry) error { return d.store.Apply(p, change(e)) }
 
 func change(e *partition.Entry) doc.Change {
 	return doc.Change{Type: e.Type, Key: e.Key, Value: e.Value}

@@ -224,14 +224,23 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 		return ErrReplicas
 	}
 	ent := Entry{Epoch: pt.accepted, Offset: pt.log.last() + 1, Type: w.typ, Key: w.key, Value: w.value}
-	if err := e.st.Check(pt.p, &ent); err != nil {
+	ca, oneStep := e.st.(CheckApplier)
+	var err error
+	if oneStep {
+		err = ca.CheckApply(pt.p, &ent)
+	} else {
+		err = e.st.Check(pt.p, &ent)
+	}
+	if err != nil {
 		if errs.CodeOf(err) == errs.Unknown {
 			err = errs.Errorf(errs.InvalidArgument, "%w", err)
 		}
 		return err
 	}
 	pt.log.append(ent, e.cfg.historyMax)
-	e.st.Apply(pt.p, pt.log.at(ent.Offset))
+	if !oneStep {
+		e.st.Apply(pt.p, pt.log.at(ent.Offset))
+	}
 	e.event(Event{Kind: EventCommitted, Partition: pt.p, Entry: ent})
 	e.markDirty(pt)
 	pos := ent.Position()

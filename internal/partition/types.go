@@ -262,6 +262,14 @@ type State interface {
 	Restore(partition int, snapshot []byte) error
 }
 
+// CheckApplier is a State that can check and apply an entry in one step:
+// CheckApply applies e if Check would accept it and returns Check's error
+// otherwise, leaving the state unchanged. The owner uses it instead of
+// Check then Apply, which for a document store decodes each value twice.
+type CheckApplier interface {
+	CheckApply(partition int, e *Entry) error
+}
+
 // sample is a server count that held until a moment; the quorum rule takes
 // the largest count seen within the window.
 type sample struct {
