@@ -387,16 +387,19 @@ func (n *Node) propose(p proposal) {
 // process acts on what the engine asks: messages out, completions to the
 // callers waiting for them, and events.
 func (n *Node) process(rd partition.Ready) {
-	encoded := make(map[partition.Message][]byte, len(rd.Messages))
+	// The engine sends one message to many copies back to back (a Commit
+	// to every copy): encode it once.
+	var last partition.Message
+	var b []byte
 	for _, env := range rd.Messages {
-		b, ok := encoded[env.Msg]
-		if !ok {
+		if env.Msg != last {
 			var err error
 			if b, err = appendMessage(nil, env.Msg); err != nil {
 				n.logger.Error("fero: node: cannot encode an engine message", "err", err)
+				last, b = nil, nil
 				continue
 			}
-			encoded[env.Msg] = b
+			last = env.Msg
 		}
 		n.sendTo(env.To, b)
 	}
