@@ -34,6 +34,9 @@
 // [Majority] (a majority of the replica group applied it, which survives
 // any owner change). Every call that waits takes a context.
 //
+// [Resource.SetAsync] and [Resource.CallAsync] keep many writes or requests
+// in flight from one goroutine and report each through a callback.
+//
 // The owner checks each change against its state before it commits: Add of
 // a key that exists, or a path through a scalar, fails with
 // CodeFailedPrecondition and is never committed.
