@@ -75,6 +75,7 @@ type Node struct {
 	props    chan proposal
 	queries  chan func(*partition.Engine)          // run on the driver goroutine
 	waiters  map[uint64]func(partition.Completion) // driver goroutine only
+	early    []inbound                             // messages before the engine's first map; driver only
 	token    uint64                                // driver goroutine only
 
 	stats  stats
@@ -324,6 +325,11 @@ func (n *Node) drive() {
 				n.logger.Error("fero: node: engine refused the map", "err", err)
 			} else {
 				n.engMap.Store(m)
+				early := n.early
+				n.early = nil
+				for _, in := range early {
+					n.step(in)
+				}
 			}
 			n.connectPeers(m, clients)
 		case in := <-n.inbox:
@@ -364,7 +370,19 @@ func (n *Node) batch() {
 	}
 }
 
+// maxEarly bounds the messages kept for the engine before its first map.
+const maxEarly = 4096
+
 func (n *Node) step(in inbound) {
+	if n.eng.Map() == nil {
+		// Peers that already see this node may ask it for its position
+		// before its own view has produced a map; answering late beats
+		// dropping the question (the asker would wait out its sync timeout).
+		if len(n.early) < maxEarly {
+			n.early = append(n.early, in)
+		}
+		return
+	}
 	if err := n.eng.Step(in.from, in.msg); err != nil {
 		n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 	}
