@@ -1,0 +1,51 @@
+// Package ferogen is the generator behind cmd/ferogen: it reads fero
+// resources declared as Go interfaces and writes their typed binding.
+//
+// # Declarations
+//
+// A declaration package is ordinary Go. An interface whose doc comment
+// holds the directive //fero:resource <name> declares a resource; each of
+// its methods is a verb:
+//
+//	//fero:resource users
+//	type Users interface {
+//		Login(ctx context.Context, req *LoginRequest) (*LoginReply, error)
+//		//fero:verb SIGNOUT
+//		Logout(ctx context.Context, req *LogoutRequest) error
+//	}
+//
+// A method is func(context.Context, *Req) (*Reply, error) or
+// func(context.Context, *Req) error, with Req and Reply exported named
+// structs that msgpack encodes (no channel, function, complex or
+// unsafe.Pointer among their encoded fields). Exactly one field of Req,
+// a string or a named string type, is tagged `fero:"key"`: the request
+// goes to the owner of that key's partition. The verb is the method's name
+// in upper case with words separated by '_' (VerbOf), or the directive
+// //fero:verb <VERB> in the method's doc comment; it may not be one of
+// fero's built-in verbs. Any other //fero: comment is an error, so that a
+// typo does not go unnoticed.
+//
+// Load reads declarations with golang.org/x/tools/go/packages, types
+// resolved and positions kept. A bad declaration is an ErrorList, one
+// "file:line:col: message" per problem.
+//
+// # Output
+//
+// Generate renders two files. The generated file, in a package of its own
+// (DefaultOut: the declarations cannot import what is generated from
+// them), starts with Header and holds per resource: the resource's name,
+// a constant per verb, Register<Iface> (a fero.Option mounting an
+// implementation) and <Iface>Handler, New<Iface>Client (the interface,
+// implemented by calls to the owner of each request's key), and
+// Unimplemented<Iface>; once per package, RequestFromContext, which hands
+// a method the fero.Request it answers, and a reference to
+// fero.SupportPackageIsVersion1, so that it stops compiling against a
+// pkg/fero it was not made for. The stub (DefaultStub) is a starting
+// implementation that embeds Unimplemented<Iface>.
+//
+// Output is deterministic: the same declarations give the same bytes,
+// formatted with go/format. Write replaces the generated file when it
+// changed, creates the stub only if absent, and otherwise reads the stub's
+// package with go/parser (a stub being edited need not compile) to note
+// the methods it lacks.
+package ferogen
