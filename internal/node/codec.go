@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -11,13 +12,71 @@ import (
 	"github.com/fero-go/fero/internal/wire"
 )
 
-// OpEngine carries one partition engine message, one-way: the engines
-// answer each other with messages of their own, never with transport
-// replies.
+// OpEngine carries partition engine messages, one-way: the engines answer
+// each other with messages of their own, never with transport replies.
 const OpEngine uint32 = 3
 
 // An engine message on the wire is one byte of partition.MsgKind followed
-// by the message's msgpack encoding.
+// by the message's msgpack encoding. An OpEngine payload is a batch: one
+// flags byte (flagMustDeliver: the batch holds a message that must not be
+// dropped, see spill.go), then each message as a uvarint length and its
+// bytes. The driver sends each peer one batch per round of engine output.
+const flagMustDeliver byte = 1
+
+// maxBatchBytes bounds one batch; a round's messages for one peer beyond
+// it go in further batches.
+const maxBatchBytes = 8 << 20
+
+// batchWriter builds one peer's batches.
+type batchWriter struct {
+	buf      []byte
+	critical bool
+}
+
+// add appends one encoded message.
+func (w *batchWriter) add(msg []byte) {
+	if len(w.buf) == 0 {
+		w.buf = append(w.buf, 0)
+	}
+	w.buf = binary.AppendUvarint(w.buf, uint64(len(msg)))
+	w.buf = append(w.buf, msg...)
+	if len(msg) > 0 {
+		k := partition.MsgKind(msg[0])
+		w.critical = w.critical || k == partition.KindForward || k == partition.KindForwardReply
+	}
+}
+
+// take returns the batch built so far and starts a new one.
+func (w *batchWriter) take() []byte {
+	b := w.buf
+	if len(b) > 0 && w.critical {
+		b[0] |= flagMustDeliver
+	}
+	w.buf, w.critical = nil, false
+	return b
+}
+
+// decodeBatch reads every message of an OpEngine payload.
+func decodeBatch(b []byte) ([]partition.Message, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
+	}
+	b = b[1:]
+	var out []partition.Message
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
+		}
+		m, err := decodeMessage(b[k : k+int(n)])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		b = b[k+int(n):]
+	}
+	return out, nil
+}
 
 var encPool = sync.Pool{New: func() any {
 	b := new(bytes.Buffer)

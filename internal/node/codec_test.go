@@ -74,3 +74,45 @@ func FuzzDecodeMessage(f *testing.F) {
 		require.Equal(t, m, m2)
 	})
 }
+
+func TestBatchRoundTrip(t *testing.T) {
+	var w batchWriter
+	msgs := sampleMessages()
+	for _, m := range msgs {
+		b, err := appendMessage(nil, m)
+		require.NoError(t, err)
+		w.add(b)
+	}
+	batch := w.take()
+	assert.True(t, mustDeliver(batch), "a batch with a Forward must be delivered")
+	got, err := decodeBatch(batch)
+	require.NoError(t, err)
+	assert.Equal(t, msgs, got)
+
+	b, err := appendMessage(nil, &partition.CommitAck{Partition: 1})
+	require.NoError(t, err)
+	w.add(b)
+	assert.False(t, mustDeliver(w.take()), "commit traffic may be dropped and fetched again")
+
+	for name, bad := range map[string][]byte{
+		"empty":      nil,
+		"short":      {0, 9, byte(partition.KindCommitAck)},
+		"bad length": {0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+	} {
+		_, err := decodeBatch(bad)
+		assert.ErrorIs(t, err, wire.ErrMalformed, name)
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	var w batchWriter
+	for _, m := range sampleMessages() {
+		b, err := appendMessage(nil, m)
+		require.NoError(f, err)
+		w.add(b)
+	}
+	f.Add(w.take())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = decodeBatch(b) // must not panic or allocate without bound
+	})
+}

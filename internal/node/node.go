@@ -76,6 +76,8 @@ type Node struct {
 	queries  chan func(*partition.Engine)          // run on the driver goroutine
 	waiters  map[uint64]func(partition.Completion) // driver goroutine only
 	early    []inbound                             // messages before the engine's first map; driver only
+	out      map[string]*batchWriter               // per peer, reused each round; driver only
+	outOrder []string                              // peers in out with a batch this round
 	token    uint64                                // driver goroutine only
 
 	stats  stats
@@ -104,7 +106,7 @@ type Node struct {
 
 type inbound struct {
 	from string
-	msg  partition.Message
+	msgs []partition.Message
 }
 
 type proposal struct {
@@ -146,6 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		waiters: make(map[uint64]func(partition.Completion)), dialing: make(map[string][][]byte),
 		subs: make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
+		out: make(map[string]*batchWriter),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -285,13 +288,13 @@ func (n *Node) serveEngine(r *transport.Request) {
 		n.logger.Debug("fero: node: engine message on a connection without hello", "remote", r.Conn().RemoteAddr())
 		return
 	}
-	msg, err := decodeMessage(r.Payload())
+	msgs, err := decodeBatch(r.Payload())
 	if err != nil {
 		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)
 		return
 	}
 	select {
-	case n.inbox <- inbound{from: from, msg: msg}:
+	case n.inbox <- inbound{from: from, msgs: msgs}:
 	case <-n.ctx.Done():
 	}
 }
@@ -383,8 +386,10 @@ func (n *Node) step(in inbound) {
 		}
 		return
 	}
-	if err := n.eng.Step(in.from, in.msg); err != nil {
-		n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
+	for _, m := range in.msgs {
+		if err := n.eng.Step(in.from, m); err != nil {
+			n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
+		}
 	}
 }
 
@@ -405,8 +410,8 @@ func (n *Node) propose(p proposal) {
 // process acts on what the engine asks: messages out, completions to the
 // callers waiting for them, and events.
 func (n *Node) process(rd partition.Ready) {
-	// The engine sends one message to many copies back to back (a Commit
-	// to every copy): encode it once.
+	// One batch per peer. The engine sends one message to many copies
+	// back to back (a Commit to every copy): encode it once.
 	var last partition.Message
 	var b []byte
 	for _, env := range rd.Messages {
@@ -419,8 +424,25 @@ func (n *Node) process(rd partition.Ready) {
 			}
 			last = env.Msg
 		}
-		n.sendTo(env.To, b)
+		w := n.out[env.To]
+		if w == nil {
+			w = &batchWriter{}
+			n.out[env.To] = w
+		}
+		if len(w.buf) == 0 {
+			n.outOrder = append(n.outOrder, env.To) // the peer's first message this round
+		} else if len(w.buf)+len(b) > maxBatchBytes {
+			n.sendTo(env.To, w.take())
+			n.outOrder = append(n.outOrder, env.To)
+		}
+		w.add(b)
 	}
+	for _, id := range n.outOrder {
+		if b := n.out[id].take(); len(b) > 0 {
+			n.sendTo(id, b)
+		}
+	}
+	n.outOrder = n.outOrder[:0]
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters[c.Token]; ok {
 			delete(n.waiters, c.Token)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -19,9 +18,8 @@ import (
 // WriteAsync) while more than spillLimit bytes are spilled: backpressure
 // reaches the caller instead of memory growing.
 const (
-	spillLimit    = 4 << 20  // bytes spilled before writers wait
-	spillPeerCap  = 16 << 20 // bytes spilled per peer before messages are dropped
-	spillKindSize = 1
+	spillLimit   = 4 << 20  // bytes spilled before writers wait
+	spillPeerCap = 16 << 20 // bytes spilled per peer before messages are dropped
 )
 
 type spillQueue struct {
@@ -29,15 +27,9 @@ type spillQueue struct {
 	bytes int
 }
 
-// mustDeliver reports whether an encoded engine message is one that must
+// mustDeliver reports whether an engine batch holds a message that must
 // not be dropped.
-func mustDeliver(b []byte) bool {
-	if len(b) < spillKindSize {
-		return false
-	}
-	k := partition.MsgKind(b[0])
-	return k == partition.KindForward || k == partition.KindForwardReply
-}
+func mustDeliver(b []byte) bool { return len(b) > 0 && b[0]&flagMustDeliver != 0 }
 
 // send sends one encoded engine message to peer id on c without blocking
 // the driver: a full outbox drops it, or spills it if it must be
