@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/examples/typedusers/users"
 	"github.com/fero-go/fero/examples/typedusers/users/usersfero"
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/testkit"
 	"github.com/fero-go/fero/pkg/fero"
 )
 
@@ -221,7 +221,7 @@ func (c *cluster) open(id string, opts ...fero.Option) *fero.Resource {
 	c.t.Helper()
 	opts = append([]fero.Option{
 		fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
-		fero.WithGossipTransport(c.nw.NewTransport()), fero.WithGossipTuning(timers),
+		fero.WithGossipTransport(c.nw.NewTransport()), fero.WithGossipTuning(testkit.ClusterTimers),
 		fero.WithLeaveTimeout(time.Second), fero.WithPartitions(32),
 	}, opts...)
 	if c.seed != "" {
@@ -237,15 +237,4 @@ func (c *cluster) open(id string, opts ...fero.Option) *fero.Resource {
 	}
 	c.all = append(c.all, r)
 	return r
-}
-
-// timers detect failures within seconds without suspecting live members
-// of a -race run on a loaded 2-core machine (as pkg/fero's cluster tests).
-func timers(c *memberlist.Config) {
-	c.ProbeInterval = 500 * time.Millisecond
-	c.ProbeTimeout = 400 * time.Millisecond
-	c.GossipInterval = 50 * time.Millisecond
-	c.PushPullInterval = 2 * time.Second
-	c.SuspicionMult = 4
-	c.TCPTimeout = 2 * time.Second
 }

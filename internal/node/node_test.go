@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,17 +20,6 @@ import (
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/testkit"
 )
-
-// clusterTimers detect failures within a few seconds, but not so fast
-// that a -race run on a loaded 2-core machine suspects live members.
-func clusterTimers(c *memberlist.Config) {
-	c.ProbeInterval = 500 * time.Millisecond
-	c.ProbeTimeout = 400 * time.Millisecond
-	c.GossipInterval = 50 * time.Millisecond
-	c.PushPullInterval = 2 * time.Second
-	c.SuspicionMult = 4
-	c.TCPTimeout = 2 * time.Second
-}
 
 // startNode starts a node whose gossip runs over nw and whose data plane
 // is real loopback TCP.
@@ -48,7 +36,7 @@ func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h H
 		Handler: h, ID: id, Resource: "test", Client: client,
 		Membership: []membership.Option{
 			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
-			membership.WithTransport(nw.NewTransport()), membership.WithTuning(clusterTimers),
+			membership.WithTransport(nw.NewTransport()), membership.WithTuning(testkit.ClusterTimers),
 			membership.WithSeeds(seeds...), membership.WithLeaveTimeout(time.Second),
 		},
 		Ring:   []ring.Option{ring.WithPartitions(32)},

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 )
 
@@ -61,4 +62,16 @@ func RunWithoutLeaks(m *testing.M) int {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return code
+}
+
+// ClusterTimers tunes memberlist for in-process clusters of fero nodes:
+// failures are detected within a few seconds, but not so fast that a -race
+// run on a loaded 2-core machine suspects live members.
+func ClusterTimers(c *memberlist.Config) {
+	c.ProbeInterval = 500 * time.Millisecond
+	c.ProbeTimeout = 400 * time.Millisecond
+	c.GossipInterval = 50 * time.Millisecond
+	c.PushPullInterval = 2 * time.Second
+	c.SuspicionMult = 4
+	c.TCPTimeout = 2 * time.Second
 }

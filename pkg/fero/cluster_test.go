@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/membership/memnet"
@@ -26,22 +25,11 @@ func newTestCluster(t *testing.T, seed uint64) *testCluster {
 	return &testCluster{t: t, nw: memnet.New(seed)}
 }
 
-// timers detect failures within seconds without suspecting live members
-// of a -race run on a loaded 2-core machine.
-func timers(c *memberlist.Config) {
-	c.ProbeInterval = 500 * time.Millisecond
-	c.ProbeTimeout = 400 * time.Millisecond
-	c.GossipInterval = 50 * time.Millisecond
-	c.PushPullInterval = 2 * time.Second
-	c.SuspicionMult = 4
-	c.TCPTimeout = 2 * time.Second
-}
-
 func (c *testCluster) options(id string) []Option {
 	opts := []Option{
 		WithID(id), WithLogger(testLogger(c.t)),
 		WithPreset(PresetLocal), WithoutMulticast(), WithGossipTransport(c.nw.NewTransport()),
-		WithGossipTuning(timers), WithLeaveTimeout(time.Second),
+		WithGossipTuning(testkit.ClusterTimers), WithLeaveTimeout(time.Second),
 		WithPartitions(32), WithSyncTimeout(500 * time.Millisecond), WithTick(20 * time.Millisecond),
 	}
 	if c.seed != "" {
