@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,6 +336,7 @@ func (n *Node) drive() {
 				}
 			}
 			n.connectPeers(m, clients)
+			n.forgetGone(m, clients)
 		case in := <-n.inbox:
 			n.step(in)
 			n.batch()
@@ -369,6 +371,16 @@ func (n *Node) batch() {
 			n.propose(p)
 		default:
 			return
+		}
+	}
+}
+
+// forgetGone drops the batch writers of peers no longer in the map or the
+// client list, so they do not pile up as members come and go.
+func (n *Node) forgetGone(m *ring.Map, clients []string) {
+	for id := range n.out {
+		if !slices.Contains(clients, id) && !slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == id }) {
+			delete(n.out, id)
 		}
 	}
 }
