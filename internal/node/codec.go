@@ -23,9 +23,10 @@ const OpEngine uint32 = 3
 // bytes. The driver sends each peer one batch per round of engine output.
 const flagMustDeliver byte = 1
 
-// maxBatchBytes bounds one batch; a round's messages for one peer beyond
-// it go in further batches.
-const maxBatchBytes = 8 << 20
+// maxBatchBytes bounds one batch (one message larger than it goes alone);
+// a round's messages for one peer beyond it go in further batches. With
+// the inbox's bound on batches it bounds what a node holds unread.
+const maxBatchBytes = 256 << 10
 
 // batchWriter builds one peer's batches.
 type batchWriter struct {

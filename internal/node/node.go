@@ -43,8 +43,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Tick is how often the engine's timers are driven (default 100ms).
 	Tick time.Duration
-	// Inbox bounds the engine messages queued for the engine; a full inbox
-	// makes connections stop reading (default 4096).
+	// Inbox bounds the batches of engine messages queued for the engine
+	// (each at most 256 KiB unless one message is larger); a full inbox
+	// makes connections stop reading (default 256).
 	Inbox int
 	// Handler answers requests for the partitions this node owns (default:
 	// Builtin, which commits ADD, UPDATE and REMOVE and refuses other verbs).
@@ -138,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Tick = 100 * time.Millisecond
 	}
 	if cfg.Inbox <= 0 {
-		cfg.Inbox = 4096
+		cfg.Inbox = 256
 	}
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
@@ -385,8 +386,8 @@ func (n *Node) forgetGone(m *ring.Map, clients []string) {
 	}
 }
 
-// maxEarly bounds the messages kept for the engine before its first map.
-const maxEarly = 4096
+// maxEarly bounds the batches kept for the engine before its first map.
+const maxEarly = 256
 
 func (n *Node) step(in inbound) {
 	if n.eng.Map() == nil {

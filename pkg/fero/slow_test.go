@@ -22,11 +22,13 @@ func TestStalledClientCatchesUp(t *testing.T) {
 	ctx := ctxT(t)
 
 	stall := client.Subscribe(Buffer(1), OnOverflow(Block))
-	const keys = 2000
+	// 4,000 writes of 4 KB (16 MB) overflow whatever the socket buffers,
+	// the client's inbox and the owners' outboxes can hold for it.
+	const keys = 4000
 	start := time.Now()
 	for i := range keys {
 		require.NoError(t, retry(ctx, func() error {
-			return a.Update(ctx, fmt.Sprint("k", i%500), fmt.Sprintf("v%d-%0100d", i, 0), Majority)
+			return a.Update(ctx, fmt.Sprint("k", i%500), fmt.Sprintf("v%d-%04000d", i, 0), Majority)
 		}))
 	}
 	took := time.Since(start)
@@ -37,8 +39,8 @@ func TestStalledClientCatchesUp(t *testing.T) {
 	stall.Close() // the driver moves again
 	c.converged([]*Resource{a, b, client}, 500)
 	v, _ := client.Get("k499")
-	assert.Contains(t, v, "v1999-")
-	// 2,000 writes against a history of 50 per partition: at least one
-	// partition had moved past what the owner still kept.
+	assert.Contains(t, v, "v3999-")
+	// Against a history of 50 per partition, at least one partition had
+	// moved past what its owner still kept.
 	assert.NotZero(t, client.Stats().Restored, "%+v", client.Stats())
 }
