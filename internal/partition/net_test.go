@@ -364,6 +364,12 @@ func (n *network) step(env envelope) {
 	if err := to.e.Step(env.from, msg); err != nil {
 		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
 	}
+	if _, ok := msg.(*Heartbeat); ok && !to.e.HasReady() {
+		// A heartbeat changes no partition: the invariant walk after it
+		// (most of the messages of a long schedule) would find nothing new.
+		n.steps++
+		return
+	}
 	n.collect(to)
 }
 
