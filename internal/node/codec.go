@@ -1,12 +1,8 @@
 package node
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
-	"sync"
-
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/wire"
@@ -69,7 +65,7 @@ func decodeBatch(b []byte) ([]partition.Message, error) {
 		if k <= 0 || n > uint64(len(b)-k) {
 			return nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
 		}
-		m, err := decodeMessage(b[k : k+int(n)])
+		m, err := partition.DecodeMessage(b[k : k+int(n)])
 		if err != nil {
 			return nil, err
 		}
@@ -77,44 +73,4 @@ func decodeBatch(b []byte) ([]partition.Message, error) {
 		b = b[k+int(n):]
 	}
 	return out, nil
-}
-
-var encPool = sync.Pool{New: func() any {
-	b := new(bytes.Buffer)
-	e := msgpack.NewEncoder(b)
-	e.UseCompactInts(true)
-	return &msgEncoder{buf: b, enc: e}
-}}
-
-type msgEncoder struct {
-	buf *bytes.Buffer
-	enc *msgpack.Encoder
-}
-
-// appendMessage appends m's encoding to dst.
-func appendMessage(dst []byte, m partition.Message) ([]byte, error) {
-	me := encPool.Get().(*msgEncoder)
-	defer encPool.Put(me)
-	me.buf.Reset()
-	me.buf.WriteByte(byte(m.Kind()))
-	if err := me.enc.Encode(m); err != nil {
-		return dst, fmt.Errorf("fero: node: encoding %T: %w", m, err)
-	}
-	return append(dst, me.buf.Bytes()...), nil
-}
-
-// decodeMessage reads one message. The body comes from the network, so it
-// is validated before the decoder allocates anything for it.
-func decodeMessage(b []byte) (partition.Message, error) {
-	if len(b) == 0 {
-		return nil, fmt.Errorf("%w: empty engine message", wire.ErrMalformed)
-	}
-	m := partition.NewMessage(partition.MsgKind(b[0]))
-	if m == nil {
-		return nil, fmt.Errorf("%w: unknown engine message kind %d", wire.ErrMalformed, b[0])
-	}
-	if err := wire.DecodeValue(b[1:], m); err != nil {
-		return nil, fmt.Errorf("%w: engine message kind %d: %v", wire.ErrMalformed, b[0], err)
-	}
-	return m, nil
 }

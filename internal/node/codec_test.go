@@ -35,9 +35,9 @@ func sampleMessages() []partition.Message {
 
 func TestMessagesRoundTrip(t *testing.T) {
 	for _, m := range sampleMessages() {
-		b, err := appendMessage(nil, m)
+		b, err := partition.AppendMessage(nil, m)
 		require.NoError(t, err)
-		got, err := decodeMessage(b)
+		got, err := partition.DecodeMessage(b)
 		require.NoError(t, err, "%T", m)
 		assert.Equal(t, m, got)
 	}
@@ -50,26 +50,26 @@ func TestBadMessagesRefused(t *testing.T) {
 		"truncated":     {byte(partition.KindCommit), 0x82, 0xa1, 'p'},
 		"hostile array": {byte(partition.KindCommit), 0x81, 0xa1, 'e', 0xdd, 0xff, 0xff, 0xff, 0xff},
 	} {
-		_, err := decodeMessage(b)
+		_, err := partition.DecodeMessage(b)
 		assert.ErrorIsf(t, err, wire.ErrMalformed, "%s", name)
 	}
 }
 
 func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range sampleMessages() {
-		b, err := appendMessage(nil, m)
+		b, err := partition.AppendMessage(nil, m)
 		require.NoError(f, err)
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodeMessage(b)
+		m, err := partition.DecodeMessage(b)
 		if err != nil {
 			return
 		}
 		// What decodes encodes again and decodes to the same message.
-		again, err := appendMessage(nil, m)
+		again, err := partition.AppendMessage(nil, m)
 		require.NoError(t, err)
-		m2, err := decodeMessage(again)
+		m2, err := partition.DecodeMessage(again)
 		require.NoError(t, err)
 		require.Equal(t, m, m2)
 	})
@@ -79,7 +79,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	var w batchWriter
 	msgs := sampleMessages()
 	for _, m := range msgs {
-		b, err := appendMessage(nil, m)
+		b, err := partition.AppendMessage(nil, m)
 		require.NoError(t, err)
 		w.add(b)
 	}
@@ -89,7 +89,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, msgs, got)
 
-	b, err := appendMessage(nil, &partition.CommitAck{Partition: 1})
+	b, err := partition.AppendMessage(nil, &partition.CommitAck{Partition: 1})
 	require.NoError(t, err)
 	w.add(b)
 	assert.False(t, mustDeliver(w.take()), "commit traffic may be dropped and fetched again")
@@ -107,7 +107,7 @@ func TestBatchRoundTrip(t *testing.T) {
 func FuzzDecodeBatch(f *testing.F) {
 	var w batchWriter
 	for _, m := range sampleMessages() {
-		b, err := appendMessage(nil, m)
+		b, err := partition.AppendMessage(nil, m)
 		require.NoError(f, err)
 		w.add(b)
 	}

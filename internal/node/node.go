@@ -16,6 +16,7 @@ import (
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/seqtab"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -75,12 +76,11 @@ type Node struct {
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
 	props    chan proposal
-	queries  chan func(*partition.Engine)          // run on the driver goroutine
-	waiters  map[uint64]func(partition.Completion) // driver goroutine only
-	early    []inbound                             // messages before the engine's first map; driver only
-	out      map[string]*batchWriter               // per peer, reused each round; driver only
-	outOrder []string                              // peers in out with a batch this round
-	token    uint64                                // driver goroutine only
+	queries  chan func(*partition.Engine)             // run on the driver goroutine
+	waiters  seqtab.Table[func(partition.Completion)] // by token; driver goroutine only
+	early    []inbound                                // messages before the engine's first map; driver only
+	out      map[string]*batchWriter                  // per peer, reused each round; driver only
+	outOrder []string                                 // peers in out with a batch this round
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by
@@ -147,8 +147,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
-		waiters: make(map[uint64]func(partition.Completion)), dialing: make(map[string][][]byte),
-		subs: make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
+		dialing: make(map[string][][]byte),
+		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
 		out: make(map[string]*batchWriter),
 	}
@@ -309,7 +309,7 @@ func (n *Node) drive() {
 	for {
 		select {
 		case <-n.ctx.Done():
-			for _, w := range n.waiters {
+			for _, w := range n.waiters.All() {
 				w(partition.Completion{Err: ErrClosed})
 			}
 			for len(n.props) > 0 {
@@ -408,13 +408,11 @@ func (n *Node) step(in inbound) {
 
 func (n *Node) propose(p proposal) {
 	if p.done != nil {
-		n.token++
-		p.req.Token = n.token
-		n.waiters[n.token] = p.done
+		p.req.Token = n.waiters.Add(p.done)
 	}
 	if err := n.eng.Propose(p.req); err != nil {
 		if p.done != nil {
-			delete(n.waiters, p.req.Token)
+			n.waiters.Take(p.req.Token)
 			p.done(partition.Completion{Err: err})
 		}
 	}
@@ -430,7 +428,7 @@ func (n *Node) process(rd partition.Ready) {
 	for _, env := range rd.Messages {
 		if env.Msg != last {
 			var err error
-			if b, err = appendMessage(nil, env.Msg); err != nil {
+			if b, err = partition.AppendMessage(nil, env.Msg); err != nil {
 				n.logger.Error("fero: node: cannot encode an engine message", "err", err)
 				last, b = nil, nil
 				continue
@@ -457,8 +455,7 @@ func (n *Node) process(rd partition.Ready) {
 	}
 	n.outOrder = n.outOrder[:0]
 	for _, c := range rd.Completions {
-		if w, ok := n.waiters[c.Token]; ok {
-			delete(n.waiters, c.Token)
+		if w, ok := n.waiters.Take(c.Token); ok {
 			w(c)
 		}
 	}

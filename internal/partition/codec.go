@@ -1,201 +1,304 @@
 package partition
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/wire"
 )
 
-// Entries and forwarded writes are the engine messages sent once per write,
-// so they have hand-written msgpack encodings: arrays, not maps keyed by
-// field name, and no reflection. Everything else uses the struct tags.
+// A message on the wire is one byte of MsgKind followed by the message as
+// msgpack. The messages sent per write or per round of writes (commits,
+// acks, forwarded writes and their replies, fetch replies, epoch
+// announcements, heartbeats) are written and read by hand, as msgpack
+// arrays, with no reflection and no allocation but the strings and one
+// buffer for a message's values. The rest, rare, go through the msgpack
+// library's struct tags.
 //
-//	Entry    [term, owner, offset, type, key, value]
+//	Commit        [partition, term, owner, first offset, [[type, key, value]…]]
+//	CommitAck     [partition, term, owner, offset]
 //	Forward       [partition, id, hops, type, key, value, wait, k]
 //	ForwardReply  [partition, id, term, owner, offset, code, msg, owner hint]
+//	FetchReply    [partition, id, term, owner, offset, start, [entry…]]
+//	EpochStart    [partition, term, owner, start, prev term, prev owner, last]
+//	Heartbeat     [partition]
+//	entry         [term, owner, offset, type, key, value]
+//
+// A Commit's entries share the epoch and follow each other, which is what
+// the owner sends (and what a copy checks); the encoding states both once.
 
-var (
-	_ msgpack.CustomEncoder = Entry{}
-	_ msgpack.CustomDecoder = (*Entry)(nil)
-	_ msgpack.CustomEncoder = (*Forward)(nil)
-	_ msgpack.CustomDecoder = (*Forward)(nil)
-	_ msgpack.CustomEncoder = (*ForwardReply)(nil)
-	_ msgpack.CustomDecoder = (*ForwardReply)(nil)
-)
-
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (e Entry) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if err := enc.EncodeArrayLen(6); err != nil {
-		return err
+// AppendMessage appends m's wire form to b.
+func AppendMessage(b []byte, m Message) ([]byte, error) {
+	b = append(b, byte(m.Kind()))
+	switch m := m.(type) {
+	case *Commit:
+		return m.append(b)
+	case *CommitAck:
+		b = wire.AppendArrayHeader(b, 4)
+		b = wire.AppendUint(b, uint64(m.Partition))
+		return appendPosition(b, m.Position), nil
+	case *Forward:
+		b = wire.AppendArrayHeader(b, 8)
+		b = appendUints(b, uint64(m.Partition), m.ID, uint64(m.Hops), uint64(m.Type))
+		b = wire.AppendStr(b, m.Key)
+		b = wire.AppendBin(b, m.Value)
+		return appendUints(b, uint64(m.Wait), uint64(m.K)), nil
+	case *ForwardReply:
+		b = wire.AppendArrayHeader(b, 8)
+		b = appendUints(b, uint64(m.Partition), m.ID)
+		b = appendPosition(b, m.Position)
+		b = wire.AppendUint(b, uint64(m.Code))
+		b = wire.AppendStr(b, m.Msg)
+		return wire.AppendStr(b, m.Owner), nil
+	case *FetchReply:
+		b = wire.AppendArrayHeader(b, 7)
+		b = appendUints(b, uint64(m.Partition), m.ID)
+		b = appendPosition(b, m.Position)
+		b = wire.AppendUint(b, m.Start)
+		b = wire.AppendArrayHeader(b, len(m.Entries))
+		for i := range m.Entries {
+			b = appendEntry(b, &m.Entries[i])
+		}
+		return b, nil
+	case *EpochStart:
+		b = wire.AppendArrayHeader(b, 7)
+		b = wire.AppendUint(b, uint64(m.Partition))
+		b = appendEpoch(b, m.Epoch)
+		b = wire.AppendUint(b, m.Start)
+		b = appendEpoch(b, m.PrevEpoch)
+		return wire.AppendUint(b, m.Last), nil
+	case *Heartbeat:
+		b = wire.AppendArrayHeader(b, 1)
+		return wire.AppendUint(b, uint64(m.Partition)), nil
 	}
-	if err := enc.EncodeUint(e.Epoch.Term); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(e.Epoch.Owner); err != nil {
-		return err
-	}
-	if err := enc.EncodeUint(e.Offset); err != nil {
-		return err
-	}
-	if err := enc.EncodeUint(uint64(e.Type)); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(e.Key); err != nil {
-		return err
-	}
-	return enc.EncodeBytes(e.Value)
+	return appendReflect(b, m)
 }
 
-// DecodeMsgpack implements msgpack.CustomDecoder.
-func (e *Entry) DecodeMsgpack(dec *msgpack.Decoder) error {
-	if err := arrayOf(dec, 6, "entry"); err != nil {
-		return err
+func (m *Commit) append(b []byte) ([]byte, error) {
+	if len(m.Entries) == 0 {
+		return b, fmt.Errorf("partition: encoding an empty commit of partition %d", m.Partition)
 	}
-	var err error
-	var t uint8
-	if e.Epoch.Term, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if e.Epoch.Owner, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	if e.Offset, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if t, err = dec.DecodeUint8(); err != nil {
-		return err
-	}
-	e.Type = wire.RecordType(t)
-	if e.Key, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	e.Value, err = dec.DecodeBytes()
-	return err
-}
-
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (m *Forward) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if err := enc.EncodeArrayLen(8); err != nil {
-		return err
-	}
-	if err := encodeUints(enc, uint64(m.Partition), m.ID, uint64(m.Hops), uint64(m.Type)); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(m.Key); err != nil {
-		return err
-	}
-	if err := enc.EncodeBytes(m.Value); err != nil {
-		return err
-	}
-	if err := enc.EncodeUint(uint64(m.Wait)); err != nil {
-		return err
-	}
-	return enc.EncodeUint(uint64(m.K))
-}
-
-// DecodeMsgpack implements msgpack.CustomDecoder.
-func (m *Forward) DecodeMsgpack(dec *msgpack.Decoder) error {
-	if err := arrayOf(dec, 8, "forward"); err != nil {
-		return err
-	}
-	var err error
-	var t, w uint8
-	if m.Partition, err = dec.DecodeUint32(); err != nil {
-		return err
-	}
-	if m.ID, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if m.Hops, err = dec.DecodeUint8(); err != nil {
-		return err
-	}
-	if t, err = dec.DecodeUint8(); err != nil {
-		return err
-	}
-	m.Type = wire.RecordType(t)
-	if m.Key, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	if m.Value, err = dec.DecodeBytes(); err != nil {
-		return err
-	}
-	if w, err = dec.DecodeUint8(); err != nil {
-		return err
-	}
-	m.Wait = Wait(w)
-	m.K, err = dec.DecodeUint8()
-	return err
-}
-
-func arrayOf(dec *msgpack.Decoder, n int, what string) error {
-	l, err := dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if l != n {
-		return fmt.Errorf("%s: array of %d fields, want %d", what, l, n)
-	}
-	return nil
-}
-
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (m *ForwardReply) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if err := enc.EncodeArrayLen(8); err != nil {
-		return err
-	}
-	if err := encodeUints(enc, uint64(m.Partition), m.ID, m.Position.Epoch.Term); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(m.Position.Epoch.Owner); err != nil {
-		return err
-	}
-	if err := encodeUints(enc, m.Position.Offset, uint64(m.Code)); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(m.Msg); err != nil {
-		return err
-	}
-	return enc.EncodeString(m.Owner)
-}
-
-// DecodeMsgpack implements msgpack.CustomDecoder.
-func (m *ForwardReply) DecodeMsgpack(dec *msgpack.Decoder) error {
-	if err := arrayOf(dec, 8, "forward reply"); err != nil {
-		return err
-	}
-	var err error
-	if m.Partition, err = dec.DecodeUint32(); err != nil {
-		return err
-	}
-	if m.ID, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if m.Position.Epoch.Term, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if m.Position.Epoch.Owner, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	if m.Position.Offset, err = dec.DecodeUint64(); err != nil {
-		return err
-	}
-	if m.Code, err = dec.DecodeUint32(); err != nil {
-		return err
-	}
-	if m.Msg, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	m.Owner, err = dec.DecodeString()
-	return err
-}
-
-func encodeUints(enc *msgpack.Encoder, us ...uint64) error {
-	for _, u := range us {
-		if err := enc.EncodeUint(u); err != nil {
-			return err
+	first := &m.Entries[0]
+	for i := range m.Entries {
+		if e := &m.Entries[i]; e.Epoch != first.Epoch || e.Offset != first.Offset+uint64(i) {
+			return b, fmt.Errorf("partition: commit of partition %d mixes epochs or skips offsets", m.Partition)
 		}
 	}
-	return nil
+	b = wire.AppendArrayHeader(b, 5)
+	b = wire.AppendUint(b, uint64(m.Partition))
+	b = appendPosition(b, first.Position())
+	b = wire.AppendArrayHeader(b, len(m.Entries))
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		b = wire.AppendArrayHeader(b, 3)
+		b = wire.AppendUint(b, uint64(e.Type))
+		b = wire.AppendStr(b, e.Key)
+		b = wire.AppendBin(b, e.Value)
+	}
+	return b, nil
+}
+
+func appendEntry(b []byte, e *Entry) []byte {
+	b = wire.AppendArrayHeader(b, 6)
+	b = appendPosition(b, e.Position())
+	b = wire.AppendUint(b, uint64(e.Type))
+	b = wire.AppendStr(b, e.Key)
+	return wire.AppendBin(b, e.Value)
+}
+
+func appendEpoch(b []byte, e Epoch) []byte {
+	return wire.AppendStr(wire.AppendUint(b, e.Term), e.Owner)
+}
+
+func appendPosition(b []byte, p Position) []byte {
+	return wire.AppendUint(appendEpoch(b, p.Epoch), p.Offset)
+}
+
+func appendUints(b []byte, us ...uint64) []byte {
+	for _, u := range us {
+		b = wire.AppendUint(b, u)
+	}
+	return b
+}
+
+var encPool = sync.Pool{New: func() any {
+	b := new(bytes.Buffer)
+	e := msgpack.NewEncoder(b)
+	e.UseCompactInts(true)
+	return &msgEncoder{buf: b, enc: e}
+}}
+
+type msgEncoder struct {
+	buf *bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+func appendReflect(b []byte, m Message) ([]byte, error) {
+	me := encPool.Get().(*msgEncoder)
+	defer encPool.Put(me)
+	me.buf.Reset()
+	if err := me.enc.Encode(m); err != nil {
+		return b, fmt.Errorf("partition: encoding %T: %w", m, err)
+	}
+	return append(b, me.buf.Bytes()...), nil
+}
+
+// DecodeMessage reads one message that AppendMessage wrote. The bytes come
+// from the network: everything is checked as it is read, and nothing is
+// allocated beyond what the bytes hold. The message keeps no reference to
+// b: its keys and values are copied (the values of one message into one
+// buffer).
+func DecodeMessage(b []byte) (Message, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty engine message", wire.ErrMalformed)
+	}
+	kind := MsgKind(b[0])
+	m := NewMessage(kind)
+	if m == nil {
+		return nil, fmt.Errorf("%w: unknown engine message kind %d", wire.ErrMalformed, b[0])
+	}
+	c := wire.NewCursor(b[1:])
+	d := decoding{c: &c}
+	switch m := m.(type) {
+	case *Commit:
+		d.commit(m)
+	case *CommitAck:
+		c.Array("commit ack", 4)
+		m.Partition = c.Uint32("partition")
+		m.Position = d.position()
+	case *Forward:
+		c.Array("forward", 8)
+		m.Partition = c.Uint32("partition")
+		m.ID = c.Uint("id")
+		m.Hops = c.Uint8("hops")
+		m.Type = wire.RecordType(c.Uint8("type"))
+		m.Key = c.Str("key", "")
+		m.Value = d.value()
+		m.Wait = Wait(c.Uint8("wait"))
+		m.K = c.Uint8("k")
+	case *ForwardReply:
+		c.Array("forward reply", 8)
+		m.Partition = c.Uint32("partition")
+		m.ID = c.Uint("id")
+		m.Position = d.position()
+		m.Code = c.Uint32("code")
+		m.Msg = c.Str("msg", "")
+		m.Owner = c.Str("owner", m.Position.Epoch.Owner)
+	case *FetchReply:
+		c.Array("fetch reply", 7)
+		m.Partition = c.Uint32("partition")
+		m.ID = c.Uint("id")
+		m.Position = d.position()
+		m.Start = c.Uint("start")
+		d.entries(&m.Entries)
+	case *EpochStart:
+		c.Array("epoch start", 7)
+		m.Partition = c.Uint32("partition")
+		m.Epoch = d.epoch()
+		m.Start = c.Uint("start")
+		m.PrevEpoch = d.epoch()
+		m.Last = c.Uint("last")
+	case *Heartbeat:
+		c.Array("heartbeat", 1)
+		m.Partition = c.Uint32("partition")
+	default:
+		if err := wire.DecodeValue(b[1:], m); err != nil {
+			return nil, fmt.Errorf("%w: engine message kind %d: %v", wire.ErrMalformed, kind, err)
+		}
+		return m, nil
+	}
+	if err := c.End(); err != nil {
+		return nil, fmt.Errorf("engine message kind %d: %w", kind, err)
+	}
+	return m, nil
+}
+
+// The fewest bytes an entry takes (array header, type, key, value; the
+// epoch and offset too outside a commit), which bounds the entries a
+// message of some size may declare before any is allocated.
+const (
+	minCommitEntry = 4
+	minEntry       = 7
+)
+
+// decoding reads one message's fields; owner is the last epoch owner
+// read, so the entries of one epoch share one string, and buf is where the
+// message's values are copied.
+type decoding struct {
+	c     *wire.Cursor
+	owner string
+	buf   []byte
+}
+
+func (d *decoding) epoch() Epoch {
+	t := d.c.Uint("term")
+	d.owner = d.c.Str("owner", d.owner)
+	return Epoch{Term: t, Owner: d.owner}
+}
+
+func (d *decoding) position() Position {
+	ep := d.epoch()
+	return Position{Epoch: ep, Offset: d.c.Uint("offset")}
+}
+
+// value copies a bin into the message's buffer, sized once at the
+// message's length, so all its values take one allocation.
+func (d *decoding) value() []byte {
+	v := d.c.Bytes("value")
+	if len(v) == 0 {
+		return nil
+	}
+	if cap(d.buf)-len(d.buf) < len(v) {
+		d.buf = make([]byte, 0, max(len(v), d.c.Left()+len(v)))
+	}
+	n := len(d.buf)
+	d.buf = append(d.buf, v...)
+	return d.buf[n:len(d.buf):len(d.buf)]
+}
+
+func (d *decoding) commit(m *Commit) {
+	c := d.c
+	c.Array("commit", 5)
+	m.Partition = c.Uint32("partition")
+	first := d.position()
+	n := c.Array("commit entries", -1)
+	if n == 0 || n > c.Left()/minCommitEntry {
+		c.Fail("commit of %d entries in %d bytes", n, c.Left())
+		return
+	}
+	m.Entries = make([]Entry, n)
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		c.Array("commit entry", 3)
+		e.Epoch, e.Offset = first.Epoch, first.Offset+uint64(i)
+		e.Type = wire.RecordType(c.Uint8("type"))
+		e.Key = c.Str("key", "")
+		e.Value = d.value()
+	}
+}
+
+func (d *decoding) entries(dst *[]Entry) {
+	c := d.c
+	n := c.Array("entries", -1)
+	if n == 0 {
+		return
+	}
+	if n > c.Left()/minEntry {
+		c.Fail("%d entries in %d bytes", n, c.Left())
+		return
+	}
+	es := make([]Entry, n)
+	for i := range es {
+		e := &es[i]
+		c.Array("entry", 6)
+		e.Epoch = d.epoch()
+		e.Offset = c.Uint("offset")
+		e.Type = wire.RecordType(c.Uint8("type"))
+		e.Key = c.Str("key", "")
+		e.Value = d.value()
+	}
+	*dst = es
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/seqtab"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -56,8 +57,8 @@ type Engine struct {
 	heard       map[string]time.Time // servers: when a message last came from each
 	beat        time.Time            // when this node last sent heartbeats
 
-	nextID uint64
-	fwd    map[uint64]forwarded
+	nextID uint64                  // the last fetch id
+	fwd    seqtab.Table[forwarded] // by forward id; deadlines grow with ids
 
 	dirty []int
 	rd    Ready
@@ -99,7 +100,6 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 		st:    st,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
 		seen: map[string]time.Time{},
-		fwd:  map[uint64]forwarded{},
 	}, nil
 }
 
@@ -173,9 +173,9 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 			}
 		}
 	}
-	for _, id := range e.sortedFwd() {
-		if f := e.fwd[id]; !e.alive[f.to] {
-			delete(e.fwd, id)
+	for id, f := range e.fwd.All() {
+		if !e.alive[f.to] {
+			e.fwd.Take(id)
 			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrOwnershipLost})
 		}
 	}
@@ -332,24 +332,11 @@ func (e *Engine) Tick(now time.Time) {
 	for _, pt := range e.parts {
 		e.tickPart(pt)
 	}
-	for _, id := range e.sortedFwd() {
-		if f := e.fwd[id]; !now.Before(f.deadline) {
-			delete(e.fwd, id)
-			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrTimeout})
-		}
+	// Deadlines grow with ids: the expired forwards are the oldest.
+	for id, f, ok := e.fwd.Oldest(); ok && !now.Before(f.deadline); id, f, ok = e.fwd.Oldest() {
+		e.fwd.Take(id)
+		e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrTimeout})
 	}
-}
-
-func (e *Engine) sortedFwd() []uint64 {
-	if len(e.fwd) == 0 {
-		return nil
-	}
-	ids := make([]uint64, 0, len(e.fwd))
-	for id := range e.fwd {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 func (e *Engine) tickPart(pt *part) {
@@ -411,9 +398,7 @@ func (e *Engine) Propose(req Request) error {
 		// One hop to the owner by this node's map (rule 10).
 		var id uint64
 		if o.wants {
-			e.nextID++
-			id = e.nextID
-			e.fwd[id] = forwarded{token: req.Token, partition: pt.p, to: owner, deadline: e.now.Add(e.cfg.writeTimeout)}
+			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: e.now.Add(e.cfg.writeTimeout)})
 		}
 		e.send(owner, &Forward{
 			Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),
@@ -536,11 +521,11 @@ func (e *Engine) stepForward(pt *part, from string, m *Forward) error {
 }
 
 func (e *Engine) stepForwardReply(from string, m *ForwardReply) {
-	f, ok := e.fwd[m.ID]
+	f, ok := e.fwd.Get(m.ID)
 	if !ok || f.to != from {
 		return // timed out already, or not ours
 	}
-	delete(e.fwd, m.ID)
+	e.fwd.Take(m.ID)
 	c := Completion{Token: f.token, Partition: f.partition, Position: m.Position}
 	if m.Code != 0 {
 		c.Position = Position{}

@@ -265,3 +265,102 @@ func (d *decoder) bytes(field string) []byte {
 	d.off += int(n)
 	return p
 }
+
+// The exported helpers below let other packages write their hot messages
+// as msgpack arrays by hand, the way the frame and record headers are.
+
+// AppendUint appends v as a msgpack integer in its shortest form.
+func AppendUint(b []byte, v uint64) []byte { return appendUint(b, v) }
+
+// AppendArrayHeader appends the header of a msgpack array of n elements.
+func AppendArrayHeader(b []byte, n int) []byte { return appendArrayHeader(b, n) }
+
+// AppendStr appends s as a msgpack str.
+func AppendStr(b []byte, s string) []byte { return appendStr(b, s) }
+
+// AppendBin appends p as a msgpack bin, or nil when p is empty, so that an
+// empty value and no value read back the same.
+func AppendBin(b []byte, p []byte) []byte {
+	if len(p) == 0 {
+		return append(b, codeNil)
+	}
+	return append(appendBinHeader(b, len(p)), p...)
+}
+
+// Cursor reads msgpack primitives from a byte slice, in order, without
+// allocating (Str excepted). The first error sticks: later reads return
+// zero values, and Err reports it. Every length is checked against the
+// bytes left before anything is read, so hostile input costs no memory.
+type Cursor struct{ d decoder }
+
+// NewCursor returns a cursor at the start of b.
+func NewCursor(b []byte) Cursor { return Cursor{d: decoder{b: b}} }
+
+// Uint reads a non-negative integer; field names it in errors.
+func (c *Cursor) Uint(field string) uint64 { return c.d.uint(field) }
+
+// Uint32 reads an integer that must fit 32 bits.
+func (c *Cursor) Uint32(field string) uint32 {
+	v := c.d.uint(field)
+	if v > math.MaxUint32 {
+		c.d.fail("%s: %d overflows 32 bits", field, v)
+		return 0
+	}
+	return uint32(v)
+}
+
+// Uint8 reads an integer that must fit 8 bits.
+func (c *Cursor) Uint8(field string) uint8 {
+	v := c.d.uint(field)
+	if v > math.MaxUint8 {
+		c.d.fail("%s: %d overflows 8 bits", field, v)
+		return 0
+	}
+	return uint8(v)
+}
+
+// Array reads an array header and checks that it has want elements (any
+// count when want is negative). An array cannot declare more elements than
+// bytes remain.
+func (c *Cursor) Array(field string, want int) int {
+	n := c.d.arrayLen()
+	switch {
+	case c.d.err != nil:
+		return 0
+	case want >= 0 && n != want:
+		c.d.fail("%s: array of %d elements, want %d", field, n, want)
+		return 0
+	case n > len(c.d.b)-c.d.off:
+		c.d.fail("%s: array declares %d elements, %d bytes remain", field, n, len(c.d.b)-c.d.off)
+		return 0
+	}
+	return n
+}
+
+// Bytes reads a bin or str as a sub-slice of the input (nil for nil).
+func (c *Cursor) Bytes(field string) []byte { return c.d.bytes(field) }
+
+// Str reads a str or bin as a string. If it equals prev, prev is returned
+// and nothing is allocated: repeated names cost one string.
+func (c *Cursor) Str(field, prev string) string {
+	p := c.d.bytes(field)
+	if string(p) == prev {
+		return prev
+	}
+	return string(p)
+}
+
+// Left returns how many bytes remain.
+func (c *Cursor) Left() int { return len(c.d.b) - c.d.off }
+
+// Fail records an error found by the caller, unless one is recorded.
+func (c *Cursor) Fail(format string, args ...any) { c.d.fail(format, args...) }
+
+// End returns the first error, or an error if bytes remain after the
+// value read.
+func (c *Cursor) End() error {
+	if c.d.err == nil && c.d.off != len(c.d.b) {
+		c.d.fail("%d trailing bytes", len(c.d.b)-c.d.off)
+	}
+	return c.d.err
+}
