@@ -43,13 +43,17 @@ func (w *batchWriter) add(msg []byte) {
 	}
 }
 
-// take returns the batch built so far and starts a new one.
+// take returns the batch built so far and starts a new one in the same
+// buffer: the batch is valid until the next add.
 func (w *batchWriter) take() []byte {
 	b := w.buf
 	if len(b) > 0 && w.critical {
 		b[0] |= flagMustDeliver
 	}
-	w.buf, w.critical = nil, false
+	w.buf, w.critical = b[:0], false
+	if cap(b) > 2*maxBatchBytes {
+		w.buf = nil // one huge message: do not keep its buffer
+	}
 	return b
 }
 

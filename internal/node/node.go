@@ -81,6 +81,7 @@ type Node struct {
 	early    []inbound                                // messages before the engine's first map; driver only
 	out      map[string]*batchWriter                  // per peer, reused each round; driver only
 	outOrder []string                                 // peers in out with a batch this round
+	scratch  []byte                                   // encodes one message at a time; driver only
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by
@@ -424,13 +425,13 @@ func (n *Node) process(rd partition.Ready) {
 	// One batch per peer. The engine sends one message to many copies
 	// back to back (a Commit to every copy): encode it once.
 	var last partition.Message
-	var b []byte
+	b := n.scratch[:0]
 	for _, env := range rd.Messages {
 		if env.Msg != last {
 			var err error
-			if b, err = partition.AppendMessage(nil, env.Msg); err != nil {
+			if b, err = partition.AppendMessage(b[:0], env.Msg); err != nil {
 				n.logger.Error("fero: node: cannot encode an engine message", "err", err)
-				last, b = nil, nil
+				last = nil
 				continue
 			}
 			last = env.Msg
@@ -454,6 +455,9 @@ func (n *Node) process(rd partition.Ready) {
 		}
 	}
 	n.outOrder = n.outOrder[:0]
+	if cap(b) <= maxBatchBytes {
+		n.scratch = b
+	}
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters.Take(c.Token); ok {
 			w(c)
@@ -521,7 +525,7 @@ func (n *Node) dialLater(id string, msg []byte) {
 	n.dmu.Lock()
 	waiting, under := n.dialing[id]
 	if msg != nil && len(waiting) < maxWaitingMessages {
-		waiting = append(waiting, msg)
+		waiting = append(waiting, append([]byte(nil), msg...)) // the driver reuses msg
 	}
 	n.dialing[id] = waiting
 	n.dmu.Unlock()
