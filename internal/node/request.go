@@ -7,8 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
@@ -111,8 +109,8 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte,
 	return true
 }
 
-// wireRequest is OpRequest's payload: [verb, key, payload, hops], encoded
-// by hand (one per request, so no reflection).
+// wireRequest is OpRequest's payload: the msgpack array [verb, key,
+// payload, hops], written and read by hand (one per request).
 type wireRequest struct {
 	Verb    string
 	Key     string
@@ -120,48 +118,36 @@ type wireRequest struct {
 	Hops    uint8
 }
 
-var (
-	_ msgpack.CustomEncoder = (*wireRequest)(nil)
-	_ msgpack.CustomDecoder = (*wireRequest)(nil)
-)
-
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (w *wireRequest) EncodeMsgpack(enc *msgpack.Encoder) error {
-	if err := enc.EncodeArrayLen(4); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(w.Verb); err != nil {
-		return err
-	}
-	if err := enc.EncodeString(w.Key); err != nil {
-		return err
-	}
-	if err := enc.EncodeBytes(w.Payload); err != nil {
-		return err
-	}
-	return enc.EncodeUint(uint64(w.Hops))
+func (w *wireRequest) append(b []byte) []byte {
+	b = wire.AppendArrayHeader(b, 4)
+	b = wire.AppendStr(b, w.Verb)
+	b = wire.AppendStr(b, w.Key)
+	b = wire.AppendBin(b, w.Payload)
+	return wire.AppendUint(b, uint64(w.Hops))
 }
 
-// DecodeMsgpack implements msgpack.CustomDecoder.
-func (w *wireRequest) DecodeMsgpack(dec *msgpack.Decoder) error {
-	n, err := dec.DecodeArrayLen()
-	if err != nil {
-		return err
+// decode reads a request; Payload aliases b.
+func (w *wireRequest) decode(b []byte) error {
+	c := wire.NewCursor(b)
+	c.Array("request", 4)
+	verb := c.Bytes("verb")
+	if w.Verb = builtinVerb(verb); w.Verb == "" { // a built-in verb costs no allocation
+		w.Verb = string(verb)
 	}
-	if n != 4 {
-		return fmt.Errorf("request: array of %d fields, want 4", n)
+	w.Key = c.Str("key", "")
+	w.Payload = c.Bytes("payload")
+	w.Hops = c.Uint8("hops")
+	return c.End()
+}
+
+// builtinVerb returns the built-in verb spelled by b, or "".
+func builtinVerb(b []byte) string {
+	for _, v := range [...]string{VerbUpdate, VerbAdd, VerbRemove, VerbGet} {
+		if string(b) == v {
+			return v
+		}
 	}
-	if w.Verb, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	if w.Key, err = dec.DecodeString(); err != nil {
-		return err
-	}
-	if w.Payload, err = dec.DecodeBytes(); err != nil {
-		return err
-	}
-	w.Hops, err = dec.DecodeUint8()
-	return err
+	return ""
 }
 
 // A reply to OpRequest starts with a status byte.
@@ -213,10 +199,7 @@ func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, on
 			return n.handle(ctx, req)
 		default:
 			if wbuf == nil {
-				var err error
-				if wbuf, err = msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload}); err != nil {
-					return nil, errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
-				}
+				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
 			}
 			c, err := n.connTo(ctx, owner)
 			if err != nil {
@@ -290,7 +273,7 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 // goroutine; a non-owner forwards the request to the owner once.
 func (n *Node) serveRequest(r *transport.Request) {
 	var wr wireRequest
-	if err := msgpack.Unmarshal(r.Payload(), &wr); err != nil {
+	if err := wr.decode(r.Payload()); err != nil {
 		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: bad request: %v", err))
 		return
 	}
@@ -300,8 +283,11 @@ func (n *Node) serveRequest(r *transport.Request) {
 	switch {
 	case ok && owner == n.id && !n.cfg.Client && n.cfg.Handler == nil:
 		// The built-in handling needs no goroutine: the driver answers.
+		// Queuing the write waits only on the driver (and on spilled
+		// writes), never on the caller, so the node's context will do: a
+		// request's own context costs an allocation per request.
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload}
-		if !n.builtinAsync(r.Context(), req, func(reply []byte, err error) {
+		if !n.builtinAsync(n.ctx, req, func(reply []byte, err error) {
 			// This runs on the driver, which must not wait for a slow
 			// caller: anything that could block goes to a goroutine.
 			if err != nil {
@@ -347,11 +333,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 // dials in the background, and a full outbox answers "retry".
 func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest) {
 	wr.Hops++
-	b, err := msgpack.Marshal(wr)
-	if err != nil {
-		_ = r.Fail(errs.Errorf(errs.Internal, "fero: encode forwarded request: %v", err))
-		return
-	}
+	b := wr.append(nil)
 	send := func(c *transport.Conn) {
 		if r.Mode() == transport.ModeSend {
 			if err := c.Send(n.ctx, OpRequest, b, transport.FailFast); err != nil {
@@ -418,10 +400,7 @@ func (r *Request) String() string { return fmt.Sprintf("%s %q", r.Verb, r.Key) }
 // "retry" answer (the node's map and the owner's disagree for now) is
 // retried with backoff until ctx ends.
 func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload []byte) ([]byte, error) {
-	b, err := msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload})
-	if err != nil {
-		return nil, errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
-	}
+	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
 	backoff := retryBackoffMin
 	for {
 		reply, retry, err := callOnce(ctx, c, b)
@@ -492,10 +471,7 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 		}
 		return nil
 	}
-	b, err := msgpack.Marshal(&wireRequest{Verb: verb, Key: key, Payload: payload})
-	if err != nil {
-		return errs.Errorf(errs.InvalidArgument, "fero: encode request: %w", err)
-	}
+	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
 	return c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		switch {
 		case err != nil:

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // TestRequestsReachTheOwner sends requests for many keys through every
@@ -112,7 +114,8 @@ func TestRequestsReachTheOwner(t *testing.T) {
 	require.NoError(t, err)
 	defer raw.Close()
 	for hops, want := range []byte{replyOK, replyRetry} {
-		b, err := msgpack.Marshal(&wireRequest{Verb: "WHO", Key: key, Hops: uint8(hops)})
+		// Encoded by the msgpack library, as any client could.
+		b, err := msgpack.Marshal([]any{"WHO", key, nil, hops})
 		require.NoError(t, err)
 		reply, err := raw.Call(ctx, OpRequest, b)
 		require.NoError(t, err)
@@ -164,4 +167,27 @@ func TestCloseEndsWaitingHandlers(t *testing.T) {
 		t.Fatal("Close waited for a handler that waits on its context")
 	}
 	assert.Error(t, <-errc)
+}
+
+func TestWireRequestRoundTrip(t *testing.T) {
+	for _, w := range []wireRequest{
+		{Verb: VerbUpdate, Key: "users.ada", Payload: []byte{0x81, 0xa1, 'n', 0x01}, Hops: 1},
+		{Verb: "LOGIN", Key: strings.Repeat("k", 300)},
+	} {
+		var got wireRequest
+		require.NoError(t, got.decode(w.append(nil)))
+		assert.Equal(t, w, got)
+		var lib []any
+		require.NoError(t, msgpack.Unmarshal(w.append(nil), &lib), "the library reads it too")
+		assert.Equal(t, w.Verb, lib[0])
+	}
+	for name, b := range map[string][]byte{
+		"empty":        nil,
+		"three fields": {0x93, 0xa1, 'V', 0xa1, 'k', 0xc0},
+		"trailing":     append((&wireRequest{Verb: "V"}).append(nil), 0),
+		"hops too big": {0x94, 0xa1, 'V', 0xa1, 'k', 0xc0, 0xcd, 0x01, 0x00},
+	} {
+		var got wireRequest
+		assert.ErrorIs(t, got.decode(b), wire.ErrMalformed, name)
+	}
 }

@@ -62,6 +62,8 @@ type Engine struct {
 
 	dirty []int
 	rd    Ready
+
+	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 }
 
 // forwarded is a write this node sent to an owner and waits to hear about.
@@ -126,6 +128,7 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	}
 	prev := e.m
 	e.m = m
+	e.quorumKnown = false
 	if prev != nil && e.cfg.settle > 0 {
 		for _, s := range prev.Members() {
 			if !inMap(m, s.ID) {
@@ -270,7 +273,14 @@ func (e *Engine) quorum() int {
 	return n/2 + 1
 }
 
-func (e *Engine) hasQuorum() bool { return len(e.m.Members()) >= e.quorum() && e.reachesQuorum() }
+func (e *Engine) hasQuorum() bool {
+	if !e.quorumKnown {
+		// Cached until the clock, the map or a server's reachability
+		// changes: the owner asks on every write.
+		e.quorumOK, e.quorumKnown = len(e.m.Members()) >= e.quorum() && e.reachesQuorum(), true
+	}
+	return e.quorumOK
+}
 
 // reachesQuorum reports whether this node has heard, within the lease,
 // from enough servers (itself included) to make a quorum: a node cut off
@@ -305,6 +315,7 @@ func (e *Engine) recent(id string) bool {
 // fire from here. now must not go backwards.
 func (e *Engine) Tick(now time.Time) {
 	e.now = now
+	e.quorumKnown = false
 	if e.m == nil {
 		return
 	}
@@ -462,7 +473,12 @@ func (e *Engine) Step(from string, msg Message) error {
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", msg.Part(), len(e.parts))
 	}
 	if e.alive[from] {
-		e.heard[from] = e.now
+		if h, ok := e.heard[from]; !ok || h != e.now {
+			if !ok || e.now.Sub(h) > e.lease() {
+				e.quorumKnown = false // a server this node had not reached
+			}
+			e.heard[from] = e.now
+		}
 	}
 	if _, ok := msg.(*Heartbeat); ok {
 		return nil
