@@ -120,6 +120,7 @@ type conn struct {
 	servers []string
 	keys    []string
 	next    uint64
+	scratch []byte // Send's encoding of a value
 
 	mu      sync.Mutex   // orders the done callbacks (bench.Conn's contract)
 	writes  atomic.Int64 // every write this conn made, for Replicated
@@ -166,7 +167,9 @@ func value(payload []byte) msgpack.RawMessage {
 
 func (c *conn) Send(ctx context.Context, payload []byte) error {
 	c.sent.Add(1)
-	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: value(payload)}, fero.Ack, func(err error) {
+	// SetAsync copies the value, so one buffer serves every record.
+	c.scratch = wire.AppendBin(c.scratch[:0], payload)
+	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: c.scratch}, fero.Ack, func(err error) {
 		if err != nil {
 			c.failed.Add(1)
 			c.lastErr.Store(err)

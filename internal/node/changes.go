@@ -102,7 +102,8 @@ func (n *Node) Stats() Stats {
 }
 
 // publish counts an engine event and hands it to every subscriber. It
-// runs on the driver goroutine, which is the only sender on the channels.
+// runs under engMu (on the driver, or on a writer that runs a round
+// inline), so there is one sender on the channels at a time.
 func (n *Node) publish(ev partition.Event) {
 	switch ev.Kind {
 	case partition.EventCommitted:

@@ -76,12 +76,14 @@ type Node struct {
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
 	props    chan proposal
-	queries  chan func(*partition.Engine)             // run on the driver goroutine
-	waiters  seqtab.Table[func(partition.Completion)] // by token; driver goroutine only
-	early    []inbound                                // messages before the engine's first map; driver only
-	out      map[string]*batchWriter                  // per peer, reused each round; driver only
+	queries  chan func(*partition.Engine)             // run by the driver, under engMu
+	engMu    sync.Mutex                               // held for each round of the engine (see drive)
+	queued   atomic.Int64                             // proposals sent to props and not yet proposed
+	waiters  seqtab.Table[func(partition.Completion)] // by token; under engMu
+	early    []inbound                                // messages before the engine's first map; under engMu
+	out      map[string]*batchWriter                  // per peer, reused each round; under engMu
 	outOrder []string                                 // peers in out with a batch this round
-	scratch  []byte                                   // encodes one message at a time; driver only
+	scratch  []byte                                   // encodes one message at a time; under engMu
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by
@@ -258,6 +260,17 @@ func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 // it must return at once and must not call the node. With WaitNone, done
 // must be nil: nothing is kept for the write.
 func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion)) error {
+	return n.writeAsync(ctx, c, wait, k, done, false)
+}
+
+// writeAsync is WriteAsync. With inline set, a write that finds the engine
+// idle (no driver round under way, no proposal queued) is proposed on the
+// caller's goroutine, and the engine's output handled there too, done
+// included: it saves the hand-over to the driver, which is most of an
+// unloaded write's latency. Only callers whose done takes no lock may ask
+// for it (the built-in request handling): done may run before writeAsync
+// returns.
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
@@ -265,6 +278,24 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 		return err
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	if inline && n.engMu.TryLock() {
+		// Every proposal queued before has been proposed (queued counts
+		// them until then), so this one cannot overtake an earlier write.
+		// The driver completes every waiter under engMu once the node's
+		// context ends, so a write proposed here before that is completed.
+		// (spawnMu is not held: done may spawn.)
+		if n.ctx.Err() != nil {
+			n.engMu.Unlock()
+			return ErrClosed
+		}
+		if n.queued.Load() == 0 && n.eng.Map() != nil {
+			n.propose(proposal{req: req, done: done})
+			n.output()
+			n.engMu.Unlock()
+			return nil
+		}
+		n.engMu.Unlock()
+	}
 	// Close waits for senders under way, then the driver drains what they
 	// queued, so every done is called.
 	n.spawnMu.RLock()
@@ -272,12 +303,15 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if n.spawnClosed {
 		return ErrClosed
 	}
+	n.queued.Add(1)
 	select {
 	case n.props <- proposal{req: req, done: done}:
 		return nil
 	case <-ctx.Done():
+		n.queued.Add(-1)
 		return ctx.Err()
 	case <-n.ctx.Done():
+		n.queued.Add(-1)
 		return ErrClosed
 	}
 }
@@ -302,14 +336,20 @@ func (n *Node) serveEngine(r *transport.Request) {
 	}
 }
 
-// drive is the one goroutine that steps the engine.
+// drive is the goroutine that steps the engine; it holds engMu for each
+// round, from the input it takes to the output it handles. (writeAsync
+// may run a round of its own on the caller's goroutine, under engMu too.)
 func (n *Node) drive() {
 	tick := time.NewTicker(n.cfg.Tick)
 	defer tick.Stop()
+	n.engMu.Lock()
 	n.eng.Tick(time.Now())
+	n.engMu.Unlock()
 	for {
 		select {
 		case <-n.ctx.Done():
+			n.engMu.Lock()
+			defer n.engMu.Unlock()
 			for _, w := range n.waiters.All() {
 				w(partition.Completion{Err: ErrClosed})
 			}
@@ -321,6 +361,7 @@ func (n *Node) drive() {
 			n.closeSubs()
 			return
 		case <-n.view.changed:
+			n.engMu.Lock()
 			m, clients := n.view.current()
 			if prev := n.eng.Map(); prev != nil {
 				// Wait out failure detection after a server leaves (rule 9).
@@ -340,37 +381,58 @@ func (n *Node) drive() {
 			n.connectPeers(m, clients)
 			n.forgetGone(m, clients)
 		case in := <-n.inbox:
+			n.engMu.Lock()
 			n.step(in)
 			n.batch()
 		case p := <-n.props:
+			n.engMu.Lock()
 			n.propose(p)
+			n.queued.Add(-1)
 			n.batch()
 		case q := <-n.queries:
+			n.engMu.Lock()
 			q(n.eng)
 		case now := <-tick.C:
+			n.engMu.Lock()
 			n.eng.Tick(now)
 		}
-		if n.eng.HasReady() {
-			n.process(n.eng.Ready())
-			n.eng.Advance()
-		}
+		n.output()
+		n.engMu.Unlock()
+	}
+}
+
+// output handles what the engine has for the driver; engMu is held.
+func (n *Node) output() {
+	if n.eng.HasReady() {
+		n.process(n.eng.Ready())
+		n.eng.Advance()
 	}
 }
 
 // maxBatch bounds the inputs the driver takes before it acts on the
-// engine's output.
-const maxBatch = 256
+// engine's output, and maxRound the output it lets pile up meanwhile (an
+// input is a peer's batch, which may hold thousands of entries).
+const (
+	maxBatch = 256
+	maxRound = 4096
+)
 
 // batch steps the engine with the messages and proposals already waiting,
 // up to maxBatch, before the driver acts on its output: the commits of a
 // batch leave in one Commit per partition and copy, instead of one each.
+// It stops early once the output reaches maxRound, so a round's events and
+// messages stay small enough to stay in cache.
 func (n *Node) batch() {
 	for range maxBatch {
+		if n.eng.Pending() >= maxRound {
+			return
+		}
 		select {
 		case in := <-n.inbox:
 			n.step(in)
 		case p := <-n.props:
 			n.propose(p)
+			n.queued.Add(-1)
 		default:
 			return
 		}

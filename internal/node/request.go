@@ -98,8 +98,8 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte,
 	} else {
 		value = nil
 	}
-	err := n.WriteAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
-		func(c partition.Completion) { done(nil, c.Err) })
+	err := n.writeAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
+		func(c partition.Completion) { done(nil, c.Err) }, true)
 	if errors.Is(err, ErrClosed) {
 		return false
 	}

@@ -585,6 +585,13 @@ func (e *Engine) markDirty(pt *part) {
 	}
 }
 
+// Pending returns how many messages, events and completions the engine
+// holds for the next Ready; a driver that steps many inputs per round
+// bounds the round with it.
+func (e *Engine) Pending() int {
+	return len(e.rd.Messages) + len(e.rd.Events) + len(e.rd.Completions)
+}
+
 // HasReady reports whether Ready would return anything.
 func (e *Engine) HasReady() bool {
 	if len(e.rd.Messages) > 0 || len(e.rd.Events) > 0 || len(e.rd.Completions) > 0 {

@@ -373,7 +373,8 @@ func (r *Resource) Stats() Stats { return r.n.Stats() }
 // SetAsync applies a change without waiting for it: it returns once the
 // change is queued on this node, and calls done exactly once when the
 // write has completed as w asks (nil error) or failed. It is how a caller
-// keeps many writes in flight. done runs on the node's engine goroutine:
+// keeps many writes in flight. c.Value is copied: the caller may reuse its
+// buffer once SetAsync returns. done runs on the node's engine goroutine:
 // it must return at once and must not call the resource. With [NoWait],
 // done must be nil.
 func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(error)) error {
