@@ -49,10 +49,31 @@ func TestBadMessagesRefused(t *testing.T) {
 		"unknown kind":  {200, 0x80},
 		"truncated":     {byte(partition.KindCommit), 0x82, 0xa1, 'p'},
 		"hostile array": {byte(partition.KindCommit), 0x81, 0xa1, 'e', 0xdd, 0xff, 0xff, 0xff, 0xff},
+		// [p, term, owner, first, [entries…]] declaring 12 entries in 13 bytes.
+		"entries the bytes cannot hold":             append([]byte{byte(partition.KindCommit), 0x95, 1, 1, 0xa1, 's', 1, 0x9c}, make([]byte, 13)...),
+		"fetch reply entries the bytes cannot hold": append([]byte{byte(partition.KindFetchReply), 0x97, 1, 1, 1, 0xa1, 's', 1, 0, 0x9c}, make([]byte, 20)...),
 	} {
 		_, err := partition.DecodeMessage(b)
 		assert.ErrorIsf(t, err, wire.ErrMalformed, "%s", name)
 	}
+}
+
+func TestCommitEncodingStatesItsEpochOnce(t *testing.T) {
+	ep := partition.Epoch{Term: 3, Owner: "s1"}
+	mixed := &partition.Commit{Partition: 1, Entries: []partition.Entry{
+		{Epoch: ep, Offset: 5, Type: wire.RecordRemove, Key: "a"},
+		{Epoch: partition.Epoch{Term: 4, Owner: "s1"}, Offset: 6, Type: wire.RecordRemove, Key: "b"},
+	}}
+	_, err := partition.AppendMessage(nil, mixed)
+	assert.Error(t, err, "a commit mixing epochs has no encoding")
+	skip := &partition.Commit{Partition: 1, Entries: []partition.Entry{
+		{Epoch: ep, Offset: 5, Type: wire.RecordRemove, Key: "a"},
+		{Epoch: ep, Offset: 7, Type: wire.RecordRemove, Key: "b"},
+	}}
+	_, err = partition.AppendMessage(nil, skip)
+	assert.Error(t, err, "nor one skipping offsets")
+	_, err = partition.AppendMessage(nil, &partition.Commit{Partition: 1})
+	assert.Error(t, err, "nor an empty one")
 }
 
 func FuzzDecodeMessage(f *testing.F) {
