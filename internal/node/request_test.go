@@ -191,3 +191,51 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		assert.ErrorIs(t, got.decode(b), wire.ErrMalformed, name)
 	}
 }
+
+// TestPipelinedRequestsKeepTheirOrder pipelines UPDATEs of one key from a
+// client to the owner, which proposes built-in requests on the reader's
+// goroutine when its engine is idle and through the driver otherwise: the
+// owner must commit them in the order they were sent, whichever way each
+// one went.
+func TestPipelinedRequestsKeepTheirOrder(t *testing.T) {
+	nw := memnet.New(12)
+	server := startNode(t, nw, "s", false)
+	client := startNode(t, nw, "client", true, server.Membership().Local().Gossip)
+	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := client.Request(ctx, VerbUpdate, "seq", []byte{0}, false) // the owner has synced
+	require.NoError(t, err)
+
+	const n = 3000
+	sub := server.Subscribe(n+10, Block)
+	defer sub.Close()
+	errc := make(chan error, n)
+	for i := 1; i <= n; i++ {
+		v, err := msgpack.Marshal(i)
+		require.NoError(t, err)
+		require.NoError(t, client.RequestAsync(ctx, VerbUpdate, "seq", v, func(_ []byte, err error) { errc <- err }))
+		if i%500 == 0 {
+			time.Sleep(time.Millisecond) // let the owner go idle now and then
+		}
+	}
+	for range n {
+		require.NoError(t, <-errc)
+	}
+	last := 0
+	for last < n {
+		select {
+		case ch := <-sub.C():
+			if ch.Entry.Key != "seq" {
+				continue
+			}
+			var got int
+			require.NoError(t, msgpack.Unmarshal(ch.Entry.Value, &got))
+			require.Equal(t, last+1, got, "commits out of the order sent")
+			last = got
+		case <-ctx.Done():
+			t.Fatalf("saw %d of %d commits", last, n)
+		}
+	}
+}
