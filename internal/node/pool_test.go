@@ -95,15 +95,19 @@ func TestSimultaneousDialsConverge(t *testing.T) {
 			go func() { defer wg.Done(); _, _ = a.pool.get(ctx, "b", b.addr()) }()
 			go func() { defer wg.Done(); _, _ = b.pool.get(ctx, "a", a.addr()) }()
 			wg.Wait()
-			require.Eventually(t, func() bool {
+			// Until each side has seen both connections, both may briefly use
+			// b's; they must settle on a's, and stay there.
+			converged := func() bool {
 				ab, err1 := a.pool.get(ctx, "b", b.addr())
 				ba, err2 := b.pool.get(ctx, "a", a.addr())
 				return err1 == nil && err2 == nil && ab.LocalAddr().String() == ba.RemoteAddr().String() &&
-					ab.RemoteAddr().String() == ba.LocalAddr().String()
-			}, 10*time.Second, time.Millisecond)
+					ab.RemoteAddr().String() == ba.LocalAddr().String() &&
+					ab.RemoteAddr().String() == b.addr() // the connection a (the smaller ID) opened
+			}
+			require.Eventually(t, converged, 10*time.Second, time.Millisecond)
+			require.Never(t, func() bool { return !converged() }, 50*time.Millisecond, 5*time.Millisecond)
 			ab, err := a.pool.get(ctx, "b", b.addr())
 			require.NoError(t, err)
-			assert.Equal(t, b.addr(), ab.RemoteAddr().String(), "the kept connection is the one a (the smaller ID) opened")
 			who, err := ab.Call(ctx, opWho, nil)
 			require.NoError(t, err)
 			assert.Equal(t, "b", string(who))
