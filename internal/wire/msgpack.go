@@ -300,23 +300,18 @@ func NewCursor(b []byte) Cursor { return Cursor{d: decoder{b: b}} }
 func (c *Cursor) Uint(field string) uint64 { return c.d.uint(field) }
 
 // Uint32 reads an integer that must fit 32 bits.
-func (c *Cursor) Uint32(field string) uint32 {
-	v := c.d.uint(field)
-	if v > math.MaxUint32 {
-		c.d.fail("%s: %d overflows 32 bits", field, v)
-		return 0
-	}
-	return uint32(v)
-}
+func (c *Cursor) Uint32(field string) uint32 { return uint32(c.bounded(field, 32)) }
 
 // Uint8 reads an integer that must fit 8 bits.
-func (c *Cursor) Uint8(field string) uint8 {
+func (c *Cursor) Uint8(field string) uint8 { return uint8(c.bounded(field, 8)) }
+
+func (c *Cursor) bounded(field string, bits int) uint64 {
 	v := c.d.uint(field)
-	if v > math.MaxUint8 {
-		c.d.fail("%s: %d overflows 8 bits", field, v)
+	if v>>bits != 0 {
+		c.d.fail("%s: %d overflows %d bits", field, v, bits)
 		return 0
 	}
-	return uint8(v)
+	return v
 }
 
 // Array reads an array header and checks that it has want elements (any
