@@ -320,7 +320,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 // the connection's reader: when the inbox is full the connection stops
 // reading, which pushes back on the sender.
 func (n *Node) serveEngine(r *transport.Request) {
-	from, ok := n.pool.idOf(r.Conn())
+	from, ok := n.pool.idOfWait(n.ctx, r.Conn())
 	if !ok {
 		n.logger.Debug("fero: node: engine message on a connection without hello", "remote", r.Conn().RemoteAddr())
 		return

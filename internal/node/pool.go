@@ -30,8 +30,9 @@ type pool struct {
 
 	mu      sync.Mutex
 	conns   map[string]pooled
-	byConn  map[*transport.Conn]string // every adopted connection's peer, losers included until closed
-	dialing map[string]chan struct{}   // closed when a dial to the peer ends
+	byConn  map[*transport.Conn]string        // every adopted connection's peer, losers included until closed
+	dialing map[string]chan struct{}          // closed when a dial to the peer ends
+	pending map[*transport.Conn]chan struct{} // dialed, not yet adopted; closed once it is (or is not)
 	closed  bool
 	closing sync.WaitGroup // connections being closed in the background
 	done    chan struct{}  // closed by close
@@ -43,7 +44,7 @@ type pooled struct {
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), done: make(chan struct{})}
+	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), done: make(chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -80,7 +81,9 @@ func (p *pool) get(ctx context.Context, id, addr string) (*transport.Conn, error
 		if err != nil {
 			return nil, err
 		}
-		if kept := p.adopt(id, c, p.self); kept != nil {
+		kept := p.adopt(id, c, p.self)
+		p.settle(c)
+		if kept != nil {
 			return kept, nil
 		}
 		// Our dial lost to a connection the peer opened meanwhile: loop
@@ -93,22 +96,40 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	if err != nil {
 		return nil, err
 	}
+	// The peer adopts the connection as soon as it has answered the hello,
+	// and may send on it before this side has read the answer and adopted
+	// it too: the reader holds such messages until then (see idOfWait).
+	p.mu.Lock()
+	p.pending[c] = make(chan struct{})
+	p.mu.Unlock()
+	fail := func(err error) (*transport.Conn, error) {
+		c.Close()
+		p.settle(c)
+		return nil, err
+	}
 	b, err := msgpack.Marshal(hello{ID: p.self})
 	if err != nil {
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	reply, err := c.Call(ctx, OpHello, b)
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("hello to %s at %s: %w", id, addr, err)
+		return fail(fmt.Errorf("hello to %s at %s: %w", id, addr, err))
 	}
 	var h hello
 	if err := msgpack.Unmarshal(reply, &h); err != nil || h.ID != id {
-		c.Close()
-		return nil, errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id)
+		return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 	}
 	return c, nil
+}
+
+// settle ends c's wait for adoption, adopted or not.
+func (p *pool) settle(c *transport.Conn) {
+	p.mu.Lock()
+	if w, ok := p.pending[c]; ok {
+		close(w)
+		delete(p.pending, c)
+	}
+	p.mu.Unlock()
 }
 
 // serveHello answers a peer's hello with our ID and adopts the connection
@@ -148,6 +169,9 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 		// failed on this side yet.
 		winner := min(p.self, id)
 		if cur.initiator == winner && initiator != winner {
+			// c lost, but the peer may send on it until it learns so:
+			// serve what comes on it as the peer's, until it closes.
+			p.byConn[c] = id
 			p.closeLater(c)
 			p.mu.Unlock()
 			return cur.c
@@ -179,6 +203,25 @@ func (p *pool) idOf(c *transport.Conn) (string, bool) {
 	defer p.mu.Unlock()
 	id, ok := p.byConn[c]
 	return id, ok
+}
+
+// idOfWait is idOf for a message that came on c: if this side dialed c
+// and has not adopted it yet (the peer answered the hello and sent at once),
+// it waits for the adoption, until ctx ends.
+func (p *pool) idOfWait(ctx context.Context, c *transport.Conn) (string, bool) {
+	p.mu.Lock()
+	id, ok := p.byConn[c]
+	wait := p.pending[c]
+	p.mu.Unlock()
+	if ok || wait == nil {
+		return id, ok
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return "", false
+	}
+	return p.idOf(c)
 }
 
 // loserGrace is how long a connection that lost the tie-break stays open:

@@ -115,6 +115,59 @@ func TestSimultaneousDialsConverge(t *testing.T) {
 	}
 }
 
+// TestLosingConnectionStillServed: a connection that loses the tie-break
+// stays open for a grace period, and what the peer sends on it meanwhile
+// is still known to come from the peer (it used to be dropped as coming
+// from a connection without hello, which stalled syncs at start-up).
+func TestLosingConnectionStillServed(t *testing.T) {
+	a, b := newTestNode(t, "a"), newTestNode(t, "b")
+	ctx := ctxT(t)
+	_, err := a.pool.get(ctx, "b", b.addr()) // a (the smaller ID) opens the kept one
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.pool.lookup("a") != nil }, 10*time.Second, time.Millisecond)
+	c, err := b.pool.dial(ctx, "a", a.addr())
+	require.NoError(t, err)
+	kept := b.pool.adopt("a", c, "b")
+	require.NotSame(t, c, kept, "b's own dial loses to a's connection")
+	id, ok := b.pool.idOf(c)
+	assert.True(t, ok, "the losing connection is still the peer's")
+	assert.Equal(t, "a", id)
+}
+
+// TestMessageBeforeAdoptionWaits: the peer adopts a connection as soon
+// as it has answered the hello and may send on it at once; a message that
+// arrives before the dialer has adopted the connection waits for the
+// adoption instead of being dropped as coming from nobody.
+func TestMessageBeforeAdoptionWaits(t *testing.T) {
+	a, b := newTestNode(t, "a"), newTestNode(t, "b")
+	ctx := ctxT(t)
+	c, err := a.pool.dial(ctx, "b", b.addr()) // hello answered, not adopted yet
+	require.NoError(t, err)
+	got := make(chan string, 1)
+	go func() {
+		id, _ := a.pool.idOfWait(ctx, c)
+		got <- id
+	}()
+	select {
+	case id := <-got:
+		t.Fatalf("answered %q before the adoption", id)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.pool.adopt("b", c, "a")
+	a.pool.settle(c)
+	select {
+	case id := <-got:
+		assert.Equal(t, "b", id)
+	case <-ctx.Done():
+		t.Fatal("still waiting after the adoption")
+	}
+	raw, err := transport.DialConn(ctx, b.addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	_, ok := a.pool.idOfWait(ctx, raw)
+	assert.False(t, ok, "a connection the pool neither dialed nor adopted belongs to nobody, at once")
+}
+
 func TestWrongPeerRefused(t *testing.T) {
 	a, b := newTestNode(t, "a"), newTestNode(t, "b")
 	_, err := a.pool.get(ctxT(t), "c", b.addr())
