@@ -90,3 +90,28 @@ func FuzzRestore(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLazyValue: Apply keeps a top-level value undecoded once
+// wire.ValueLevel accepts it, and decodes it when first read; so
+// ValueLevel must accept exactly what decodeValue accepts, with the same
+// level.
+func FuzzLazyValue(f *testing.F) {
+	for _, b := range [][]byte{
+		{0x01}, {0xc0}, {0x90}, {0x80}, {0x91, 0x01}, {0x81, 0xa1, 'a', 0x92, 0x01, 0x02},
+		{0x81, 0x01, 0x02},       // an integer key: refused
+		{0xc1},                   // the unused code: refused
+		{0x92, 0x01},             // short: refused
+		{0xd6, 0xff, 0, 0, 0, 0}, // a timestamp ext
+		{0xca, 0, 0, 0, 0},       // a float32
+	} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		level, err := wire.ValueLevel(b, true)
+		_, want, werr := decodeValue(b)
+		require.Equal(t, werr == nil, err == nil, "ValueLevel says %v, decodeValue %v", err, werr)
+		if err == nil {
+			require.Equal(t, want, level)
+		}
+	})
+}

@@ -67,16 +67,36 @@ type partition struct {
 
 // entry is one top-level key's value. It is never modified once stored:
 // a change stores a new entry.
+//
+// A value written whole at its top-level key is kept as the msgpack it
+// came as (raw), checked but not decoded: copies apply every commit, and
+// most values are read far less often than they are written, if at all
+// (a value overwritten before anyone reads it is never decoded). The first
+// reader decodes it, once.
 type entry struct {
-	val  any
-	once sync.Once
-	enc  []byte
+	raw     []byte // the value's msgpack as written; nil if val was set directly
+	valOnce sync.Once
+	val     any
+	once    sync.Once
+	enc     []byte
+}
+
+// value returns the decoded value, decoding it on first use.
+func (e *entry) value() any {
+	if e.raw != nil {
+		e.valOnce.Do(func() {
+			// Apply checked raw with wire.ValueLevel, which refuses
+			// everything decodeValue refuses (FuzzLazyValue).
+			e.val, _, _ = decodeValue(e.raw)
+		})
+	}
+	return e.val
 }
 
 // encoding returns the canonical encoding of the value, computed on first
 // use: a write does not pay for it, a snapshot or digest pays once.
 func (e *entry) encoding() []byte {
-	e.once.Do(func() { e.enc = appendValue(nil, e.val) })
+	e.once.Do(func() { e.enc = appendValue(nil, e.value()) })
 	return e.enc
 }
 
@@ -137,14 +157,20 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 	e := edit{typ: c.Type, key: c.Key, sep: s.sep}
 	switch c.Type {
 	case wire.RecordAdd, wire.RecordUpdate:
-		v, level, err := decodeValue(c.Value)
+		var level int
+		var err error
+		if nested {
+			// A value placed inside another is decoded now, into the tree.
+			e.val, level, err = decodeValue(c.Value)
+		} else {
+			level, err = wire.ValueLevel(c.Value, true)
+		}
 		if err != nil {
 			return errs.Errorf(errs.InvalidArgument, "%w for %q: %w", ErrValue, c.Key, err)
 		}
 		if err := checkDepth(c.Key, s.sep, level); err != nil {
 			return err
 		}
-		e.val = v
 	case wire.RecordRemove:
 	default:
 		return errs.Errorf(errs.InvalidArgument, "%w: %d", ErrType, uint8(c.Type))
@@ -160,7 +186,7 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		var cur any
 		switch {
 		case exists:
-			cur = old.val
+			cur = old.value()
 		case c.Type == wire.RecordRemove:
 			return nil
 		default:
@@ -184,12 +210,14 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		return nil
 	case c.Type == wire.RecordAdd && exists:
 		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
-	default:
-		val = e.val
 	}
 	if commit {
+		ne := &entry{val: val}
+		if !nested {
+			ne.raw = append([]byte(nil), c.Value...) // c.Value may be a receive buffer
+		}
 		pt.mu.Lock()
-		pt.m[top] = &entry{val: val}
+		pt.m[top] = ne
 		pt.mu.Unlock()
 		if !exists {
 			s.n.Add(1)
@@ -243,7 +271,7 @@ func (s *Store) lookup(path string) (*entry, any, bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	v := e.val
+	v := e.value()
 	for nested {
 		var seg string
 		seg, rest, nested = strings.Cut(rest, s.sep)
@@ -318,7 +346,7 @@ func (s *Store) Entries(p int) iter.Seq2[string, any] {
 			return
 		}
 		for _, e := range s.parts[p].sorted() {
-			if !yield(e.key, e.e.val) {
+			if !yield(e.key, e.e.value()) {
 				return
 			}
 		}
@@ -335,7 +363,7 @@ func (s *Store) All() iter.Seq2[string, any] {
 		}
 		slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
 		for _, e := range es {
-			if !yield(e.key, e.e.val) {
+			if !yield(e.key, e.e.value()) {
 				return
 			}
 		}

@@ -125,7 +125,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 // apply appends ent (offset last+1) to the log and the state of a copy.
 func (e *Engine) apply(pt *part, ent Entry) {
 	pt.log.append(ent, e.cfg.historyMax)
-	e.st.Apply(pt.p, pt.log.at(ent.Offset))
+	e.st.Apply(pt.p, &ent)
 	if pt.logEpoch.Less(ent.Epoch) {
 		// An entry of a newer epoch means this log now holds that epoch's
 		// start (it is the offset before the epoch's first entry).
@@ -382,7 +382,7 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	}
 	e.adopt(pt, m.Position.Epoch)
 	for o := max(m.TruncateTo, pt.log.base) + 1; o <= pt.log.last(); o++ {
-		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: *pt.log.at(o)})
+		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: pt.log.at(o)})
 	}
 	pt.log.reset(m.Position.Offset, m.OffsetEpoch)
 	pt.logEpoch, pt.logStart = m.Position.Epoch, m.Start

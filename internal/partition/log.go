@@ -1,6 +1,10 @@
 package partition
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/fero-go/fero/internal/wire"
+)
 
 // entryLog is one partition's kept history: entries base+1 … last in a ring
 // buffer that grows by doubling up to the history cap, then drops its
@@ -8,7 +12,7 @@ import "sort"
 // is where a snapshot or the trimming left the log, and baseEpoch is the
 // epoch of the entry at base (needed to compare histories at that point).
 type entryLog struct {
-	buf       []Entry
+	buf       []slot
 	head      int
 	n         int
 	base      uint64
@@ -18,11 +22,26 @@ type entryLog struct {
 	runs []Run
 }
 
+// slot is what the log keeps of an entry: its offset is its place in the
+// ring and its epoch is in the runs, so it holds two pointers, not three,
+// and 48 bytes, not 80 (the history is most of a node's heap).
+type slot struct {
+	typ   wire.RecordType
+	key   string
+	value []byte
+}
+
 func (l *entryLog) last() uint64 { return l.base + uint64(l.n) }
 
-// at returns the entry at offset o; base < o <= last.
-func (l *entryLog) at(o uint64) *Entry {
+func (l *entryLog) slotAt(o uint64) *slot {
 	return &l.buf[(l.head+int(o-l.base-1))%len(l.buf)]
+}
+
+// at returns the entry at offset o; base < o <= last.
+func (l *entryLog) at(o uint64) Entry {
+	s := l.slotAt(o)
+	ep, _ := l.epochAt(o)
+	return Entry{Epoch: ep, Offset: o, Type: s.typ, Key: s.key, Value: s.value}
 }
 
 // epochAt returns the epoch of the entry at o, for o in [base, last].
@@ -52,7 +71,7 @@ func (l *entryLog) append(e Entry, limit int) {
 			l.trimOne()
 		}
 	}
-	l.buf[(l.head+l.n)%len(l.buf)] = e
+	l.buf[(l.head+l.n)%len(l.buf)] = slot{typ: e.Type, key: e.Key, value: e.Value}
 	l.n++
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
@@ -60,7 +79,7 @@ func (l *entryLog) append(e Entry, limit int) {
 }
 
 func (l *entryLog) grow(size int) {
-	buf := make([]Entry, size)
+	buf := make([]slot, size)
 	for i := range l.n {
 		buf[i] = l.buf[(l.head+i)%len(l.buf)]
 	}
@@ -68,9 +87,9 @@ func (l *entryLog) grow(size int) {
 }
 
 func (l *entryLog) trimOne() {
-	old := &l.buf[l.head]
-	l.base, l.baseEpoch = old.Offset, old.Epoch
-	*old = Entry{} // release the key and value
+	l.baseEpoch, _ = l.epochAt(l.base + 1)
+	l.base++
+	l.buf[l.head] = slot{} // release the key and value
 	l.head = (l.head + 1) % len(l.buf)
 	l.n--
 	for len(l.runs) > 1 && l.runs[1].First <= l.base+1 {
@@ -90,16 +109,16 @@ func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
 }
 
 // entryOverhead approximates an encoded entry's bytes beyond its key and
-// value: field tags, epoch, offset and type.
-const entryOverhead = 48
+// value: its epoch (owner included), offset, type and headers.
+const entryOverhead = 64
 
 // fit returns the last offset in [from, to] such that the entries from
 // from on fit in budget bytes, always including from itself.
 func (l *entryLog) fit(from, to uint64, budget int) uint64 {
 	size := 0
 	for o := from; o <= to; o++ {
-		e := l.at(o)
-		size += len(e.Key) + len(e.Value) + len(e.Epoch.Owner) + entryOverhead
+		e := l.slotAt(o)
+		size += len(e.key) + len(e.value) + entryOverhead
 		if size > budget && o > from {
 			return o - 1
 		}
@@ -109,8 +128,13 @@ func (l *entryLog) fit(from, to uint64, budget int) uint64 {
 
 // appendRange appends entries from … to (inclusive, within the log) to dst.
 func (l *entryLog) appendRange(dst []Entry, from, to uint64) []Entry {
+	i := sort.Search(len(l.runs), func(i int) bool { return l.runs[i].First > from }) - 1
 	for o := from; o <= to; o++ {
-		dst = append(dst, *l.at(o))
+		for i+1 < len(l.runs) && l.runs[i+1].First <= o {
+			i++
+		}
+		s := l.slotAt(o)
+		dst = append(dst, Entry{Epoch: l.runs[i].Epoch, Offset: o, Type: s.typ, Key: s.key, Value: s.value})
 	}
 	return dst
 }

@@ -239,7 +239,7 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	}
 	pt.log.append(ent, e.cfg.historyMax)
 	if !oneStep {
-		e.st.Apply(pt.p, pt.log.at(ent.Offset))
+		e.st.Apply(pt.p, &ent)
 	}
 	e.event(Event{Kind: EventCommitted, Partition: pt.p, Entry: ent})
 	e.markDirty(pt)

@@ -214,6 +214,10 @@ func (r *Reader) Pin() { r.pinned = true }
 // DefaultBlockSize is the read block size of a Reader.
 const DefaultBlockSize = 64 << 10
 
+// maxKeptBlock bounds the block a Reader keeps for reuse after a frame
+// larger than its block size made it grow.
+const maxKeptBlock = 512 << 10
+
 // NewReader returns a Reader that refuses frames whose body exceeds
 // maxFrame bytes (DefaultMaxFrame if maxFrame <= 0).
 func NewReader(r io.Reader, maxFrame int) *Reader {
@@ -260,8 +264,10 @@ func (r *Reader) fill(n int) error {
 		return nil
 	}
 	if len(r.buf)-r.start < n {
-		if !r.pinned && len(r.buf) == r.blockSize && n <= r.blockSize {
-			// Nothing cut from this block is in use: refill it.
+		if !r.pinned && n <= len(r.buf) && len(r.buf) <= maxKeptBlock {
+			// Nothing cut from this block is in use: refill it. A block
+			// grown for a large frame is kept (up to maxKeptBlock), so a
+			// stream of large frames does not allocate one each.
 			r.end = copy(r.buf, r.buf[r.start:r.end])
 		} else {
 			// Start a new block; a pinned one stays with its payloads.

@@ -133,6 +133,9 @@ type decoder struct {
 	b   []byte
 	off int
 	err error
+
+	level      int  // the deepest value skipValue met
+	stringKeys bool // skipValue refuses maps with keys that are not str
 }
 
 func (d *decoder) fail(format string, args ...any) {

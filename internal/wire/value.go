@@ -28,6 +28,22 @@ func ValidateValue(b []byte) error {
 	return nil
 }
 
+// ValueLevel validates b as ValidateValue does and returns how deeply the
+// value nests: 0 for a scalar or an empty container, 1 for a container of
+// scalars, and so on. With stringKeys, a map whose keys are not all str
+// is refused too. It allocates nothing.
+func ValueLevel(b []byte, stringKeys bool) (int, error) {
+	d := decoder{b: b, stringKeys: stringKeys}
+	d.skipValue(0)
+	if d.err != nil {
+		return 0, d.err
+	}
+	if d.off != len(b) {
+		return 0, fmt.Errorf("%w: %d trailing bytes after the value", ErrMalformed, len(b)-d.off)
+	}
+	return d.level, nil
+}
+
 // DecodeValue validates b and decodes it into v.
 func DecodeValue(b []byte, v any) error {
 	if err := ValidateValue(b); err != nil {
@@ -53,11 +69,12 @@ func (d *decoder) skipValue(depth int) {
 	if d.err != nil {
 		return
 	}
+	d.level = max(d.level, depth)
 	switch {
 	case c <= codePosFixMax || c >= 0xe0: // fixints
 		return
 	case c >= 0x80 && c <= 0x8f: // fixmap, possibly empty
-		d.skipItems(2*uint64(c&0x0f), depth)
+		d.skipMap(uint64(c&0x0f), depth)
 		return
 	case c >= codeFixArrayLow && c <= codeFixArrayMax: // fixarray, possibly empty
 		d.skipItems(uint64(c&0x0f), depth)
@@ -96,9 +113,9 @@ func (d *decoder) skipValue(depth int) {
 	case codeArray32:
 		d.skipItems(d.be(4), depth)
 	case 0xde: // map16
-		d.skipItems(2*d.be(2), depth)
+		d.skipMap(d.be(2), depth)
 	case 0xdf: // map32
-		d.skipItems(2*d.be(4), depth)
+		d.skipMap(d.be(4), depth)
 	default: // 0xc1 is never used
 		d.fail("invalid value code 0x%02x", c)
 	}
@@ -115,6 +132,30 @@ func (d *decoder) skipItems(n uint64, depth int) {
 		return
 	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.skipValue(depth + 1)
+	}
+}
+
+// skipMap walks a map of n pairs; with stringKeys set, every key must be
+// a str.
+func (d *decoder) skipMap(n uint64, depth int) {
+	if !d.stringKeys {
+		d.skipItems(2*n, depth)
+		return
+	}
+	if d.err != nil {
+		return
+	}
+	if 2*n > uint64(len(d.b)-d.off) {
+		d.fail("map declares %d pairs, %d bytes remain", n, len(d.b)-d.off)
+		return
+	}
+	for i := uint64(0); i < n && d.need(1); i++ {
+		if c := d.b[d.off]; !(c >= codeFixStrLow && c <= codeFixStrMax) && c != codeStr8 && c != codeStr16 && c != codeStr32 {
+			d.fail("map key of msgpack code 0x%02x: keys must be strings", c)
+			return
+		}
+		d.skipValue(depth + 1)
 		d.skipValue(depth + 1)
 	}
 }

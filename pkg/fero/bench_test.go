@@ -1,0 +1,62 @@
+package fero
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// BenchmarkSetAsync keeps acked UPDATEs of 100-byte values in flight from
+// a client node to a server node, both in this process (real loopback):
+// the cost and the allocations of a write over both ends, the owner's
+// commit and the client's copy included. fero-bench measures the same path
+// across processes; this is for profiling it (-cpuprofile, -memprofile).
+func BenchmarkSetAsync(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	base := []Option{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
+	srv, err := Open(ctx, "bench", append(base, WithID("server"))...)
+	require.NoError(b, err)
+	defer srv.Close()
+	cl, err := Open(ctx, "bench", append(base, WithID("client"), Client(), WithSeeds(srv.GossipAddr()))...)
+	require.NoError(b, err)
+	defer cl.Close()
+	require.NoError(b, cl.WaitServers(ctx, 1))
+
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	value := wire.AppendBin(nil, make([]byte, 100))
+	for i := 0; i < len(keys); i += 100 { // the owner has synced every partition
+		require.NoError(b, retry(ctx, func() error { return cl.Update(ctx, keys[i], 0) }))
+	}
+
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	wg.Add(b.N)
+	for i := range b.N {
+		err := cl.SetAsync(ctx, Change{Type: Update, Key: keys[i%len(keys)], Value: value}, Ack, func(err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			wg.Done()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	require.Zero(b, failed.Load(), "writes failed")
+}
