@@ -75,10 +75,9 @@ type Node struct {
 
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
-	props    chan proposal
+	props    propQueue
 	queries  chan func(*partition.Engine)             // run by the driver, under engMu
 	engMu    sync.Mutex                               // held for each round of the engine (see drive)
-	queued   atomic.Int64                             // proposals sent to props and not yet proposed
 	waiters  seqtab.Table[func(partition.Completion)] // by token; under engMu
 	early    []inbound                                // messages before the engine's first map; under engMu
 	out      map[string]*batchWriter                  // per peer, reused each round; under engMu
@@ -149,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
-		inbox: make(chan inbound, cfg.Inbox), props: make(chan proposal, 1024), queries: make(chan func(*partition.Engine)),
+		inbox: make(chan inbound, cfg.Inbox), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
 		dialing: make(map[string][][]byte),
 		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
@@ -279,8 +278,10 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
 	if inline && n.engMu.TryLock() {
-		// Every proposal queued before has been proposed (queued counts
-		// them until then), so this one cannot overtake an earlier write.
+		// The driver takes queued proposals only under engMu and proposes
+		// them before it lets go: with the queue empty, every proposal
+		// queued before has been proposed, so this one cannot overtake an
+		// earlier write.
 		// The driver completes every waiter under engMu once the node's
 		// context ends, so a write proposed here before that is completed.
 		// (spawnMu is not held: done may spawn.)
@@ -288,7 +289,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 			n.engMu.Unlock()
 			return ErrClosed
 		}
-		if n.queued.Load() == 0 && n.eng.Map() != nil {
+		if n.props.empty() && n.eng.Map() != nil {
 			n.propose(proposal{req: req, done: done})
 			n.output()
 			n.engMu.Unlock()
@@ -303,17 +304,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if n.spawnClosed {
 		return ErrClosed
 	}
-	n.queued.Add(1)
-	select {
-	case n.props <- proposal{req: req, done: done}:
-		return nil
-	case <-ctx.Done():
-		n.queued.Add(-1)
-		return ctx.Err()
-	case <-n.ctx.Done():
-		n.queued.Add(-1)
-		return ErrClosed
-	}
+	return n.props.push(ctx, n.ctx, proposal{req: req, done: done})
 }
 
 // serveEngine hands a peer's engine message to the driver. It runs on
@@ -353,8 +344,8 @@ func (n *Node) drive() {
 			for _, w := range n.waiters.All() {
 				w(partition.Completion{Err: ErrClosed})
 			}
-			for len(n.props) > 0 {
-				if p := <-n.props; p.done != nil {
+			for _, p := range n.props.take() {
+				if p.done != nil {
 					p.done(partition.Completion{Err: ErrClosed})
 				}
 			}
@@ -384,10 +375,9 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			n.step(in)
 			n.batch()
-		case p := <-n.props:
+		case <-n.props.ready:
 			n.engMu.Lock()
-			n.propose(p)
-			n.queued.Add(-1)
+			n.takeProps()
 			n.batch()
 		case q := <-n.queries:
 			n.engMu.Lock()
@@ -427,16 +417,27 @@ func (n *Node) batch() {
 		if n.eng.Pending() >= maxRound {
 			return
 		}
+		if n.takeProps() > 0 {
+			continue
+		}
 		select {
 		case in := <-n.inbox:
 			n.step(in)
-		case p := <-n.props:
-			n.propose(p)
-			n.queued.Add(-1)
 		default:
 			return
 		}
 	}
+}
+
+// takeProps proposes every queued proposal and returns how many there
+// were; engMu is held.
+func (n *Node) takeProps() int {
+	q := n.props.take()
+	for _, p := range q {
+		n.propose(p)
+	}
+	n.props.recycle(q)
+	return len(q)
 }
 
 // forgetGone drops the batch writers of peers no longer in the map or the
