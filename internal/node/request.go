@@ -59,7 +59,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 		err   error
 	}
 	done := make(chan result, 1)
-	if !n.builtinAsync(ctx, req, func(reply []byte, err error) { done <- result{reply, err} }) {
+	if !n.builtinAsync(ctx, req, true, func(reply []byte, err error) { done <- result{reply, err} }) {
 		return nil, ErrClosed
 	}
 	select {
@@ -73,7 +73,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 // builtinAsync is Builtin without waiting: done is called exactly once,
 // from the driver for a write. It reports false (and does not call done)
 // when the node is closed.
-func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte, error)) bool {
+func (n *Node) builtinAsync(ctx context.Context, req *Request, inline bool, done func([]byte, error)) bool {
 	var t wire.RecordType
 	switch req.Verb {
 	case VerbAdd:
@@ -99,7 +99,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, done func([]byte,
 		value = nil
 	}
 	err := n.writeAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
-		func(c partition.Completion) { done(nil, c.Err) }, true)
+		func(c partition.Completion) { done(nil, c.Err) }, inline)
 	if errors.Is(err, ErrClosed) {
 		return false
 	}
@@ -287,7 +287,10 @@ func (n *Node) serveRequest(r *transport.Request) {
 		// writes), never on the caller, so the node's context will do: a
 		// request's own context costs an allocation per request.
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload}
-		if !n.builtinAsync(n.ctx, req, func(reply []byte, err error) {
+		// Alone on the connection, the write is proposed inline when the
+		// engine is idle (latency); in a burst it queues for the driver,
+		// which commits the burst as one round (throughput).
+		if !n.builtinAsync(n.ctx, req, !r.More(), func(reply []byte, err error) {
 			// This runs on the driver, which must not wait for a slow
 			// caller: anything that could block goes to a goroutine.
 			if err != nil {

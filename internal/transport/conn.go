@@ -27,6 +27,7 @@ type Conn struct {
 	cfg     *config
 	handler Handler
 	out     *outbox
+	more    bool // another complete frame waits behind the one dispatched; reader goroutine only
 
 	nextID  atomic.Uint64
 	pmu     sync.Mutex
@@ -219,6 +220,7 @@ func (c *Conn) readLoop() {
 		// While more complete frames wait in memory, answers queue up
 		// without waking the writer; they leave together after the last.
 		more := r.Buffered()
+		c.more = more
 		if more && !holding {
 			c.out.setHold(true)
 			holding = true

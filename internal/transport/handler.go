@@ -107,6 +107,12 @@ func (r *Request) Payload() []byte { return r.payload }
 // Mode returns how the caller asked to be answered.
 func (r *Request) Mode() Mode { return Mode(r.kind) }
 
+// More reports whether another complete frame already waits behind this
+// request on its connection. A handler may use it to batch work while a
+// burst is arriving. Only meaningful while the handler runs on the
+// connection's reader (before it returns).
+func (r *Request) More() bool { return r.conn.more }
+
 // Conn returns the connection the request arrived on.
 func (r *Request) Conn() *Conn { return r.conn }
 
