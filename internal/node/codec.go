@@ -64,12 +64,13 @@ func decodeBatch(b []byte) ([]partition.Message, error) {
 	}
 	b = b[1:]
 	var out []partition.Message
+	var dec partition.Decoder
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
 			return nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
 		}
-		m, err := partition.DecodeMessage(b[k : k+int(n)])
+		m, err := dec.Decode(b[k : k+int(n)])
 		if err != nil {
 			return nil, err
 		}

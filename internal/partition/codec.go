@@ -152,16 +152,75 @@ func appendReflect(b []byte, m Message) ([]byte, error) {
 // b: its keys and values are copied (the values of one message into one
 // buffer).
 func DecodeMessage(b []byte) (Message, error) {
+	var d Decoder
+	return d.Decode(b)
+}
+
+// Decoder decodes many messages, such as one batch from a peer, sharing
+// allocations between them: the hot messages and commit entries come from
+// chunks of a few dozen, and epoch owners already seen are reused. A
+// message it returns stays valid for good (a chunk lives as long as any
+// message in it).
+type Decoder struct {
+	owner    string // the last epoch owner read
+	commits  []Commit
+	acks     []CommitAck
+	forwards []Forward
+	replies  []ForwardReply
+	entries  []Entry
+}
+
+// chunk is how many messages or entries one allocation of a Decoder holds.
+const chunk = 32
+
+func take[T any](c *[]T) *T {
+	if len(*c) == cap(*c) {
+		*c = make([]T, 0, chunk)
+	}
+	*c = (*c)[:len(*c)+1]
+	return &(*c)[len(*c)-1]
+}
+
+func (d *Decoder) newMessage(kind MsgKind) Message {
+	switch kind {
+	case KindCommit:
+		return take(&d.commits)
+	case KindCommitAck:
+		return take(&d.acks)
+	case KindForward:
+		return take(&d.forwards)
+	case KindForwardReply:
+		return take(&d.replies)
+	}
+	return NewMessage(kind)
+}
+
+// entrySlice returns n zero entries, from the current chunk when they fit.
+func (d *Decoder) entrySlice(n int) []Entry {
+	if n > chunk {
+		return make([]Entry, n)
+	}
+	if cap(d.entries)-len(d.entries) < n {
+		d.entries = make([]Entry, 0, chunk)
+	}
+	l := len(d.entries)
+	d.entries = d.entries[:l+n]
+	return d.entries[l : l+n : l+n]
+}
+
+// Decode reads one message, as DecodeMessage does.
+func (dec *Decoder) Decode(b []byte) (Message, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty engine message", wire.ErrMalformed)
 	}
 	kind := MsgKind(b[0])
-	m := NewMessage(kind)
+	m := dec.newMessage(kind)
 	if m == nil {
 		return nil, fmt.Errorf("%w: unknown engine message kind %d", wire.ErrMalformed, b[0])
 	}
 	c := wire.NewCursor(b[1:])
-	d := decoding{c: &c}
+	d := decoding{c: &c, owner: dec.owner, dec: dec}
+	defer func() { dec.owner = d.owner }()
 	switch m := m.(type) {
 	case *Commit:
 		d.commit(m)
@@ -231,6 +290,7 @@ type decoding struct {
 	c     *wire.Cursor
 	owner string
 	buf   []byte
+	dec   *Decoder
 }
 
 func (d *decoding) epoch() Epoch {
@@ -269,7 +329,7 @@ func (d *decoding) commit(m *Commit) {
 		c.Fail("commit of %d entries in %d bytes", n, c.Left())
 		return
 	}
-	m.Entries = make([]Entry, n)
+	m.Entries = d.dec.entrySlice(n)
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		c.Array("commit entry", 3)
