@@ -162,7 +162,14 @@ func DecodeMessage(b []byte) (Message, error) {
 // message it returns stays valid for good (a chunk lives as long as any
 // message in it).
 type Decoder struct {
-	owner    string // the last epoch owner read
+	owner string // the last epoch owner read
+	chunks
+}
+
+// chunks allocates the hot messages and commit entries a few dozen at a
+// time. Nothing is reused: each message stays valid for whoever holds it,
+// and a chunk lives as long as any message in it.
+type chunks struct {
 	commits  []Commit
 	acks     []CommitAck
 	forwards []Forward
@@ -170,7 +177,7 @@ type Decoder struct {
 	entries  []Entry
 }
 
-// chunk is how many messages or entries one allocation of a Decoder holds.
+// chunk is how many messages or entries one allocation holds.
 const chunk = 32
 
 func take[T any](c *[]T) *T {
@@ -181,7 +188,7 @@ func take[T any](c *[]T) *T {
 	return &(*c)[len(*c)-1]
 }
 
-func (d *Decoder) newMessage(kind MsgKind) Message {
+func (d *chunks) newMessage(kind MsgKind) Message {
 	switch kind {
 	case KindCommit:
 		return take(&d.commits)
@@ -196,7 +203,7 @@ func (d *Decoder) newMessage(kind MsgKind) Message {
 }
 
 // entrySlice returns n zero entries, from the current chunk when they fit.
-func (d *Decoder) entrySlice(n int) []Entry {
+func (d *chunks) entrySlice(n int) []Entry {
 	if n > chunk {
 		return make([]Entry, n)
 	}

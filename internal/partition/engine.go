@@ -64,6 +64,8 @@ type Engine struct {
 	rd    Ready
 
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
+
+	out chunks // the messages sent per write or per round
 }
 
 // forwarded is a write this node sent to an owner and waits to hear about.
@@ -411,9 +413,9 @@ func (e *Engine) Propose(req Request) error {
 		if o.wants {
 			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: e.now.Add(e.cfg.writeTimeout)})
 		}
-		e.send(owner, &Forward{
-			Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),
-		})
+		f := take(&e.out.forwards)
+		*f = Forward{Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k)}
+		e.send(owner, f)
 		return nil
 	}
 	return e.write(pt, w, o)
@@ -565,7 +567,8 @@ func (e *Engine) complete(pt *part, o origin, pos Position, err error) {
 		e.rd.Completions = append(e.rd.Completions, Completion{Token: o.token, Partition: pt.p, Position: pos, Err: err, Owner: owner})
 		return
 	}
-	r := &ForwardReply{Partition: uint32(pt.p), ID: o.id, Position: pos, Owner: owner}
+	r := take(&e.out.replies)
+	*r = ForwardReply{Partition: uint32(pt.p), ID: o.id, Position: pos, Owner: owner}
 	if err != nil {
 		r.Code, r.Msg = uint32(errs.CodeOf(err)), errs.MessageOf(err)
 	}
@@ -617,7 +620,8 @@ func (e *Engine) Ready() Ready {
 		for pt.active && pt.sent < pt.log.last() {
 			from := max(pt.sent, pt.log.base) + 1
 			to := pt.log.fit(from, pt.log.last(), e.cfg.maxMessage)
-			c := &Commit{Partition: uint32(p), Entries: pt.log.appendRange(make([]Entry, 0, to-from+1), from, to)}
+			c := take(&e.out.commits)
+			*c = Commit{Partition: uint32(p), Entries: pt.log.appendRange(e.out.entrySlice(int(to - from + 1))[:0], from, to)}
 			for _, id := range e.copies {
 				e.send(id, c)
 			}
@@ -626,7 +630,9 @@ func (e *Engine) Ready() Ready {
 		if pt.ackDirty {
 			pt.ackDirty = false
 			if to := e.ackTarget(pt); to != "" {
-				e.send(to, &CommitAck{Partition: uint32(p), Position: pt.position()})
+				a := take(&e.out.acks)
+				*a = CommitAck{Partition: uint32(p), Position: pt.position()}
+				e.send(to, a)
 			}
 		}
 	}

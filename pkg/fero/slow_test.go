@@ -22,9 +22,10 @@ func TestStalledClientCatchesUp(t *testing.T) {
 	ctx := ctxT(t)
 
 	stall := client.Subscribe(Buffer(1), OnOverflow(Block))
-	// 4,000 writes of 4 KB (16 MB) overflow whatever the socket buffers,
-	// the client's inbox and the owners' outboxes can hold for it.
-	const keys = 4000
+	// 10,000 writes of 4 KB (40 MB) overflow whatever the socket buffers,
+	// the client's inbox (256 batches), the owners' outboxes and their
+	// spill queues (8 MiB of commit traffic each) can hold for it.
+	const keys = 10000
 	start := time.Now()
 	for i := range keys {
 		require.NoError(t, retry(ctx, func() error {
@@ -39,7 +40,7 @@ func TestStalledClientCatchesUp(t *testing.T) {
 	stall.Close() // the driver moves again
 	c.converged([]*Resource{a, b, client}, 500)
 	v, _ := client.Get("k499")
-	assert.Contains(t, v, "v3999-")
+	assert.Contains(t, v, fmt.Sprintf("v%d-", keys-1))
 	// Against a history of 50 per partition, at least one partition had
 	// moved past what its owner still kept.
 	assert.NotZero(t, client.Stats().Restored, "%+v", client.Stats())
