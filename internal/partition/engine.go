@@ -66,6 +66,8 @@ type Engine struct {
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 
 	out chunks // the messages sent per write or per round
+
+	heardFrom string // the sender whose message Step last noted in heard, until the clock or the map moves
 }
 
 // forwarded is a write this node sent to an owner and waits to hear about.
@@ -131,6 +133,7 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	prev := e.m
 	e.m = m
 	e.quorumKnown = false
+	e.heardFrom = ""
 	if prev != nil && e.cfg.settle > 0 {
 		for _, s := range prev.Members() {
 			if !inMap(m, s.ID) {
@@ -318,6 +321,7 @@ func (e *Engine) recent(id string) bool {
 func (e *Engine) Tick(now time.Time) {
 	e.now = now
 	e.quorumKnown = false
+	e.heardFrom = ""
 	if e.m == nil {
 		return
 	}
@@ -474,12 +478,15 @@ func (e *Engine) Step(from string, msg Message) error {
 	if int64(msg.Part()) >= int64(len(e.parts)) {
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", msg.Part(), len(e.parts))
 	}
-	if e.alive[from] {
-		if h, ok := e.heard[from]; !ok || h != e.now {
-			if !ok || e.now.Sub(h) > e.lease() {
-				e.quorumKnown = false // a server this node had not reached
+	if from != e.heardFrom { // a batch's messages all come from one node: look once
+		e.heardFrom = from
+		if e.alive[from] {
+			if h, ok := e.heard[from]; !ok || h != e.now {
+				if !ok || e.now.Sub(h) > e.lease() {
+					e.quorumKnown = false // a server this node had not reached
+				}
+				e.heard[from] = e.now
 			}
-			e.heard[from] = e.now
 		}
 	}
 	if _, ok := msg.(*Heartbeat); ok {
