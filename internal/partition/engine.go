@@ -301,6 +301,18 @@ func (e *Engine) reachesQuorum() bool {
 	return n >= e.quorum()
 }
 
+// declaredDead reports whether id is a server this node has seen alive
+// but whose failure gossip has since declared: Step gives it no promise
+// and adopts none of its epochs. Such a node may be cut off on a minority side
+// that still reaches this one over the data plane; it still counts this
+// node among its live servers until its own detector catches up, so a
+// promise from here could complete a quorum it does not have (rule 9).
+// A node never seen (one joining) is answered: it is not yet in the map.
+func (e *Engine) declaredDead(id string) bool {
+	_, seen := e.seen[id]
+	return seen && !e.alive[id]
+}
+
 // lease is how long a server's last message counts as reaching it: three
 // heartbeat intervals.
 func (e *Engine) lease() time.Duration { return 3 * e.cfg.probeInterval }
@@ -489,8 +501,13 @@ func (e *Engine) Step(from string, msg Message) error {
 			}
 		}
 	}
-	if _, ok := msg.(*Heartbeat); ok {
+	switch msg.(type) {
+	case *Heartbeat:
 		return nil
+	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced:
+		if e.declaredDead(from) {
+			return nil // no promise to it, none of its epochs adopted (rule 9)
+		}
 	}
 	pt := e.parts[msg.Part()]
 	var err error

@@ -1134,3 +1134,37 @@ func TestSettleDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestCutOffNodeGetsNoPromise: as TestCutOffNodeStartsNoEpoch, but with
+// the data plane open: d and e, cut off, still list c, which has declared
+// them dead. c must neither answer their position requests nor adopt their
+// epochs; otherwise d and e count c's answers toward a quorum of three
+// (c's replies even renew their lease on it) and take partitions the
+// majority side owns, dropping its majority-acked writes when the split
+// heals.
+func TestCutOffNodeGetsNoPromise(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	const parts = 16
+	n := newNetwork(t, parts, ids)
+	n.settle()
+	minor, major := []string{"d", "e"}, []string{"a", "b", "c"}
+	n.setMap(major, major...)
+	stale := []string{"c", "d", "e"}
+	n.setMap(stale, minor...)
+	n.settle()
+	m := n.buildMap(stale)
+	for p := range parts {
+		o, _ := m.Owner(p)
+		if o.ID == "c" {
+			continue
+		}
+		if st := n.nodes[o.ID].e.Status(p); st.Role == RoleOwner {
+			t.Fatalf("%s started an epoch for partition %d while cut off: %+v", o.ID, p, st)
+		}
+		for _, id := range major {
+			if acc := n.nodes[id].e.Status(p).Accepted; acc.Owner == "d" || acc.Owner == "e" {
+				t.Fatalf("%s adopted %v of partition %d from the cut-off side", id, acc, p)
+			}
+		}
+	}
+}

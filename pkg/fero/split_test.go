@@ -72,7 +72,11 @@ func TestMinoritySideRefusesWrites(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond)
 
 	// The majority side accepts writes for every key whose previous group
-	// it holds a majority of; the others stay unavailable.
+	// it holds a majority of. The others it may take only if its sync
+	// reached a majority of their group before the split was complete
+	// (maps change one member at a time, so a new owner may still reach the
+	// old one): a write there either fails, or succeeds and must then
+	// survive the heal like any other majority-acked write.
 	want := map[string]string{}
 	for i := range 20 {
 		k := fmt.Sprint("k", i)
@@ -80,10 +84,10 @@ func TestMinoritySideRefusesWrites(t *testing.T) {
 			wctx, cancel := context.WithTimeout(ctx, time.Second)
 			err := major[i%3].Update(wctx, k, "during", Majority)
 			cancel()
-			p := full.Partition(k)
-			o, _ := full.Owner(p)
-			assert.NotNil(t, err, "%s (partition %d, group %s %v): the majority side took a partition whose acked writes may be on the other side", k, p, o.ID, full.Replicas(p))
 			want[k] = "before"
+			if err == nil {
+				want[k] = "during"
+			}
 			continue
 		}
 		require.NoError(t, retry(ctx, func() error { return major[i%3].Update(ctx, k, "during", Majority) }), k)
