@@ -182,14 +182,26 @@ func (r *Resource) Patch(ctx context.Context, path string, values map[string]any
 		}
 		return nil
 	}
+	if err := w.validate(); err != nil {
+		return err
+	}
+	// All in flight at once, each completing into errc (which never
+	// blocks the engine: it has room for every answer).
 	errc := make(chan error, len(cs))
 	for _, c := range cs {
-		go func() { errc <- r.write(ctx, c, wait) }()
+		if err := r.n.WriteAsync(ctx, c, w.kind, w.k, func(c partition.Completion) { errc <- c.Err }); err != nil {
+			errc <- err
+		}
 	}
 	var first error
 	for range cs {
-		if err := <-errc; err != nil && first == nil {
-			first = err
+		select {
+		case err := <-errc:
+			if err != nil && first == nil {
+				first = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return first
