@@ -76,13 +76,16 @@ type Node struct {
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
 	props    propQueue
-	queries  chan func(*partition.Engine)             // run by the driver, under engMu
-	engMu    sync.Mutex                               // held for each round of the engine (see drive)
-	waiters  seqtab.Table[func(partition.Completion)] // by token; under engMu
-	early    []inbound                                // messages before the engine's first map; under engMu
-	out      map[string]*batchWriter                  // per peer, reused each round; under engMu
-	outOrder []string                                 // peers in out with a batch this round
-	scratch  []byte                                   // encodes one message at a time; under engMu
+	queries  chan func(*partition.Engine) // run by the driver, under engMu
+	engMu    sync.Mutex                   // held for each round of the engine (see drive)
+	// waiters holds the callbacks of proposals, by token, under engMu. The
+	// engine completes every proposal it accepts within its write timeout,
+	// which bounds how far the table's window spans.
+	waiters  seqtab.Table[func(partition.Completion)]
+	early    []inbound               // messages before the engine's first map; under engMu
+	out      map[string]*batchWriter // per peer, reused each round; under engMu
+	outOrder []string                // peers in out with a batch this round
+	scratch  []byte                  // encodes one message at a time; under engMu
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by

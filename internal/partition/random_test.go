@@ -18,6 +18,14 @@ type chaos struct {
 	servers []string
 	crashed bool
 	joined  bool
+	// accepted are the proposals that asked for a completion and were not
+	// refused at once: each must complete, within the write timeout.
+	accepted []proposed
+}
+
+type proposed struct {
+	node  string
+	token uint64
 }
 
 func newChaos(t testing.TB, seed uint64) *chaos {
@@ -64,10 +72,13 @@ func (c *chaos) op(r int) {
 		n.token++
 		n.waits[n.token] = w
 		nd := n.nodes[id]
-		_ = nd.e.Propose(Request{
+		err := nd.e.Propose(Request{
 			Partition: c.rng.IntN(n.parts), Type: 2, Key: fmt.Sprintf("k%d", c.rng.IntN(6)),
 			Value: val(fmt.Sprint(n.token)), Token: n.token, Wait: w, K: 1,
 		})
+		if err == nil && w != WaitNone {
+			c.accepted = append(c.accepted, proposed{node: id, token: n.token})
+		}
 		n.collect(nd)
 	case r < 67:
 		if len(n.queue) > 0 {
@@ -136,6 +147,17 @@ func (c *chaos) finish() {
 		c.n.settle()
 	}
 	c.n.converged()
+	// Every accepted proposal on a node still up has completed once the
+	// write timeout has passed (the node's waiter table relies on it).
+	c.n.tick(DefaultWriteTimeout + time.Second)
+	c.n.deliverAll()
+	for _, pr := range c.accepted {
+		if nd := c.n.nodes[pr.node]; !nd.dead {
+			if _, ok := nd.done[pr.token]; !ok {
+				c.n.t.Fatalf("proposal %d on %s never completed", pr.token, pr.node)
+			}
+		}
+	}
 }
 
 func TestRandomSchedules(t *testing.T) {
