@@ -3,6 +3,7 @@ package node
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/wire"
@@ -57,19 +58,34 @@ func (w *batchWriter) take() []byte {
 	return b
 }
 
+// decoders keeps partition.Decoders between batches: the chunks one batch
+// left partly used serve the next, so a batch of one message allocates a
+// share of a chunk, not a whole chunk of each kind it holds. A decoder
+// only ever hands out fresh slots, so what earlier batches returned stays
+// valid.
+var decoders = sync.Pool{New: func() any { return new(partition.Decoder) }}
+
 // decodeBatch reads every message of an OpEngine payload.
 func decodeBatch(b []byte) ([]partition.Message, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
 	}
 	b = b[1:]
-	var out []partition.Message
-	var dec partition.Decoder
-	for len(b) > 0 {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) {
+	// Frame the messages first: the count sizes the result, and a batch
+	// with a bad length fails before anything is decoded.
+	count := 0
+	for rest := b; len(rest) > 0; count++ {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > uint64(len(rest)-k) {
 			return nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
 		}
+		rest = rest[k+int(n):]
+	}
+	out := make([]partition.Message, 0, count)
+	dec := decoders.Get().(*partition.Decoder)
+	defer decoders.Put(dec)
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
 		m, err := dec.Decode(b[k : k+int(n)])
 		if err != nil {
 			return nil, err

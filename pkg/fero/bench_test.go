@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -21,23 +22,8 @@ import (
 func BenchmarkSetAsync(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	base := []Option{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
-	srv, err := Open(ctx, "bench", append(base, WithID("server"))...)
-	require.NoError(b, err)
-	defer srv.Close()
-	cl, err := Open(ctx, "bench", append(base, WithID("client"), Client(), WithSeeds(srv.GossipAddr()))...)
-	require.NoError(b, err)
-	defer cl.Close()
-	require.NoError(b, cl.WaitServers(ctx, 1))
-
-	keys := make([]string, 10000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d", i)
-	}
+	cl, keys := benchPair(ctx, b)
 	value := wire.AppendBin(nil, make([]byte, 100))
-	for i := 0; i < len(keys); i += 100 { // the owner has synced every partition
-		require.NoError(b, retry(ctx, func() error { return cl.Update(ctx, keys[i], 0) }))
-	}
 
 	var failed atomic.Int64
 	var wg sync.WaitGroup
@@ -59,4 +45,48 @@ func BenchmarkSetAsync(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	require.Zero(b, failed.Load(), "writes failed")
+}
+
+// BenchmarkCall makes sequential UPDATE requests from a client node to the
+// owner, both in this process: the unloaded round trip fero-bench's
+// roundtrip scenario measures across processes, for profiling its latency
+// and counting its allocations (which set how often GC runs under it).
+func BenchmarkCall(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, keys := benchPair(ctx, b)
+	value := msgpack.RawMessage(wire.AppendBin(nil, make([]byte, 100)))
+	var reply msgpack.RawMessage
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := cl.Call(ctx, VerbUpdate, keys[i%len(keys)], value, &reply); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchPair opens a server node and a client node of it in this process,
+// and writes every hundredth of the keys it returns once, so the owner has
+// synced every partition before the measurement.
+func benchPair(ctx context.Context, b *testing.B) (*Resource, []string) {
+	b.Helper()
+	base := []Option{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
+	srv, err := Open(ctx, "bench", append(base, WithID("server"))...)
+	require.NoError(b, err)
+	b.Cleanup(func() { srv.Close() })
+	cl, err := Open(ctx, "bench", append(base, WithID("client"), Client(), WithSeeds(srv.GossipAddr()))...)
+	require.NoError(b, err)
+	b.Cleanup(func() { cl.Close() })
+	require.NoError(b, cl.WaitServers(ctx, 1))
+
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	for i := 0; i < len(keys); i += 100 { // the owner has synced every partition
+		require.NoError(b, retry(ctx, func() error { return cl.Update(ctx, keys[i], 0) }))
+	}
+	return cl, keys
 }
