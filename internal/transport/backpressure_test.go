@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,7 +124,7 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 		require.NoError(t, o.lock(ctx, 3, false))
 		empty := len(o.buf) == 0
 		o.buf = append(o.buf, 'a'+byte(i), 'b'+byte(i), 'c'+byte(i))
-		o.unlock(empty)
+		o.unlock(empty, false)
 	}
 	assert.Len(t, o.wake, 1, "only the append into an empty outbox wakes the writer")
 	batch, last := o.take(nil, 1<<20)
@@ -130,4 +132,114 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 	assert.False(t, last)
 	o.close(ErrClosed, true)
 	require.ErrorIs(t, o.lock(ctx, 1, false), ErrClosed)
+}
+
+// TestDirectWritesKeepOrder: senders that write their frames themselves
+// (partially, as a full socket would take them) and senders that leave
+// them to the writer goroutine interleave, and every frame still leaves
+// whole and in the order it was queued.
+func TestDirectWritesKeepOrder(t *testing.T) {
+	o := newOutbox(1 << 10)
+	o.keep = 1 << 10
+	var (
+		mu   sync.Mutex
+		sent []byte
+		turn int
+	)
+	o.direct = func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		turn++
+		n := min(len(b), turn%7) // 0 to 6 bytes: often nothing, rarely all
+		sent = append(sent, b[:n]...)
+		return n, nil
+	}
+	o.fail = func(err error) { t.Errorf("direct write failed: %v", err) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var free []byte
+		for {
+			batch, last := o.take(free, 1<<10)
+			mu.Lock()
+			sent = append(sent, batch...)
+			mu.Unlock()
+			if last {
+				return
+			}
+			free = batch[:0]
+		}
+	}()
+	const senders, frames = 4, 500
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := range frames {
+				frame := fmt.Sprintf("<%d:%d>", s, i)
+				require.NoError(t, o.lock(context.Background(), len(frame), false))
+				empty := len(o.buf) == 0
+				o.buf = append(o.buf, frame...)
+				o.unlock(empty, i%2 == 0)
+			}
+		})
+	}
+	wg.Wait()
+	o.close(ErrClosed, true)
+	<-done
+
+	next := make([]int, senders)
+	for _, f := range strings.SplitAfter(string(sent), ">") {
+		if f == "" {
+			continue
+		}
+		var s, i int
+		_, err := fmt.Sscanf(f, "<%d:%d>", &s, &i)
+		require.NoError(t, err, "a frame arrived torn: %q", f)
+		require.Equal(t, next[s], i, "sender %d's frames arrived out of order", s)
+		next[s]++
+	}
+	for s := range senders {
+		assert.Equal(t, frames, next[s], "sender %d's frames all arrived", s)
+	}
+}
+
+// TestDirectCallsSurviveAFullSocket: calls that write themselves while the
+// socket is full (the peer has stopped reading) leave the rest to the
+// writer goroutine, never block in the socket, and are all answered once
+// the peer reads again.
+func TestDirectCallsSurviveAFullSocket(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	s, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) {
+		once.Do(func() { <-release }) // the first request stalls the server's reader
+		_ = r.Reply(r.Payload())
+	}), WithOutboxLimit(64<<20))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	var releaseOnce sync.Once
+	unstall := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unstall) // before the server closes, if the test fails early
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, s.Addr().String(), WithOutboxLimit(64<<20))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	const calls = 64
+	payload := make([]byte, 256<<10) // 16 MiB in all: more than the socket buffers hold
+	errc := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := c.Call(ctx, opEcho, payload)
+			errc <- err
+		}()
+	}
+	// Let the calls fill the socket and queue behind it, then read.
+	require.Eventually(t, func() bool {
+		c.out.mu.Lock()
+		defer c.out.mu.Unlock()
+		return len(c.out.buf) > 0
+	}, 10*time.Second, time.Millisecond, "some calls were left queued by a full socket")
+	unstall()
+	for range calls {
+		require.NoError(t, <-errc)
+	}
 }

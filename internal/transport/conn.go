@@ -78,6 +78,16 @@ func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.oneway = Request{conn: c, kind: wire.KindSend}
 	c.out.buf = append(c.out.buf, preface[:]...)
+	c.out.keep = 2 * cfg.maxBatch
+	if !cfg.noDirect {
+		c.out.direct = directWriter(nc)
+	}
+	c.out.fail = func(err error) {
+		if !c.ended.Load() {
+			c.cfg.logger.Debug("fero: transport: write failed", "remote", c.nc.RemoteAddr(), "err", err)
+		}
+		c.end(c.lost(err), false)
+	}
 	return c
 }
 
@@ -217,11 +227,12 @@ func (c *Conn) readLoop() {
 			c.end(c.lost(err), false)
 			return
 		}
-		// While more complete frames wait in memory, answers queue up
-		// without waking the writer; they leave together after the last.
+		// Answers queue up while the reader dispatches, without waking
+		// the writer; they leave together once no complete frame waits
+		// in memory, written by the reader itself if nobody is writing.
 		more := r.Buffered()
 		c.more = more
-		if more && !holding {
+		if !holding {
 			c.out.setHold(true)
 			holding = true
 		}
@@ -297,6 +308,12 @@ func (c *Conn) writeLoop() {
 // writeFrame queues one frame, blocking while the outbox is full unless
 // failFast.
 func (c *Conn) writeFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast bool) error {
+	return c.queueFrame(ctx, kind, id, op, payload, failFast, false)
+}
+
+// queueFrame is writeFrame; with now, the caller writes the frame itself
+// if the connection is idle (see outbox).
+func (c *Conn) queueFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast, now bool) error {
 	n := wire.FrameSize(id, op, len(payload))
 	if n-wire.LengthSize > c.cfg.maxFrame {
 		return ErrTooLarge
@@ -306,7 +323,7 @@ func (c *Conn) writeFrame(ctx context.Context, kind wire.Kind, id uint64, op uin
 	}
 	empty := len(c.out.buf) == 0
 	c.out.buf = wire.AppendFrame(c.out.buf, kind, id, op, payload)
-	c.out.unlock(empty)
+	c.out.unlock(empty, now)
 	return nil
 }
 
@@ -577,7 +594,8 @@ func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...Call
 		pendingPool.Put(p)
 		return nil, err
 	}
-	if err := c.writeFrame(ctx, wire.KindCall, id, op, payload, failFast(opts)); err != nil {
+	// The caller waits for the reply anyway: it may as well write.
+	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), true); err != nil {
 		if !c.unregister(id) {
 			<-p.ch // the connection's end delivered to it
 		}

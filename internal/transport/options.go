@@ -40,6 +40,7 @@ type config struct {
 	maxFrame       int
 	outboxLimit    int
 	maxBatch       int
+	noDirect       bool
 	connectTimeout time.Duration
 	closeTimeout   time.Duration
 	retryBase      time.Duration
@@ -118,6 +119,14 @@ func WithOutboxLimit(n int) Option { return optionFunc(func(c *config) { c.outbo
 // WithMaxBatch sets the most bytes handed to one write (default
 // DefaultMaxBatch, the original's outbox.max).
 func WithMaxBatch(n int) Option { return optionFunc(func(c *config) { c.maxBatch = n }) }
+
+// WithDirectWrites sets whether a sender that finds its connection idle
+// writes its frame itself (the default) or always leaves it to the
+// connection's writer goroutine. Writing directly saves a hand-off between
+// threads per message on an unloaded connection; it never blocks the
+// sender, since what the socket does not take at once is left to the
+// writer. TLS connections always use the writer.
+func WithDirectWrites(on bool) Option { return optionFunc(func(c *config) { c.noDirect = !on }) }
 
 // WithConnectTimeout bounds a dial plus the TLS handshake and preface
 // (default DefaultConnectTimeout, the original's connections.timeout).

@@ -7,10 +7,32 @@ import (
 
 // outbox is a connection's queue of encoded frames: senders append under
 // mu, the writer goroutine takes everything queued at once.
+//
+// Two senders that are about to wait anyway write themselves, as far as
+// the socket takes it without blocking (see direct), when they find the
+// outbox idle: a synchronous call, and the reader once it has dispatched
+// what it read (the answers its handlers gave inline). An unloaded round
+// trip then crosses no thread hand-off to a writer on either side, as in
+// the echo floor. Whatever the socket does not take at once, and every
+// other sender's frames, go to the writer goroutine, which batches
+// pipelined traffic into few system calls; no sender ever blocks in the
+// socket.
 type outbox struct {
 	mu    sync.Mutex
 	buf   []byte
 	limit int
+	// busy is set while a write is under way, by the writer goroutine
+	// (writerOwns) or a sender: writes never overlap, so frames leave in
+	// the order they were queued.
+	busy       bool
+	writerOwns bool
+	// direct writes b without blocking and returns how much the socket
+	// took; nil when the connection cannot (TLS): then only the writer
+	// goroutine writes.
+	direct func(b []byte) (int, error)
+	fail   func(error) // ends the connection after a failed direct write
+	spare  []byte      // the buffer a direct write leaves as the queue
+	keep   int         // buffers over this are not kept for reuse
 	err   error         // set once closed; returned to senders
 	flush bool          // on close: write what is queued first
 	space chan struct{} // made by a blocked sender, closed when the writer takes the queue
@@ -61,13 +83,64 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 }
 
 // unlock releases o.mu after an append; wasEmpty says the append found
-// the outbox empty, so the writer may be asleep.
-func (o *outbox) unlock(wasEmpty bool) {
+// the outbox empty, so the writer may be asleep. With now, the sender
+// writes the queue itself if nobody is writing.
+func (o *outbox) unlock(wasEmpty, now bool) {
 	if wasEmpty && o.hold {
 		o.held, wasEmpty = true, false
 	}
+	if wasEmpty && now && o.canWriteNow() {
+		o.writeNow()
+		return
+	}
 	o.mu.Unlock()
 	if wasEmpty {
+		o.signal()
+	}
+}
+
+func (o *outbox) canWriteNow() bool {
+	return o.direct != nil && !o.busy && o.err == nil && len(o.buf) > 0
+}
+
+// writeNow writes the queue on the caller's goroutine, without blocking;
+// it is called with o.mu held and releases it. What the socket did not
+// take goes back to the front of the queue, for the writer goroutine.
+func (o *outbox) writeNow() {
+	b := o.buf
+	o.buf, o.spare = o.spare[:0], nil
+	o.busy = true
+	if o.space != nil {
+		close(o.space)
+		o.space = nil
+	}
+	o.mu.Unlock()
+	n, err := o.direct(b)
+	o.mu.Lock()
+	o.busy = false
+	switch {
+	case err != nil:
+		o.spare = nil
+	case n < len(b):
+		// The rest leaves first: it moves to the front of b, and what
+		// other senders queued meanwhile goes behind it.
+		rest := copy(b, b[n:])
+		b = append(b[:rest], o.buf...)
+		o.buf, o.spare = b, o.buf[:0]
+	case cap(b) <= o.keep:
+		o.spare = b[:0]
+	}
+	// The writer may have found this write under way and gone back to
+	// sleep: wake it for what is queued, or to see the outbox closed
+	// (perhaps by the reader, before this write failed).
+	wake := len(o.buf) > 0 || o.err != nil
+	o.mu.Unlock()
+	if err != nil {
+		o.fail(err) // closes the outbox, which wakes the writer
+		o.signal()  // ... unless the connection had already ended
+		return
+	}
+	if wake {
 		o.signal()
 	}
 }
@@ -79,8 +152,8 @@ func (o *outbox) signal() {
 	}
 }
 
-// setHold starts or ends a hold; ending it wakes the writer if an append
-// was held back.
+// setHold starts or ends a hold. Ending it writes what was held back, on
+// the caller's goroutine if nobody is writing, else by waking the writer.
 func (o *outbox) setHold(on bool) {
 	o.mu.Lock()
 	if o.hold == on {
@@ -90,6 +163,10 @@ func (o *outbox) setHold(on bool) {
 	o.hold = on
 	wake := !on && o.held
 	o.held = false
+	if wake && o.canWriteNow() {
+		o.writeNow()
+		return
+	}
 	o.mu.Unlock()
 	if wake {
 		o.signal()
@@ -103,12 +180,21 @@ func (o *outbox) setHold(on bool) {
 // and a busy one never regrows its buffers.
 func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
 	o.mu.Lock()
-	for len(o.buf) == 0 && o.err == nil {
+	if o.writerOwns {
+		// The writer's previous batch is written.
+		o.busy, o.writerOwns = false, false
+	}
+	// A direct write under way finishes first, even on close: the frames
+	// it holds were queued before anything still here.
+	for o.busy || (len(o.buf) == 0 && o.err == nil) {
 		if cap(free) > keep {
 			free = nil
 		}
-		if cap(o.buf) > keep {
-			o.buf = nil
+		if len(o.buf) == 0 && cap(o.buf) > keep {
+			o.buf = nil // (a direct write may be under way with frames queued behind it)
+		}
+		if cap(o.spare) > keep {
+			o.spare = nil
 		}
 		o.mu.Unlock()
 		<-o.wake
@@ -116,6 +202,7 @@ func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
 	}
 	batch = o.buf
 	o.buf = free[:0]
+	o.busy, o.writerOwns = true, true
 	if o.space != nil {
 		close(o.space)
 		o.space = nil
