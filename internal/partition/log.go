@@ -2,6 +2,7 @@ package partition
 
 import (
 	"sort"
+	"unsafe"
 
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -11,6 +12,14 @@ import (
 // oldest entry for each new one. Entries at or below base are gone; base
 // is where a snapshot or the trimming left the log, and baseEpoch is the
 // epoch of the entry at base (needed to compare histories at that point).
+//
+// The history is most of a node's heap, so nothing in it holds a pointer
+// the garbage collector must follow: a slot locates its key and value in
+// data, one byte array per log. Bytes written to data never change, so
+// the entries the log hands out alias them (keys as strings, values as
+// slices capped at their end): trimming leaves dead bytes at data's front,
+// and once they are half of it the live rest is copied to a new array,
+// never moved within the old one.
 type entryLog struct {
 	buf       []slot
 	head      int
@@ -20,16 +29,24 @@ type entryLog struct {
 	// runs is the epoch column of base+1 … last, run-length encoded; the
 	// first run may start at or before base after trimming.
 	runs []Run
+	// data holds each entry's key then value, in offset order; dataPos is
+	// the position of data[0] in the stream of every byte appended.
+	data    []byte
+	dataPos uint64
 }
 
 // slot is what the log keeps of an entry: its offset is its place in the
-// ring and its epoch is in the runs, so it holds two pointers, not three,
-// and 48 bytes, not 80 (the history is most of a node's heap).
+// ring, its epoch is in the runs, and its key and value are in data.
 type slot struct {
-	typ   wire.RecordType
-	key   string
-	value []byte
+	pos    uint64 // the key's position in data's stream; the value follows
+	keyLen uint32
+	valLen uint32
+	typ    wire.RecordType
 }
+
+// minCompact is the least dead data worth copying the live data away
+// from: below it, a log keeps its dead bytes.
+const minCompact = 4 << 10
 
 func (l *entryLog) last() uint64 { return l.base + uint64(l.n) }
 
@@ -37,11 +54,28 @@ func (l *entryLog) slotAt(o uint64) *slot {
 	return &l.buf[(l.head+int(o-l.base-1))%len(l.buf)]
 }
 
+// key and value return a slot's key and value, aliasing data.
+func (l *entryLog) key(s *slot) string {
+	if s.keyLen == 0 {
+		return ""
+	}
+	return unsafe.String(&l.data[s.pos-l.dataPos], int(s.keyLen))
+}
+
+func (l *entryLog) value(s *slot) []byte {
+	if s.valLen == 0 {
+		return nil
+	}
+	i := s.pos - l.dataPos + uint64(s.keyLen)
+	j := i + uint64(s.valLen)
+	return l.data[i:j:j]
+}
+
 // at returns the entry at offset o; base < o <= last.
 func (l *entryLog) at(o uint64) Entry {
 	s := l.slotAt(o)
 	ep, _ := l.epochAt(o)
-	return Entry{Epoch: ep, Offset: o, Type: s.typ, Key: s.key, Value: s.value}
+	return Entry{Epoch: ep, Offset: o, Type: s.typ, Key: l.key(s), Value: l.value(s)}
 }
 
 // epochAt returns the epoch of the entry at o, for o in [base, last].
@@ -71,7 +105,9 @@ func (l *entryLog) append(e Entry, limit int) {
 			l.trimOne()
 		}
 	}
-	l.buf[(l.head+l.n)%len(l.buf)] = slot{typ: e.Type, key: e.Key, value: e.Value}
+	pos := l.dataPos + uint64(len(l.data))
+	l.data = append(append(l.data, e.Key...), e.Value...)
+	l.buf[(l.head+l.n)%len(l.buf)] = slot{pos: pos, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
 	l.n++
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
@@ -89,7 +125,6 @@ func (l *entryLog) grow(size int) {
 func (l *entryLog) trimOne() {
 	l.baseEpoch, _ = l.epochAt(l.base + 1)
 	l.base++
-	l.buf[l.head] = slot{} // release the key and value
 	l.head = (l.head + 1) % len(l.buf)
 	l.n--
 	for len(l.runs) > 1 && l.runs[1].First <= l.base+1 {
@@ -97,13 +132,26 @@ func (l *entryLog) trimOne() {
 	}
 	if l.n == 0 {
 		l.runs = l.runs[:0]
+		l.dropData()
+		return
 	}
+	if dead := l.buf[l.head].pos - l.dataPos; dead >= minCompact && 2*dead >= uint64(len(l.data)) {
+		// Copy, never move: entries handed out still alias the old array.
+		l.data = append(make([]byte, 0, 2*(uint64(len(l.data))-dead)), l.data[dead:]...)
+		l.dataPos += dead
+	}
+}
+
+// dropData lets data go once no slot refers to it.
+func (l *entryLog) dropData() {
+	l.dataPos += uint64(len(l.data))
+	l.data = nil
 }
 
 // reset empties the log at a new base (after restoring a snapshot).
 func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
-	clear(l.buf)
 	l.head, l.n = 0, 0
+	l.dropData()
 	l.base, l.baseEpoch = base, baseEpoch
 	l.runs = l.runs[:0]
 }
@@ -118,7 +166,7 @@ func (l *entryLog) fit(from, to uint64, budget int) uint64 {
 	size := 0
 	for o := from; o <= to; o++ {
 		e := l.slotAt(o)
-		size += len(e.key) + len(e.value) + entryOverhead
+		size += int(e.keyLen) + int(e.valLen) + entryOverhead
 		if size > budget && o > from {
 			return o - 1
 		}
@@ -134,7 +182,7 @@ func (l *entryLog) appendRange(dst []Entry, from, to uint64) []Entry {
 			i++
 		}
 		s := l.slotAt(o)
-		dst = append(dst, Entry{Epoch: l.runs[i].Epoch, Offset: o, Type: s.typ, Key: s.key, Value: s.value})
+		dst = append(dst, Entry{Epoch: l.runs[i].Epoch, Offset: o, Type: s.typ, Key: l.key(s), Value: l.value(s)})
 	}
 	return dst
 }
