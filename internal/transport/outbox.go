@@ -30,13 +30,13 @@ type outbox struct {
 	// took; nil when the connection cannot (TLS): then only the writer
 	// goroutine writes.
 	direct func(b []byte) (int, error)
-	fail   func(error) // ends the connection after a failed direct write
-	spare  []byte      // the buffer a direct write leaves as the queue
-	keep   int         // buffers over this are not kept for reuse
-	err   error         // set once closed; returned to senders
-	flush bool          // on close: write what is queued first
-	space chan struct{} // made by a blocked sender, closed when the writer takes the queue
-	wake  chan struct{} // capacity 1: tells the writer there is work
+	fail   func(error)   // ends the connection after a failed direct write
+	spare  []byte        // the buffer a direct write leaves as the queue
+	keep   int           // buffers over this are not kept for reuse
+	err    error         // set once closed; returned to senders
+	flush  bool          // on close: write what is queued first
+	space  chan struct{} // made by a blocked sender, closed when the writer takes the queue
+	wake   chan struct{} // capacity 1: tells the writer there is work
 	// hold is set by the reader while it dispatches frames it already has
 	// in memory: their answers go out in one write when it is done, as
 	// the echo floor flushes only when its input runs dry.
