@@ -106,6 +106,12 @@ func (l *entryLog) append(e Entry, limit int) {
 		}
 	}
 	pos := l.dataPos + uint64(len(l.data))
+	if need := len(l.data) + len(e.Key) + len(e.Value); need > cap(l.data) {
+		// Double, where append would grow a large array by a quarter:
+		// each byte is then copied about once as the log grows, not four
+		// times.
+		l.data = append(make([]byte, 0, max(need, 2*cap(l.data), 1024)), l.data...)
+	}
 	l.data = append(append(l.data, e.Key...), e.Value...)
 	l.buf[(l.head+l.n)%len(l.buf)] = slot{pos: pos, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
 	l.n++
