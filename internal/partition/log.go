@@ -15,11 +15,11 @@ import (
 //
 // The history is most of a node's heap, so nothing in it holds a pointer
 // the garbage collector must follow: a slot locates its key and value in
-// data, one byte array per log. Bytes written to data never change, so
-// the entries the log hands out alias them (keys as strings, values as
-// slices capped at their end): trimming leaves dead bytes at data's front,
-// and once they are half of it the live rest is copied to a new array,
-// never moved within the old one.
+// the log's blocks, byte arrays that fill up one after another. Bytes
+// written to a block never change, so the entries the log hands out alias
+// them (keys as strings, values as slices capped at their end); nothing is
+// ever copied as the log grows, and a block goes once trimming has passed
+// every entry in it.
 type entryLog struct {
 	buf       []slot
 	head      int
@@ -29,24 +29,28 @@ type entryLog struct {
 	// runs is the epoch column of base+1 … last, run-length encoded; the
 	// first run may start at or before base after trimming.
 	runs []Run
-	// data holds each entry's key then value, in offset order; dataPos is
-	// the position of data[0] in the stream of every byte appended.
-	data    []byte
-	dataPos uint64
+	// blocks hold each entry's key then value, in offset order; an entry
+	// never spans two blocks. blocks[0] is block number firstBlock.
+	blocks     [][]byte
+	firstBlock uint64
 }
 
 // slot is what the log keeps of an entry: its offset is its place in the
-// ring, its epoch is in the runs, and its key and value are in data.
+// ring, its epoch is in the runs, and its key and value are in a block.
 type slot struct {
-	pos    uint64 // the key's position in data's stream; the value follows
+	block  uint64 // the block's number
+	off    uint32 // the key's place in the block; the value follows
 	keyLen uint32
 	valLen uint32
 	typ    wire.RecordType
 }
 
-// minCompact is the least dead data worth copying the live data away
-// from: below it, a log keeps its dead bytes.
-const minCompact = 4 << 10
+// Blocks start small, so a partition written rarely holds little, and
+// double up to maxBlock; an entry larger than that gets a block of its own.
+const (
+	minBlock = 1 << 10
+	maxBlock = 64 << 10
+)
 
 func (l *entryLog) last() uint64 { return l.base + uint64(l.n) }
 
@@ -54,21 +58,47 @@ func (l *entryLog) slotAt(o uint64) *slot {
 	return &l.buf[(l.head+int(o-l.base-1))%len(l.buf)]
 }
 
-// key and value return a slot's key and value, aliasing data.
+// key and value return a slot's key and value, aliasing its block.
 func (l *entryLog) key(s *slot) string {
 	if s.keyLen == 0 {
 		return ""
 	}
-	return unsafe.String(&l.data[s.pos-l.dataPos], int(s.keyLen))
+	return unsafe.String(&l.blocks[s.block-l.firstBlock][s.off], int(s.keyLen))
 }
 
 func (l *entryLog) value(s *slot) []byte {
 	if s.valLen == 0 {
 		return nil
 	}
-	i := s.pos - l.dataPos + uint64(s.keyLen)
-	j := i + uint64(s.valLen)
-	return l.data[i:j:j]
+	i := s.off + s.keyLen
+	j := i + s.valLen
+	return l.blocks[s.block-l.firstBlock][i:j:j]
+}
+
+// store copies an entry's key and value into the last block, starting a
+// new block when they do not fit, and returns where they went.
+func (l *entryLog) store(key string, value []byte) (block uint64, off uint32) {
+	need := len(key) + len(value)
+	if k := len(l.blocks); k == 0 || cap(l.blocks[k-1])-len(l.blocks[k-1]) < need {
+		size := minBlock
+		if k > 0 {
+			size = min(2*cap(l.blocks[k-1]), maxBlock)
+		}
+		l.blocks = append(l.blocks, make([]byte, 0, max(size, need)))
+	}
+	k := len(l.blocks) - 1
+	b := l.blocks[k]
+	off = uint32(len(b))
+	l.blocks[k] = append(append(b, key...), value...)
+	return l.firstBlock + uint64(k), off
+}
+
+// dropBlocks lets go of the blocks before block number first.
+func (l *entryLog) dropBlocks(first uint64) {
+	k := int(min(first-l.firstBlock, uint64(len(l.blocks))))
+	clear(l.blocks[:k])
+	l.blocks = l.blocks[k:]
+	l.firstBlock = first
 }
 
 // at returns the entry at offset o; base < o <= last.
@@ -105,15 +135,8 @@ func (l *entryLog) append(e Entry, limit int) {
 			l.trimOne()
 		}
 	}
-	pos := l.dataPos + uint64(len(l.data))
-	if need := len(l.data) + len(e.Key) + len(e.Value); need > cap(l.data) {
-		// Double, where append would grow a large array by a quarter:
-		// each byte is then copied about once as the log grows, not four
-		// times.
-		l.data = append(make([]byte, 0, max(need, 2*cap(l.data), 1024)), l.data...)
-	}
-	l.data = append(append(l.data, e.Key...), e.Value...)
-	l.buf[(l.head+l.n)%len(l.buf)] = slot{pos: pos, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
+	block, off := l.store(e.Key, e.Value)
+	l.buf[(l.head+l.n)%len(l.buf)] = slot{block: block, off: off, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
 	l.n++
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
@@ -138,26 +161,16 @@ func (l *entryLog) trimOne() {
 	}
 	if l.n == 0 {
 		l.runs = l.runs[:0]
-		l.dropData()
+		l.dropBlocks(l.firstBlock + uint64(len(l.blocks)))
 		return
 	}
-	if dead := l.buf[l.head].pos - l.dataPos; dead >= minCompact && 2*dead >= uint64(len(l.data)) {
-		// Copy, never move: entries handed out still alias the old array.
-		l.data = append(make([]byte, 0, 2*(uint64(len(l.data))-dead)), l.data[dead:]...)
-		l.dataPos += dead
-	}
-}
-
-// dropData lets data go once no slot refers to it.
-func (l *entryLog) dropData() {
-	l.dataPos += uint64(len(l.data))
-	l.data = nil
+	l.dropBlocks(l.buf[l.head].block)
 }
 
 // reset empties the log at a new base (after restoring a snapshot).
 func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
 	l.head, l.n = 0, 0
-	l.dropData()
+	l.dropBlocks(l.firstBlock + uint64(len(l.blocks)))
 	l.base, l.baseEpoch = base, baseEpoch
 	l.runs = l.runs[:0]
 }
