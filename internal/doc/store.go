@@ -179,6 +179,22 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 	pt := &s.parts[p]
 	pt.write.Lock()
 	defer pt.write.Unlock()
+	if !nested && c.Type == wire.RecordUpdate {
+		// The commonest change needs no look at the old value: one map
+		// operation, whose growth says whether the key is new.
+		if commit {
+			ne := &entry{raw: append([]byte(nil), c.Value...)} // c.Value may be a receive buffer
+			pt.mu.Lock()
+			n := len(pt.m)
+			pt.m[top] = ne
+			grew := len(pt.m) > n
+			pt.mu.Unlock()
+			if grew {
+				s.n.Add(1)
+			}
+		}
+		return nil
+	}
 	old, exists := pt.m[top]
 	var val any
 	switch {
