@@ -225,9 +225,8 @@ func (dec *Decoder) Decode(b []byte) (Message, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: unknown engine message kind %d", wire.ErrMalformed, b[0])
 	}
-	c := wire.NewCursor(b[1:])
-	d := decoding{c: &c, owner: dec.owner, dec: dec}
-	defer func() { dec.owner = d.owner }()
+	d := decoding{c: wire.NewCursor(b[1:]), dec: dec}
+	c := &d.c
 	switch m := m.(type) {
 	case *Commit:
 		d.commit(m)
@@ -290,20 +289,20 @@ const (
 	minEntry       = 7
 )
 
-// decoding reads one message's fields; owner is the last epoch owner
-// read, so the entries of one epoch share one string, and buf is where the
-// message's values are copied.
+// decoding reads one message's fields; buf is where the message's values
+// are copied. The decoder keeps the last epoch owner read, so the entries
+// of one epoch share one string. (The cursor stays on the stack only while
+// nothing read from decoding is stored on the heap: keep owner in dec.)
 type decoding struct {
-	c     *wire.Cursor
-	owner string
-	buf   []byte
-	dec   *Decoder
+	c   wire.Cursor
+	buf []byte
+	dec *Decoder
 }
 
 func (d *decoding) epoch() Epoch {
 	t := d.c.Uint("term")
-	d.owner = d.c.Str("owner", d.owner)
-	return Epoch{Term: t, Owner: d.owner}
+	d.dec.owner = d.c.Str("owner", d.dec.owner)
+	return Epoch{Term: t, Owner: d.dec.owner}
 }
 
 func (d *decoding) position() Position {
@@ -327,7 +326,7 @@ func (d *decoding) value() []byte {
 }
 
 func (d *decoding) commit(m *Commit) {
-	c := d.c
+	c := &d.c
 	c.Array("commit", 5)
 	m.Partition = c.Uint32("partition")
 	first := d.position()
@@ -348,7 +347,7 @@ func (d *decoding) commit(m *Commit) {
 }
 
 func (d *decoding) entries(dst *[]Entry) {
-	c := d.c
+	c := &d.c
 	n := c.Array("entries", -1)
 	if n == 0 {
 		return
