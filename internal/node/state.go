@@ -19,20 +19,20 @@ var (
 )
 
 // CheckApply applies e if it fits the state; on error nothing changed.
-func (d docState) CheckApply(p int, e *partition.Entry) error { return d.store.Apply(p, change(e)) }
+func (d docState) CheckApply(p int, e partition.Entry) error { return d.store.Apply(p, change(e)) }
 
-func change(e *partition.Entry) doc.Change {
+func change(e partition.Entry) doc.Change {
 	return doc.Change{Type: e.Type, Key: e.Key, Value: e.Value}
 }
 
 // Check is the owner's test of a write against its state.
-func (d docState) Check(p int, e *partition.Entry) error { return d.store.Check(p, change(e)) }
+func (d docState) Check(p int, e partition.Entry) error { return d.store.Check(p, change(e)) }
 
 // Apply applies a committed entry. The owner checked it against the same
 // state, and every copy applies the same entries in the same order, so an
 // error here means copies have diverged: it is logged loudly, and the
 // entry is skipped, as the owner's Check would have refused it.
-func (d docState) Apply(p int, e *partition.Entry) {
+func (d docState) Apply(p int, e partition.Entry) {
 	if err := d.store.Apply(p, change(e)); err != nil {
 		d.logger.Error("fero: node: a committed entry does not apply; this copy has diverged",
 			"partition", p, "epoch", e.Epoch, "offset", e.Offset, "key", e.Key, "err", err)

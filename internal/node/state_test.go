@@ -22,7 +22,7 @@ func TestDocState(t *testing.T) {
 	add, err := b.Add("users.ada", map[string]any{"name": "Ada"})
 	require.NoError(t, err)
 	p := store.PartitionOf("users")
-	e := &partition.Entry{Offset: 1, Type: add.Type, Key: add.Key, Value: add.Value}
+	e := partition.Entry{Offset: 1, Type: add.Type, Key: add.Key, Value: add.Value}
 
 	require.NoError(t, st.Check(p, e))
 	st.Apply(p, e)

@@ -9,8 +9,8 @@ import (
 
 type nopState struct{}
 
-func (nopState) Check(int, *Entry) error       { return nil }
-func (nopState) Apply(int, *Entry)             {}
+func (nopState) Check(int, Entry) error        { return nil }
+func (nopState) Apply(int, Entry)              {}
 func (nopState) Snapshot(int) ([]byte, error)  { return nil, nil }
 func (nopState) Restore(p int, b []byte) error { return nil }
 

@@ -125,7 +125,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 // apply appends ent (offset last+1) to the log and the state of a copy.
 func (e *Engine) apply(pt *part, ent Entry) {
 	pt.log.append(ent, e.cfg.historyMax)
-	e.st.Apply(pt.p, &ent)
+	e.st.Apply(pt.p, ent)
 	if pt.logEpoch.Less(ent.Epoch) {
 		// An entry of a newer epoch means this log now holds that epoch's
 		// start (it is the offset before the epoch's first entry).

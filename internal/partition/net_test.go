@@ -42,14 +42,14 @@ func newTestState(parts int) *testState {
 // changes a real state cannot apply.
 const invalidPrefix = "invalid/"
 
-func (s *testState) Check(p int, e *Entry) error {
+func (s *testState) Check(p int, e Entry) error {
 	if strings.HasPrefix(e.Key, invalidPrefix) {
 		return errs.Errorf(errs.FailedPrecondition, "key %q refused by the state", e.Key)
 	}
 	return nil
 }
 
-func (s *testState) Apply(p int, e *Entry) {
+func (s *testState) Apply(p int, e Entry) {
 	if e.Offset != s.applied[p]+1 {
 		s.bad = append(s.bad, fmt.Sprintf("partition %d: applied offset %d after %d", p, e.Offset, s.applied[p]))
 	}

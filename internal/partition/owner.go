@@ -227,9 +227,9 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	ca, oneStep := e.st.(CheckApplier)
 	var err error
 	if oneStep {
-		err = ca.CheckApply(pt.p, &ent)
+		err = ca.CheckApply(pt.p, ent)
 	} else {
-		err = e.st.Check(pt.p, &ent)
+		err = e.st.Check(pt.p, ent)
 	}
 	if err != nil {
 		if errs.CodeOf(err) == errs.Unknown {
@@ -239,7 +239,7 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	}
 	pt.log.append(ent, e.cfg.historyMax)
 	if !oneStep {
-		e.st.Apply(pt.p, &ent)
+		e.st.Apply(pt.p, ent)
 	}
 	e.event(Event{Kind: EventCommitted, Partition: pt.p, Entry: ent})
 	e.markDirty(pt)

@@ -250,11 +250,11 @@ type State interface {
 	// not fit the state (an ADD of a key that exists, a path through a
 	// scalar) is refused to its caller with Check's error instead of being
 	// committed as a no-op. It must not change the state.
-	Check(partition int, e *Entry) error
+	Check(partition int, e Entry) error
 	// Apply applies one entry of the partition. It must not fail: the
 	// owner checked it against the same state, and a copy cannot skip an
 	// offset.
-	Apply(partition int, e *Entry)
+	Apply(partition int, e Entry)
 	// Snapshot encodes the partition's state.
 	Snapshot(partition int) ([]byte, error)
 	// Restore replaces the partition's state with a snapshot another node's
@@ -267,7 +267,7 @@ type State interface {
 // otherwise, leaving the state unchanged. The owner uses it instead of
 // Check then Apply, which for a document store decodes each value twice.
 type CheckApplier interface {
-	CheckApply(partition int, e *Entry) error
+	CheckApply(partition int, e Entry) error
 }
 
 // sample is a server count that held until a moment; the quorum rule takes
