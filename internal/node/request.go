@@ -119,6 +119,11 @@ type wireRequest struct {
 }
 
 func (w *wireRequest) append(b []byte) []byte {
+	if b == nil {
+		// Headers take at most 5 bytes each, the hop count 2: one
+		// allocation instead of one per field as it grows.
+		b = make([]byte, 0, 1+5+len(w.Verb)+5+len(w.Key)+5+len(w.Payload)+2)
+	}
 	b = wire.AppendArrayHeader(b, 4)
 	b = wire.AppendStr(b, w.Verb)
 	b = wire.AppendStr(b, w.Key)
