@@ -161,6 +161,10 @@ const (
 	replyRetry byte = 1 // the receiver does not own the key's partition
 )
 
+// okReply is an empty reply: shared and read-only (a reply's bytes are
+// copied into the connection's outbox).
+var okReply = []byte{replyOK}
+
 // retryBackoff bounds the pause before a request that met a non-owner is
 // sent again, while the maps converge.
 const (
@@ -302,7 +306,10 @@ func (n *Node) serveRequest(r *transport.Request) {
 				n.spawn(func() { _ = r.Fail(err) })
 				return
 			}
-			b := append([]byte{replyOK}, reply...)
+			b := okReply // an UPDATE's reply is empty: nothing to allocate
+			if len(reply) > 0 {
+				b = append([]byte{replyOK}, reply...)
+			}
 			if errors.Is(r.TryReply(b), transport.ErrOutboxFull) {
 				n.spawn(func() { _ = r.Reply(b) })
 			}
