@@ -72,32 +72,59 @@ type partition struct {
 // came as (raw), checked but not decoded: copies apply every commit, and
 // most values are read far less often than they are written, if at all
 // (a value overwritten before anyone reads it is never decoded). The first
-// reader decodes it, once.
+// reader decodes it. So that a write pays for no more than it uses, the
+// decoded form lives apart, in a decoded made on that first read; the
+// entry itself is two words and a pointer.
 type entry struct {
-	raw     []byte // the value's msgpack as written; nil if val was set directly
-	valOnce sync.Once
-	val     any
-	once    sync.Once
-	enc     []byte
+	raw  []byte // the value's msgpack as written; nil if the value was set decoded
+	lazy atomic.Pointer[decoded]
 }
 
-// value returns the decoded value, decoding it on first use.
-func (e *entry) value() any {
-	if e.raw != nil {
-		e.valOnce.Do(func() {
-			// Apply checked raw with wire.ValueLevel, which refuses
-			// everything decodeValue refuses (FuzzLazyValue).
-			e.val, _, _ = decodeValue(e.raw)
-		})
-	}
-	return e.val
+// decoded is an entry's decoded value, and its canonical encoding once
+// something asked for it.
+type decoded struct {
+	val  any
+	once sync.Once
+	enc  []byte
 }
+
+// decodedEntry is an entry whose value was set decoded, in one allocation.
+type decodedEntry struct {
+	entry
+	d decoded
+}
+
+func newDecodedEntry(v any) *entry {
+	de := &decodedEntry{d: decoded{val: v}}
+	de.lazy.Store(&de.d)
+	return &de.entry
+}
+
+// dec returns the decoded value, decoding raw on first use. Readers that
+// race to decode agree on the result, and all keep the first stored.
+func (e *entry) dec() *decoded {
+	if d := e.lazy.Load(); d != nil {
+		return d
+	}
+	// Apply checked raw with wire.ValueLevel, which refuses everything
+	// decodeValue refuses (FuzzLazyValue).
+	v, _, _ := decodeValue(e.raw)
+	d := &decoded{val: v}
+	if e.lazy.CompareAndSwap(nil, d) {
+		return d
+	}
+	return e.lazy.Load()
+}
+
+// value returns the decoded value.
+func (e *entry) value() any { return e.dec().val }
 
 // encoding returns the canonical encoding of the value, computed on first
 // use: a write does not pay for it, a snapshot or digest pays once.
 func (e *entry) encoding() []byte {
-	e.once.Do(func() { e.enc = appendValue(nil, e.value()) })
-	return e.enc
+	d := e.dec()
+	d.once.Do(func() { d.enc = appendValue(nil, d.val) })
+	return d.enc
 }
 
 // New returns an empty store of the given number of partitions.
@@ -228,9 +255,11 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
 	}
 	if commit {
-		ne := &entry{val: val}
-		if !nested {
-			ne.raw = append([]byte(nil), c.Value...) // c.Value may be a receive buffer
+		var ne *entry
+		if nested {
+			ne = newDecodedEntry(val)
+		} else {
+			ne = &entry{raw: append([]byte(nil), c.Value...)} // c.Value may be a receive buffer
 		}
 		pt.mu.Lock()
 		pt.m[top] = ne
@@ -434,7 +463,7 @@ func (s *Store) Restore(p int, b []byte) error {
 		if q := s.part(k); q != p {
 			return errs.Errorf(errs.InvalidArgument, "%w: key %q is in partition %d, not %d", ErrSnapshot, k, q, p)
 		}
-		m[k] = &entry{val: v}
+		m[k] = newDecodedEntry(v)
 	}
 	s.replace(p, m)
 	return nil
