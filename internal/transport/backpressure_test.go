@@ -216,13 +216,13 @@ func TestDirectCallsSurviveAFullSocket(t *testing.T) {
 	}), WithOutboxLimit(64<<20))
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	var releaseOnce sync.Once
-	unstall := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unstall) // before the server closes, if the test fails early
 	ctx := ctxT(t)
 	c, err := DialConn(ctx, s.Addr().String(), WithOutboxLimit(64<<20))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	var releaseOnce sync.Once
+	unstall := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unstall) // first of the cleanups, if the test fails early
 	const calls = 64
 	payload := make([]byte, 256<<10) // 16 MiB in all: more than the socket buffers hold
 	errc := make(chan error, calls)
@@ -232,14 +232,54 @@ func TestDirectCallsSurviveAFullSocket(t *testing.T) {
 			errc <- err
 		}()
 	}
-	// Let the calls fill the socket and queue behind it, then read.
+	// Let the calls fill the socket, so that the writer goroutine has to
+	// take over what the direct writes could not place (it then blocks
+	// writing, or frames wait for it), then read.
 	require.Eventually(t, func() bool {
 		c.out.mu.Lock()
 		defer c.out.mu.Unlock()
-		return len(c.out.buf) > 0
-	}, 10*time.Second, time.Millisecond, "some calls were left queued by a full socket")
+		return c.out.writerOwns || len(c.out.buf) > 0
+	}, 10*time.Second, time.Millisecond, "the writer goroutine took over from a full socket")
 	unstall()
 	for range calls {
 		require.NoError(t, <-errc)
+	}
+}
+
+// TestCloseBoundsAWriteUnderWay: Close flushes for at most the close
+// timeout, even when the writer is already blocked writing to a peer that
+// stopped reading.
+func TestCloseBoundsAWriteUnderWay(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	s, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) {
+		once.Do(func() { <-release }) // the first message stalls the server's reader
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { close(release) })
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, s.Addr().String(), WithOutboxLimit(64<<20), WithCloseTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	payload := make([]byte, 256<<10)
+	for range 64 { // 16 MiB: more than the socket buffers hold
+		require.NoError(t, c.Send(ctx, opCount, payload))
+	}
+	require.Eventually(t, func() bool {
+		c.out.mu.Lock()
+		defer c.out.mu.Unlock()
+		return c.out.writerOwns
+	}, 10*time.Second, time.Millisecond, "the writer is writing")
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Logf("Close returned after %v", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits for a peer that does not read")
 	}
 }

@@ -163,9 +163,12 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close flushes queued frames (for at most the close timeout), ends the
-// connection, fails calls still waiting with ErrClosed and waits for the
-// connection's goroutines. It is idempotent. Do not call it from a
+// Close flushes queued frames, ends the connection, fails calls still
+// waiting with ErrClosed and waits for the connection's goroutines. The
+// flush, a write already under way included, is bounded by the close
+// timeout; so is the wait, after it, for the peer to close its side (see
+// lingerClose), which keeps a reset from discarding what the peer has not
+// read yet. It is idempotent. Do not call it from a
 // handler running on this connection's reader goroutine: that would wait
 // for itself; use go c.Close() there.
 func (c *Conn) Close() error {
@@ -180,6 +183,11 @@ func (c *Conn) end(cause error, flush bool) {
 		c.err = cause
 		c.ended.Store(true)
 		c.cancel(cause)
+		if flush && c.cfg.closeTimeout > 0 {
+			// The flush, the write under way included, ends by then
+			// even if the peer has stopped reading.
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.closeTimeout))
+		}
 		c.out.close(cause, flush && c.cfg.closeTimeout > 0)
 		if !flush {
 			c.nc.Close() // unblocks the reader and writer now
@@ -271,7 +279,11 @@ func (c *Conn) readPreface() error {
 }
 
 func (c *Conn) writeLoop() {
+	graceful := false
 	defer func() {
+		if graceful {
+			c.lingerClose()
+		}
 		c.nc.Close()
 		<-c.readerDone
 		if c.onEnd != nil {
@@ -281,10 +293,7 @@ func (c *Conn) writeLoop() {
 	}()
 	var free []byte
 	for {
-		batch, last := c.out.take(free, 2*c.cfg.maxBatch)
-		if last && len(batch) > 0 {
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.closeTimeout))
-		}
+		batch, last := c.out.take(free, 2*c.cfg.maxBatch) // (end set the deadline of a last batch)
 		for rest := batch; len(rest) > 0; {
 			n := min(len(rest), c.cfg.maxBatch)
 			if _, err := c.nc.Write(rest[:n]); err != nil {
@@ -297,11 +306,32 @@ func (c *Conn) writeLoop() {
 			rest = rest[n:]
 		}
 		if last {
+			graceful = c.out.flushing()
 			return
 		}
 		// Reuse the buffer for the next swap, so a busy connection stops
 		// allocating; take lets large buffers go when the writer idles.
 		free = batch[:0]
+	}
+}
+
+// lingerClose ends a connection whose last frames are written without
+// losing them: closing a socket that still holds unread input makes the
+// kernel reset the connection, and a reset discards whatever the peer has
+// received but not yet read (the queued frames Close promised to
+// deliver). So it shuts down the writing side only, which the peer reads
+// as the end of the stream and answers by closing its own, and waits for
+// the reader to see that, for at most the close timeout.
+func (c *Conn) lingerClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	t := time.NewTimer(c.cfg.closeTimeout)
+	defer t.Stop()
+	select {
+	case <-c.readerDone:
+	case <-t.C:
 	}
 }
 

@@ -215,6 +215,14 @@ func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
 	return batch, last
 }
 
+// flushing reports whether the outbox was closed with its frames to be
+// written.
+func (o *outbox) flushing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err != nil && o.flush
+}
+
 // close refuses further frames with err. With flush, the writer still
 // writes what is queued.
 func (o *outbox) close(err error, flush bool) {

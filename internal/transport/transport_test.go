@@ -472,7 +472,8 @@ func TestCloseFlushes(t *testing.T) {
 		require.NoError(t, p.Send(context.Background(), opCount, make([]byte, 100)))
 	}
 	require.NoError(t, p.Close())
-	require.Eventually(t, func() bool { return ts.count.Load() == 10000 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return ts.count.Load() == 10000 }, 10*time.Second, time.Millisecond,
+		"the server counted %d of 10000", ts.count.Load())
 }
 
 func TestStreamConsumerTooSlow(t *testing.T) {
