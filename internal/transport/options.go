@@ -32,7 +32,8 @@ const (
 	DefaultRetryMax = 5
 	// DefaultStreamBuffer bounds the unread bytes of one Stream.
 	DefaultStreamBuffer = 1 << 20
-	// DefaultCloseTimeout bounds the flush of queued frames on Close.
+	// DefaultCloseTimeout bounds the flush of queued frames on Close, and
+	// then the wait for the peer to close its side.
 	DefaultCloseTimeout = time.Second
 )
 
