@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -475,6 +476,12 @@ func (c *Conn) complete(f *wire.Frame) (keep bool) {
 			p.st.push(f.Payload)
 		}
 	case wire.KindReply:
+		if keep && len(f.Payload) <= smallReply {
+			// Copying a small reply beats pinning the read block for it:
+			// a pinned block makes the reader start a new one.
+			p.deliver(bytes.Clone(f.Payload), nil)
+			return false
+		}
 		p.deliver(f.Payload, nil)
 	case wire.KindError:
 		code, msg, err := wire.ParseErrorPayload(f.Payload)
@@ -487,6 +494,10 @@ func (c *Conn) complete(f *wire.Frame) (keep bool) {
 	}
 	return keep
 }
+
+// smallReply is the largest reply to a Call that is copied out of the
+// read buffer instead of keeping the buffer.
+const smallReply = 512
 
 // pending is a call of ours awaiting its answer.
 type pending struct {
@@ -612,8 +623,9 @@ func (c *Conn) Send(ctx context.Context, op uint32, payload []byte, opts ...Call
 	return c.writeFrame(ctx, wire.KindSend, 0, op, payload, failFast(opts))
 }
 
-// Call sends a request and waits for its reply. The reply aliases the
-// connection's read buffer.
+// Call sends a request and waits for its reply. The reply may alias the
+// connection's read buffer (a small one is copied); it is the caller's to
+// keep, and nothing else writes to it.
 func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...CallOption) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
