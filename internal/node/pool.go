@@ -273,8 +273,12 @@ func (p *pool) close() {
 	conns := p.conns
 	p.conns = map[string]pooled{}
 	p.mu.Unlock()
+	// Each Close may wait out the close timeout for a peer that does not
+	// answer (transport's lingerClose): wait for all at once.
+	var wg sync.WaitGroup
 	for _, pc := range conns {
-		pc.c.Close()
+		wg.Go(func() { pc.c.Close() })
 	}
+	wg.Wait()
 	p.closing.Wait()
 }
