@@ -127,7 +127,7 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 		o.unlock(empty, false)
 	}
 	assert.Len(t, o.wake, 1, "only the append into an empty outbox wakes the writer")
-	batch, last := o.take(nil, 1<<20)
+	batch, last := o.take(nil)
 	assert.Equal(t, "abcbcdcde", string(batch), "one batch carries every frame queued meanwhile")
 	assert.False(t, last)
 	o.close(ErrClosed, true)
@@ -160,7 +160,7 @@ func TestDirectWritesKeepOrder(t *testing.T) {
 		defer close(done)
 		var free []byte
 		for {
-			batch, last := o.take(free, 1<<10)
+			batch, last := o.take(free)
 			mu.Lock()
 			sent = append(sent, batch...)
 			mu.Unlock()

@@ -294,7 +294,7 @@ func (c *Conn) writeLoop() {
 	}()
 	var free []byte
 	for {
-		batch, last := c.out.take(free, 2*c.cfg.maxBatch) // (end set the deadline of a last batch)
+		batch, last := c.out.take(free) // (end set the deadline of a last batch)
 		for rest := batch; len(rest) > 0; {
 			n := min(len(rest), c.cfg.maxBatch)
 			if _, err := c.nc.Write(rest[:n]); err != nil {

@@ -176,9 +176,9 @@ func (o *outbox) setHold(on bool) {
 // take blocks until there are bytes to write or the outbox is closed. It
 // returns the queued bytes, leaving free (emptied) as the new queue, and
 // whether this is the last batch. Before it waits, it drops buffers over
-// keep bytes: an idle connection does not hold on to a burst's memory,
+// o.keep bytes: an idle connection does not hold on to a burst's memory,
 // and a busy one never regrows its buffers.
-func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
+func (o *outbox) take(free []byte) (batch []byte, last bool) {
 	o.mu.Lock()
 	if o.writerOwns {
 		// The writer's previous batch is written.
@@ -187,13 +187,13 @@ func (o *outbox) take(free []byte, keep int) (batch []byte, last bool) {
 	// A direct write under way finishes first, even on close: the frames
 	// it holds were queued before anything still here.
 	for o.busy || (len(o.buf) == 0 && o.err == nil) {
-		if cap(free) > keep {
+		if cap(free) > o.keep {
 			free = nil
 		}
-		if len(o.buf) == 0 && cap(o.buf) > keep {
+		if len(o.buf) == 0 && cap(o.buf) > o.keep {
 			o.buf = nil // (a direct write may be under way with frames queued behind it)
 		}
-		if cap(o.spare) > keep {
+		if cap(o.spare) > o.keep {
 			o.spare = nil
 		}
 		o.mu.Unlock()
