@@ -283,3 +283,24 @@ func TestCloseBoundsAWriteUnderWay(t *testing.T) {
 		t.Fatal("Close still waits for a peer that does not read")
 	}
 }
+
+// TestWithoutDirectWrites: with direct writes off, no sender writes to the
+// socket itself, and calls still go through the writer goroutine.
+func TestWithoutDirectWrites(t *testing.T) {
+	ts := newTestServer(t, WithDirectWrites(false))
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, ts.Addr().String(), WithDirectWrites(false))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	assert.Nil(t, c.out.direct, "the option turns direct writes off")
+	for i := range 100 {
+		reply, err := c.Call(ctx, opEcho, []byte{byte(i)})
+		require.NoError(t, err)
+		require.Equal(t, []byte{byte(i)}, reply)
+	}
+
+	d, err := DialConn(ctx, ts.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	assert.NotNil(t, d.out.direct, "a plain TCP connection writes directly by default")
+}
