@@ -41,6 +41,18 @@
 // them (as a server flushes when its input runs dry). There is no timer:
 // batching comes only from load and never waits for input yet to come.
 //
+// Two senders that are about to wait anyway write to an idle connection
+// themselves instead of waking the writer: a Call, and the reader once it
+// has handled what it holds. Their write is one non-blocking system call;
+// what the socket does not take at once goes to the writer, in order, so
+// no sender ever blocks in the socket. WithDirectWrites(false) turns this
+// off, and TLS connections always leave writing to the writer.
+//
+// Close flushes the outbox for at most the close timeout, then shuts down
+// its writing side and waits, for at most the close timeout again, for
+// the peer to close its own: closing at once could reset the connection
+// and discard frames the peer has received but not yet read.
+//
 // The outbox holds at most OutboxLimit bytes (256 KiB by default; one
 // frame larger than that is let through alone); beyond it a sender blocks
 // until there is room or its context ends, or, with the FailFast call
