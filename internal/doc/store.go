@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/fero-go/fero/internal/errs"
@@ -116,6 +117,72 @@ func (e *entry) dec() *decoded {
 	return e.lazy.Load()
 }
 
+// newRawEntry returns an entry holding a copy of raw, and a copy of key
+// for the map to keep. Neither may alias the change, which may sit in a
+// receive buffer. Up to maxPacked bytes of key and value together, all
+// three take one allocation, sized to one of the allocator's classes: one
+// object per top-level key to allocate and for the collector to mark,
+// instead of three.
+func newRawEntry(key string, raw []byte) (string, *entry) {
+	switch n := len(key) + len(raw); {
+	case n <= 16:
+		return packEntry[[16]byte](key, raw)
+	case n <= 32:
+		return packEntry[[32]byte](key, raw)
+	case n <= 48:
+		return packEntry[[48]byte](key, raw)
+	case n <= 64:
+		return packEntry[[64]byte](key, raw)
+	case n <= 80:
+		return packEntry[[80]byte](key, raw)
+	case n <= 96:
+		return packEntry[[96]byte](key, raw)
+	case n <= 112:
+		return packEntry[[112]byte](key, raw)
+	case n <= 128:
+		return packEntry[[128]byte](key, raw)
+	case n <= 160:
+		return packEntry[[160]byte](key, raw)
+	case n <= 192:
+		return packEntry[[192]byte](key, raw)
+	case n <= 224:
+		return packEntry[[224]byte](key, raw)
+	case n <= 256:
+		return packEntry[[256]byte](key, raw)
+	case n <= 320:
+		return packEntry[[320]byte](key, raw)
+	case n <= 384:
+		return packEntry[[384]byte](key, raw)
+	case n <= maxPacked:
+		return packEntry[[maxPacked]byte](key, raw)
+	}
+	// Past the small size classes one allocation more is noise beside the
+	// copy; the key and the value still share one.
+	b := make([]byte, len(key)+len(raw))
+	copy(b, key)
+	copy(b[len(key):], raw)
+	return unsafe.String(&b[0], len(key)), &entry{raw: b[len(key):len(b):len(b)]}
+}
+
+// maxPacked is the most key and value bytes packEntry takes: with the
+// entry's 32 bytes, 512, the largest class of small objects.
+const maxPacked = 480
+
+// packed is an entry followed by the bytes of its key and value.
+type packed[B any] struct {
+	entry
+	b B
+}
+
+func packEntry[B any](key string, raw []byte) (string, *entry) {
+	p := new(packed[B])
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&p.b)), unsafe.Sizeof(p.b))
+	n := copy(b, key)
+	m := n + copy(b[n:], raw)
+	p.raw = b[n:m:m]
+	return unsafe.String(&b[0], n), &p.entry
+}
+
 // value returns the decoded value.
 func (e *entry) value() any { return e.dec().val }
 
@@ -210,10 +277,10 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		// The commonest change needs no look at the old value: one map
 		// operation, whose growth says whether the key is new.
 		if commit {
-			ne := &entry{raw: append([]byte(nil), c.Value...)} // c.Value may be a receive buffer
+			k, ne := newRawEntry(top, c.Value)
 			pt.mu.Lock()
 			n := len(pt.m)
-			pt.m[top] = ne
+			pt.m[k] = ne
 			grew := len(pt.m) > n
 			pt.mu.Unlock()
 			if grew {
@@ -255,14 +322,15 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
 	}
 	if commit {
+		var k string
 		var ne *entry
 		if nested {
-			ne = newDecodedEntry(val)
+			k, ne = strings.Clone(top), newDecodedEntry(val)
 		} else {
-			ne = &entry{raw: append([]byte(nil), c.Value...)} // c.Value may be a receive buffer
+			k, ne = newRawEntry(top, c.Value)
 		}
 		pt.mu.Lock()
-		pt.m[top] = ne
+		pt.m[k] = ne
 		pt.mu.Unlock()
 		if !exists {
 			s.n.Add(1)

@@ -1,13 +1,17 @@
 package doc
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -292,4 +296,31 @@ func TestWithPartitioner(t *testing.T) {
 	requireCode(t, bad.Apply(1, c), errs.InvalidArgument, ErrPartition)
 	_, ok = bad.Get("abc")
 	require.False(t, ok)
+}
+
+// A stored value and the key it is kept under are copies: the change may
+// sit in a receive buffer that is reused as soon as Apply returns. Sizes
+// straddle every packed class and the fallback past them.
+func TestApplyCopiesKeyAndValue(t *testing.T) {
+	s := newStore(t)
+	want := map[string][]byte{}
+	for n := 1; n <= maxPacked+40; n += 7 {
+		keyBuf := []byte(fmt.Sprintf("k%03d", n))
+		payload := bytes.Repeat([]byte{byte(n)}, n)
+		val := wire.AppendBin(nil, payload)
+		key := unsafe.String(&keyBuf[0], len(keyBuf)) // aliases keyBuf, as a decoded key may
+		require.NoError(t, apply(s, Change{Type: wire.RecordUpdate, Key: key, Value: val}))
+		want[string(keyBuf)] = payload
+		clear(keyBuf) // the buffer is reused: key now reads as NULs
+		clear(val)
+	}
+	require.Equal(t, len(want), s.Len())
+	for k, payload := range want {
+		got, ok := s.Get(k)
+		require.True(t, ok, "key %q", k)
+		require.Equal(t, payload, got, "key %q", k)
+	}
+	for k := range s.All() {
+		require.Contains(t, want, k)
+	}
 }

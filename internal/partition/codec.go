@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -14,8 +15,9 @@ import (
 // msgpack. The messages sent per write or per round of writes (commits,
 // acks, forwarded writes and their replies, fetch replies, epoch
 // announcements, heartbeats) are written and read by hand, as msgpack
-// arrays, with no reflection and no allocation but the strings and one
-// buffer for a message's values. The rest, rare, go through the msgpack
+// arrays, with no reflection and no allocation but one buffer for a
+// message's keys and values, and the few other strings (owners, error
+// messages). The rest, rare, go through the msgpack
 // library's struct tags.
 //
 //	Commit        [partition, term, owner, first offset, [[type, key, value]…]]
@@ -149,7 +151,7 @@ func appendReflect(b []byte, m Message) ([]byte, error) {
 // DecodeMessage reads one message that AppendMessage wrote. The bytes come
 // from the network: everything is checked as it is read, and nothing is
 // allocated beyond what the bytes hold. The message keeps no reference to
-// b: its keys and values are copied (the values of one message into one
+// b: its keys and values are copied (those of one message into one
 // buffer).
 func DecodeMessage(b []byte) (Message, error) {
 	var d Decoder
@@ -240,7 +242,7 @@ func (dec *Decoder) Decode(b []byte) (Message, error) {
 		m.ID = c.Uint("id")
 		m.Hops = c.Uint8("hops")
 		m.Type = wire.RecordType(c.Uint8("type"))
-		m.Key = c.Str("key", "")
+		m.Key = d.key()
 		m.Value = d.value()
 		m.Wait = Wait(c.Uint8("wait"))
 		m.K = c.Uint8("k")
@@ -289,8 +291,8 @@ const (
 	minEntry       = 7
 )
 
-// decoding reads one message's fields; buf is where the message's values
-// are copied. The decoder keeps the last epoch owner read, so the entries
+// decoding reads one message's fields; buf is where the message's keys
+// and values are copied. The decoder keeps the last epoch owner read, so the entries
 // of one epoch share one string. (The cursor stays on the stack only while
 // nothing read from decoding is stored on the heap: keep owner in dec.)
 type decoding struct {
@@ -311,9 +313,21 @@ func (d *decoding) position() Position {
 }
 
 // value copies a bin into the message's buffer, sized once at the
-// message's length, so all its values take one allocation.
+// message's length, so all its keys and values take one allocation.
 func (d *decoding) value() []byte {
-	v := d.c.Bytes("value")
+	return d.keep(d.c.Bytes("value"))
+}
+
+// key copies a key into the message's buffer, as value does.
+func (d *decoding) key() string {
+	k := d.keep(d.c.Bytes("key"))
+	if len(k) == 0 {
+		return ""
+	}
+	return unsafe.String(&k[0], len(k))
+}
+
+func (d *decoding) keep(v []byte) []byte {
 	if len(v) == 0 {
 		return nil
 	}
@@ -341,7 +355,7 @@ func (d *decoding) commit(m *Commit) {
 		c.Array("commit entry", 3)
 		e.Epoch, e.Offset = first.Epoch, first.Offset+uint64(i)
 		e.Type = wire.RecordType(c.Uint8("type"))
-		e.Key = c.Str("key", "")
+		e.Key = d.key()
 		e.Value = d.value()
 	}
 }
@@ -363,7 +377,7 @@ func (d *decoding) entries(dst *[]Entry) {
 		e.Epoch = d.epoch()
 		e.Offset = c.Uint("offset")
 		e.Type = wire.RecordType(c.Uint8("type"))
-		e.Key = c.Str("key", "")
+		e.Key = d.key()
 		e.Value = d.value()
 	}
 	*dst = es
