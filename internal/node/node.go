@@ -515,20 +515,23 @@ func (n *Node) process(rd partition.Ready) {
 		}
 		w.add(b)
 	}
+	if cap(b) <= maxBatchBytes {
+		n.scratch = b
+	}
+	// Completions go first: a request answered on its connection's
+	// reader is written at once (transport.Request), ahead of the commit
+	// this round sends to every copy, which its caller does not wait for.
+	for _, c := range rd.Completions {
+		if w, ok := n.waiters.Take(c.Token); ok {
+			w(c)
+		}
+	}
 	for _, id := range n.outOrder {
 		if b := n.out[id].take(); len(b) > 0 {
 			n.sendTo(id, b)
 		}
 	}
 	n.outOrder = n.outOrder[:0]
-	if cap(b) <= maxBatchBytes {
-		n.scratch = b
-	}
-	for _, c := range rd.Completions {
-		if w, ok := n.waiters.Take(c.Token); ok {
-			w(c)
-		}
-	}
 	for _, ev := range rd.Events {
 		n.publish(ev)
 		if ev.Kind == partition.EventDropped || ev.Kind == partition.EventFenced {

@@ -37,7 +37,8 @@
 // Copies apply in offset order, buffer what arrives early (bounded), fetch
 // what is missing, and report their position with one [CommitAck] per
 // Ready, which completes writes waiting for k replicas and lets the owner
-// see a copy that stops advancing ([EpochStart] is re-sent to it).
+// see a copy that stops advancing ([EpochStart] is re-sent to it). A
+// client, whose acks count for no write, reports once per Tick instead.
 //
 // # Decisions beyond docs/engine.md
 //

@@ -373,6 +373,9 @@ func (e *Engine) tickPart(pt *part) {
 		e.probe(pt)
 		e.expireWaits(pt)
 	}
+	if e.cfg.client {
+		e.sendAck(pt)
+	}
 	if len(pt.queue) > 0 {
 		kept := pt.queue[:0]
 		for _, q := range pt.queue {
@@ -625,7 +628,7 @@ func (e *Engine) HasReady() bool {
 		return true
 	}
 	for _, p := range e.dirty {
-		if pt := e.parts[p]; (pt.active && pt.sent < pt.log.last()) || (pt.ackDirty && e.ackTarget(pt) != "") {
+		if pt := e.parts[p]; (pt.active && pt.sent < pt.log.last()) || (pt.ackDirty && !e.cfg.client && e.ackTarget(pt) != "") {
 			return true
 		}
 	}
@@ -651,17 +654,30 @@ func (e *Engine) Ready() Ready {
 			}
 			pt.sent = to
 		}
-		if pt.ackDirty {
-			pt.ackDirty = false
-			if to := e.ackTarget(pt); to != "" {
-				a := take(&e.out.acks)
-				*a = CommitAck{Partition: uint32(p), Position: pt.position()}
-				e.send(to, a)
-			}
+		if !e.cfg.client {
+			e.sendAck(pt)
 		}
 	}
 	e.dirty = e.dirty[:0]
 	return e.rd
+}
+
+// sendAck reports the copy's position to its owner, if it moved since the
+// last report. A server reports at every Ready: writes waiting for k
+// replicas count its acks. A client's acks count for no write, only for
+// the owner's lag detection (probe), so a client reports once per tick:
+// its acks then cost the owner nothing per round, and an unloaded client
+// sends nothing between a reply and its next request.
+func (e *Engine) sendAck(pt *part) {
+	if !pt.ackDirty {
+		return
+	}
+	pt.ackDirty = false
+	if to := e.ackTarget(pt); to != "" {
+		a := take(&e.out.acks)
+		*a = CommitAck{Partition: uint32(pt.p), Position: pt.position()}
+		e.send(to, a)
+	}
 }
 
 // Advance releases the last Ready's slices for reuse.

@@ -697,6 +697,61 @@ func TestClientGetsEveryCommit(t *testing.T) {
 	n.converged()
 }
 
+// A client's acks count for no write: it reports its position to the
+// owner once per tick, not after every commit it applies, while a server
+// copy acks at once.
+func TestClientAcksOncePerTick(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a", "b"})
+	n.add("x", true)
+	n.setMap([]string{"a", "b"}, "a", "b", "x")
+	n.settle()
+	owner := n.owner(0)
+	copyOf := "a"
+	if owner == "a" {
+		copyOf = "b"
+	}
+	acksFrom := func(id string) int {
+		k := 0
+		for _, env := range n.queue {
+			if _, ok := env.msg.(*CommitAck); ok && env.from == id {
+				k++
+			}
+		}
+		return k
+	}
+	for i := range 3 {
+		if _, err := n.propose(owner, 0, "k", "v"+strconv.Itoa(i), WaitAck); err != nil {
+			t.Fatal(err)
+		}
+		n.deliverWhere(isMsg[*Commit]("x"))
+		n.deliverWhere(isMsg[*Commit](copyOf))
+		if k := acksFrom("x"); k != 0 {
+			t.Fatalf("the client acked %d times before a tick", k)
+		}
+		if k := acksFrom(copyOf); k != i+1 {
+			t.Fatalf("the server copy sent %d acks after %d commits", k, i+1)
+		}
+	}
+	n.tick(time.Millisecond)
+	if k := acksFrom("x"); k != 1 {
+		t.Fatalf("the client sent %d acks at the tick, want 1", k)
+	}
+	if s := n.nodes["x"].e.Status(0); s.Position.Offset != 3 {
+		t.Fatalf("client status %+v", s)
+	}
+	// The owner, not having heard from its copies at that tick, probed
+	// them; the client answers the probe at the next tick, then falls
+	// quiet.
+	for range 2 {
+		n.deliverAll()
+		n.tick(time.Millisecond)
+	}
+	if k := acksFrom("x"); k != 0 {
+		t.Fatalf("the client acked again (%d) with nothing new", k)
+	}
+	n.converged()
+}
+
 func TestOptionsValidated(t *testing.T) {
 	for _, o := range []Option{WithHistoryMax(0), WithFetchMax(0), WithGapBufferMax(-1), WithQuorum(-1), WithSyncTimeout(0)} {
 		if _, err := New("a", newTestState(1), o); errs.CodeOf(err) != errs.InvalidArgument {

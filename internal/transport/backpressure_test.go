@@ -304,3 +304,37 @@ func TestWithoutDirectWrites(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	assert.NotNil(t, d.out.direct, "a plain TCP connection writes directly by default")
 }
+
+// A handler that answers the only request its reader holds and then goes
+// on working does not hold the answer back until it returns: the caller
+// has it at once. (The node answers a write, then sends its commit to
+// every copy.)
+func TestLastAnswerLeavesBeforeTheHandlerReturns(t *testing.T) {
+	const opAnswerThenWork = 100
+	answered := make(chan struct{}, 3)
+	mux := NewMux()
+	mux.HandleFunc(opAnswerThenWork, func(r *Request) {
+		more := r.More()
+		_ = r.Reply(nil)
+		if more {
+			return
+		}
+		select {
+		case <-answered: // the caller has the answer while we work on
+		case <-time.After(10 * time.Second):
+			t.Error("the answer waited for the handler to return")
+		}
+	})
+	s, err := Listen("127.0.0.1:0", mux)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, s.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	for range 3 {
+		_, err := c.Call(ctx, opAnswerThenWork, nil)
+		require.NoError(t, err)
+		answered <- struct{}{}
+	}
+}

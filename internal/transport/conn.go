@@ -404,7 +404,9 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 		_ = req.Fail(errs.New(errs.Unimplemented, "this end serves no requests"))
 		return false, nil
 	}
+	req.eager.Store(!c.more)
 	c.callHandler(req)
+	req.eager.Store(false)
 	if req.done.Load() {
 		return false, nil // answered inline: nothing can cancel it any more
 	}

@@ -89,6 +89,13 @@ type Request struct {
 	done    atomic.Bool
 	open    atomic.Bool // in conn.open: it outlived its handler call
 	hasCtx  atomic.Bool // Context was called
+	// eager is set while the handler runs on the reader with no other
+	// frame behind this request: nothing is left to batch the answer
+	// with, so the answer is written at once, by whoever gives it, rather
+	// than when the handler returns. A handler may still have work to do
+	// after it answers (the node sends a write's commit to every copy);
+	// the caller need not wait for it.
+	eager atomic.Bool
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -171,7 +178,7 @@ func (r *Request) Reply(payload []byte) error {
 	if !r.finish() {
 		return nil // the caller gave up; nobody wants the answer
 	}
-	return r.conn.writeFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false)
+	return r.conn.queueFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false, r.eager.Load())
 }
 
 // TryReply is Reply for a goroutine that must not block: when the outbox
@@ -198,7 +205,7 @@ func (r *Request) TryReply(payload []byte) error {
 	if !r.finish() {
 		return nil
 	}
-	return c.writeFrame(c.ctx, wire.KindReply, r.id, 0, payload, false)
+	return c.queueFrame(c.ctx, wire.KindReply, r.id, 0, payload, false, r.eager.Load())
 }
 
 // Chunk sends one intermediate answer of a stream.

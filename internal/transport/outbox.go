@@ -8,10 +8,12 @@ import (
 // outbox is a connection's queue of encoded frames: senders append under
 // mu, the writer goroutine takes everything queued at once.
 //
-// Two senders that are about to wait anyway write themselves, as far as
-// the socket takes it without blocking (see direct), when they find the
-// outbox idle: a synchronous call, and the reader once it has dispatched
-// what it read (the answers its handlers gave inline). An unloaded round
+// Three senders write themselves, as far as the socket takes it without
+// blocking (see direct), when they find the outbox idle: a synchronous
+// call, about to wait anyway; the reader once it has dispatched what it
+// read (the answers its handlers gave inline); and a handler answering
+// the last request the reader holds, before it returns (see
+// Request.eager). An unloaded round
 // trip then crosses no thread hand-off to a writer on either side, as in
 // the echo floor. Whatever the socket does not take at once, and every
 // other sender's frames, go to the writer goroutine, which batches
@@ -84,9 +86,9 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 
 // unlock releases o.mu after an append; wasEmpty says the append found
 // the outbox empty, so the writer may be asleep. With now, the sender
-// writes the queue itself if nobody is writing.
+// writes the queue itself if nobody is writing, hold or not.
 func (o *outbox) unlock(wasEmpty, now bool) {
-	if wasEmpty && o.hold {
+	if wasEmpty && o.hold && !now {
 		o.held, wasEmpty = true, false
 	}
 	if wasEmpty && now && o.canWriteNow() {
