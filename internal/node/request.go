@@ -468,20 +468,15 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}
-	slow := func() bool {
-		return n.spawn(func() { done(n.Request(ctx, verb, key, payload, false)) })
-	}
 	owner, ok := n.ownerOf(n.store.PartitionOf(key))
-	if !ok || owner == n.id {
-		// No map yet, or this node owns the key: the handler runs here.
-		if !slow() {
-			return ErrClosed
-		}
-		return nil
+	var c *transport.Conn
+	if ok && owner != n.id {
+		c = n.pool.lookup(owner)
 	}
-	c := n.pool.lookup(owner)
 	if c == nil {
-		if !slow() {
+		// No map yet, this node owns the key (the handler runs here), or
+		// no connection to the owner yet.
+		if !n.requestSlow(ctx, verb, key, payload, done) {
 			return ErrClosed
 		}
 		return nil
@@ -497,9 +492,15 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 			done(reply[1:], nil)
 		default:
 			// The owner moved: retry the slow way, off the reader.
-			if !slow() {
+			if !n.requestSlow(ctx, verb, key, payload, done) {
 				done(nil, ErrClosed)
 			}
 		}
 	})
+}
+
+// requestSlow runs Request on a goroutine of its own and hands its result
+// to done; false if the node is closing and spawns nothing.
+func (n *Node) requestSlow(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) bool {
+	return n.spawn(func() { done(n.Request(ctx, verb, key, payload, false)) })
 }
