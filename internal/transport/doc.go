@@ -41,9 +41,13 @@
 // them (as a server flushes when its input runs dry). There is no timer:
 // batching comes only from load and never waits for input yet to come.
 //
-// Two senders that are about to wait anyway write to an idle connection
-// themselves instead of waking the writer: a Call, and the reader once it
-// has handled what it holds. Their write is one non-blocking system call;
+// Three senders write to an idle connection themselves instead of waking
+// the writer: a Call, which is about to wait anyway; the reader once it
+// has handled what it holds; and a handler answering the last request the
+// reader holds, before the handler returns (there is nothing left to
+// batch its answer with, and the handler may have work to do after it
+// answers that its caller need not wait for). Their write is one
+// non-blocking system call;
 // what the socket does not take at once goes to the writer, in order, so
 // no sender ever blocks in the socket. WithDirectWrites(false) turns this
 // off, and TLS connections always leave writing to the writer.
