@@ -146,7 +146,9 @@ func (r *Request) Context() context.Context {
 // call, without asking for a context, takes no lock here: only requests
 // that outlived the handler can be cancelled or hold a context. (Each
 // flag is set before the other side's is read, so one of the two always
-// sees the other: see Context and Conn.serve.)
+// sees the other: see Context and Conn.serve.) TryReply calls it holding
+// the outbox's lock, so nothing may take that lock while holding omu or
+// r.mu, which finish takes.
 func (r *Request) finish() bool {
 	if !r.done.CompareAndSwap(false, true) {
 		return false
@@ -183,9 +185,9 @@ func (r *Request) Reply(payload []byte) error {
 
 // TryReply is Reply for a goroutine that must not block: when the outbox
 // has no room it returns ErrOutboxFull and leaves the request unanswered,
-// so Reply or Fail may follow (from a goroutine that may wait). Room is
-// checked before the answer is committed, so it waits only if another
-// sender fills the outbox in between.
+// so Reply or Fail may follow (from a goroutine that may wait). The room
+// is checked, the answer committed and queued under one hold of the
+// outbox's lock, so it never waits.
 func (r *Request) TryReply(payload []byte) error {
 	if r.kind == wire.KindSend {
 		return nil
@@ -201,11 +203,14 @@ func (r *Request) TryReply(payload []byte) error {
 	if err := c.out.lock(c.ctx, n, true); err != nil {
 		return err
 	}
-	c.out.mu.Unlock() // only a look at the room
 	if !r.finish() {
+		c.out.mu.Unlock()
 		return nil
 	}
-	return c.queueFrame(c.ctx, wire.KindReply, r.id, 0, payload, false, r.eager.Load())
+	empty := len(c.out.buf) == 0
+	c.out.buf = wire.AppendFrame(c.out.buf, wire.KindReply, r.id, 0, payload)
+	c.out.unlock(empty, r.eager.Load())
+	return nil
 }
 
 // Chunk sends one intermediate answer of a stream.
