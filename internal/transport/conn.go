@@ -40,7 +40,7 @@ type Conn struct {
 	lastCtx   context.Context
 	lastWatch *ctxWatch
 	omu       sync.Mutex
-	open      map[uint64]*Request // requests we serve that await an answer
+	open      slotTable[Request] // requests we serve that outlived their handler call
 
 	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
@@ -72,7 +72,6 @@ func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
 		cfg:        cfg,
 		handler:    h,
 		out:        newOutbox(cfg.outboxLimit),
-		open:       make(map[uint64]*Request),
 		readerDone: make(chan struct{}),
 		done:       make(chan struct{}),
 	}
@@ -394,7 +393,7 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 		return false, nil
 	}
 	c.omu.Lock()
-	_, dup := c.open[f.ID]
+	dup := c.open.get(f.ID) != nil
 	c.omu.Unlock()
 	if dup {
 		return false, fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
@@ -414,7 +413,7 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 	// returned, must find it. finish sets done before it looks here, so
 	// either it sees the entry or we see done.
 	c.omu.Lock()
-	c.open[f.ID] = req
+	c.open.put(f.ID, req)
 	req.open.Store(true)
 	c.omu.Unlock()
 	if req.done.Load() {
@@ -435,16 +434,15 @@ func (c *Conn) callHandler(req *Request) {
 
 func (c *Conn) closeRequest(id uint64, r *Request) {
 	c.omu.Lock()
-	if c.open[id] == r {
-		delete(c.open, id)
+	if c.open.get(id) == r {
+		c.open.take(id)
 	}
 	c.omu.Unlock()
 }
 
 func (c *Conn) cancelRequest(id uint64) {
 	c.omu.Lock()
-	r := c.open[id]
-	delete(c.open, id)
+	r := c.open.take(id)
 	c.omu.Unlock()
 	if r == nil {
 		return // answered already

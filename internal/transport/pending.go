@@ -1,45 +1,50 @@
 package transport
 
-// pendingTable maps call ids to calls awaiting an answer. Ids are handed
-// out in sequence, so a call almost always finds its own slot, indexed by
-// the id's low bits, free: lookups are an index and a compare instead of a
-// map operation. A call whose slot is still held by an older one goes to
-// the overflow map. Callers hold Conn.pmu.
-type pendingTable struct {
-	slots []pendingSlot
-	over  map[uint64]*pending
+// slotTable maps call ids to what waits on them: on the calling side the
+// calls awaiting an answer (Conn.pending, under Conn.pmu), on the serving
+// side the requests that outlived their handler call (Conn.open, under
+// Conn.omu). A caller hands ids out in sequence, so an entry almost always
+// finds its own slot, indexed by the id's low bits, free: lookups are an
+// index and a compare instead of a map operation. An entry whose slot is
+// still held by an older one goes to the overflow map.
+type slotTable[T any] struct {
+	slots []slot[T]
+	over  map[uint64]*T
 	n     int
 }
 
-type pendingSlot struct {
+type slot[T any] struct {
 	id uint64
-	p  *pending
+	p  *T
 }
 
-const pendingSlots = 1024 // power of two; 16 KiB per connection, made on first call
+// pendingTable holds a connection's calls awaiting an answer.
+type pendingTable = slotTable[pending]
 
-func (t *pendingTable) put(id uint64, p *pending) {
+const tableSlots = 1024 // power of two; 16 KiB per table, made on first use
+
+func (t *slotTable[T]) put(id uint64, p *T) {
 	if t.slots == nil {
-		t.slots = make([]pendingSlot, pendingSlots)
+		t.slots = make([]slot[T], tableSlots)
 	}
 	t.n++
-	s := &t.slots[id&(pendingSlots-1)]
+	s := &t.slots[id&(tableSlots-1)]
 	if s.p == nil {
 		s.id, s.p = id, p
 		return
 	}
 	if t.over == nil {
-		t.over = make(map[uint64]*pending)
+		t.over = make(map[uint64]*T)
 	}
 	t.over[id] = p
 }
 
 // take removes and returns the call with this id, or nil.
-func (t *pendingTable) take(id uint64) *pending {
+func (t *slotTable[T]) take(id uint64) *T {
 	if t.slots == nil {
 		return nil
 	}
-	s := &t.slots[id&(pendingSlots-1)]
+	s := &t.slots[id&(tableSlots-1)]
 	if s.p != nil && s.id == id {
 		p := s.p
 		s.p = nil
@@ -55,34 +60,34 @@ func (t *pendingTable) take(id uint64) *pending {
 }
 
 // get returns the call with this id without removing it, or nil.
-func (t *pendingTable) get(id uint64) *pending {
+func (t *slotTable[T]) get(id uint64) *T {
 	if t.slots == nil {
 		return nil
 	}
-	if s := &t.slots[id&(pendingSlots-1)]; s.p != nil && s.id == id {
+	if s := &t.slots[id&(tableSlots-1)]; s.p != nil && s.id == id {
 		return s.p
 	}
 	return t.over[id]
 }
 
-type idPending struct {
+type idEntry[T any] struct {
 	id uint64
-	p  *pending
+	p  *T
 }
 
 // takeIf removes and returns the calls that match.
-func (t *pendingTable) takeIf(match func(*pending) bool) []idPending {
-	var out []idPending
+func (t *slotTable[T]) takeIf(match func(*T) bool) []idEntry[T] {
+	var out []idEntry[T]
 	for i := range t.slots {
 		if s := &t.slots[i]; s.p != nil && match(s.p) {
-			out = append(out, idPending{s.id, s.p})
+			out = append(out, idEntry[T]{s.id, s.p})
 			s.p = nil
 			t.n--
 		}
 	}
 	for id, p := range t.over {
 		if match(p) {
-			out = append(out, idPending{id, p})
+			out = append(out, idEntry[T]{id, p})
 			delete(t.over, id)
 			t.n--
 		}
@@ -91,8 +96,8 @@ func (t *pendingTable) takeIf(match func(*pending) bool) []idPending {
 }
 
 // drain removes and returns every call.
-func (t *pendingTable) drain() []*pending {
-	out := make([]*pending, 0, t.n)
+func (t *slotTable[T]) drain() []*T {
+	out := make([]*T, 0, t.n)
 	for i := range t.slots {
 		if p := t.slots[i].p; p != nil {
 			out = append(out, p)

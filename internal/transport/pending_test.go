@@ -19,7 +19,7 @@ func TestPendingTableMatchesMap(t *testing.T) {
 		if rng.IntN(3) > 0 || len(ref) == 0 {
 			next += 1 + uint64(rng.IntN(3)) // sometimes skip, as cancelled calls do
 			if rng.IntN(50) == 0 {
-				next += pendingSlots // land on an occupied slot
+				next += tableSlots // land on an occupied slot
 			}
 			p := &pending{}
 			tab.put(next, p)

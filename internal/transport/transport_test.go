@@ -185,7 +185,7 @@ func TestCancelIsSignalled(t *testing.T) {
 		errc <- err
 	}()
 	// The handler parks until its context ends; cancel once it is parked.
-	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return openRequests(ts.Server) == 1 }, 10*time.Second, time.Millisecond)
 	cancel()
 	assert.ErrorIs(t, <-errc, context.Canceled)
 	select {
@@ -209,24 +209,23 @@ func TestCancelIsSignalled(t *testing.T) {
 	gctx, gcancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	require.NoError(t, p.Go(gctx, opWait, nil, func(_ []byte, err error) { got <- err }))
-	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return openRequests(ts.Server) == 1 }, 10*time.Second, time.Millisecond)
 	gcancel()
 	assert.ErrorIs(t, <-got, context.Canceled)
 	<-ts.canceled
 }
 
-func openRequests(s *Server) []*Request {
+// openRequests counts the requests the server's connections hold open.
+func openRequests(s *Server) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*Request
+	n := 0
 	for c := range s.conns {
 		c.omu.Lock()
-		for _, r := range c.open {
-			out = append(out, r)
-		}
+		n += c.open.n
 		c.omu.Unlock()
 	}
-	return out
+	return n
 }
 
 func TestErrorReplies(t *testing.T) {
@@ -372,7 +371,7 @@ func TestInFlightCallsFailWhenConnectionBreaks(t *testing.T) {
 			errc <- err
 		}()
 	}
-	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == 3 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return openRequests(ts.Server) == 3 }, 10*time.Second, time.Millisecond)
 	// Break the connection under the calls without a graceful close.
 	ts.mu.Lock()
 	for c := range ts.conns {
@@ -453,7 +452,7 @@ func TestCloseIsIdempotentAndFailsCalls(t *testing.T) {
 		_, err := p.Call(context.Background(), opWait, nil)
 		errc <- err
 	}()
-	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return openRequests(ts.Server) == 1 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
 	assert.ErrorIs(t, <-errc, ErrClosed)
@@ -533,7 +532,7 @@ func TestGoCallsShareOneContextWatch(t *testing.T) {
 	c.pmu.Lock()
 	assert.Len(t, c.watches, 1, "one watch for twenty calls")
 	c.pmu.Unlock()
-	require.Eventually(t, func() bool { return len(openRequests(ts.Server)) == n }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return openRequests(ts.Server) == n }, 10*time.Second, time.Millisecond)
 	cancel()
 	for i := 0; i < n; i++ {
 		assert.ErrorIs(t, <-errc, context.Canceled)
