@@ -485,8 +485,8 @@ func (n *Node) propose(p proposal) {
 	}
 }
 
-// process acts on what the engine asks: messages out, completions to the
-// callers waiting for them, and events.
+// process acts on what the engine asks: events to this node's streams,
+// completions to the callers waiting for them, and messages out.
 func (n *Node) process(rd partition.Ready) {
 	// One batch per peer. The engine sends one message to many copies
 	// back to back (a Commit to every copy): encode it once.
@@ -518,20 +518,12 @@ func (n *Node) process(rd partition.Ready) {
 	if cap(b) <= maxBatchBytes {
 		n.scratch = b
 	}
-	// Completions go first: a request answered on its connection's
-	// reader is written at once (transport.Request), ahead of the commit
-	// this round sends to every copy, which its caller does not wait for.
-	for _, c := range rd.Completions {
-		if w, ok := n.waiters.Take(c.Token); ok {
-			w(c)
-		}
-	}
-	for _, id := range n.outOrder {
-		if b := n.out[id].take(); len(b) > 0 {
-			n.sendTo(id, b)
-		}
-	}
-	n.outOrder = n.outOrder[:0]
+	// Events go first, then completions: a caller that has its answer
+	// finds the write's change already handed to this node's streams. A
+	// request answered on its connection's reader is written at once
+	// (transport.Request), so the batches go last: the commit this round
+	// sends to every copy, which the caller does not wait for, leaves
+	// after the answer.
 	for _, ev := range rd.Events {
 		n.publish(ev)
 		if ev.Kind == partition.EventDropped || ev.Kind == partition.EventFenced {
@@ -545,6 +537,17 @@ func (n *Node) process(rd partition.Ready) {
 				"epoch", ev.Epoch, "owner_by_map", owner, "offset", ev.Entry.Offset)
 		}
 	}
+	for _, c := range rd.Completions {
+		if w, ok := n.waiters.Take(c.Token); ok {
+			w(c)
+		}
+	}
+	for _, id := range n.outOrder {
+		if b := n.out[id].take(); len(b) > 0 {
+			n.sendTo(id, b)
+		}
+	}
+	n.outOrder = n.outOrder[:0]
 }
 
 // maxWaitingMessages bounds the messages kept for a peer being dialed.

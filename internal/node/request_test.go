@@ -239,3 +239,37 @@ func TestPipelinedRequestsKeepTheirOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestAnsweredWriteIsInTheStreams: by the time a caller has the answer to
+// a write, the owner has handed the write's change to its streams, though
+// the answer now leaves before the round's other work (the commit to the
+// copies).
+func TestAnsweredWriteIsInTheStreams(t *testing.T) {
+	nw := memnet.New(13)
+	server := startNode(t, nw, "s", false)
+	client := startNode(t, nw, "client", true, server.Membership().Local().Gossip)
+	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sub := server.Subscribe(1000, Block)
+	defer sub.Close()
+	for i := range 200 {
+		v, err := msgpack.Marshal(i)
+		require.NoError(t, err)
+		_, err = client.Request(ctx, VerbUpdate, "answered", v, false)
+		require.NoError(t, err)
+	drain:
+		for {
+			select {
+			case ch := <-sub.C():
+				var got int
+				if ch.Entry.Key == "answered" && msgpack.Unmarshal(ch.Entry.Value, &got) == nil && got == i {
+					break drain
+				}
+			default:
+				t.Fatalf("write %d was answered before its change reached the owner's streams", i)
+			}
+		}
+	}
+}
