@@ -198,10 +198,7 @@ func TestWireRequestRoundTrip(t *testing.T) {
 // owner must commit them in the order they were sent, whichever way each
 // one went.
 func TestPipelinedRequestsKeepTheirOrder(t *testing.T) {
-	nw := memnet.New(12)
-	server := startNode(t, nw, "s", false)
-	client := startNode(t, nw, "client", true, server.Membership().Local().Gossip)
-	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
+	server, client := serverAndClient(t, 12)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -245,10 +242,7 @@ func TestPipelinedRequestsKeepTheirOrder(t *testing.T) {
 // the answer now leaves before the round's other work (the commit to the
 // copies).
 func TestAnsweredWriteIsInTheStreams(t *testing.T) {
-	nw := memnet.New(13)
-	server := startNode(t, nw, "s", false)
-	client := startNode(t, nw, "client", true, server.Membership().Local().Gossip)
-	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
+	server, client := serverAndClient(t, 13)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -272,4 +266,15 @@ func TestAnsweredWriteIsInTheStreams(t *testing.T) {
 			}
 		}
 	}
+}
+
+// serverAndClient starts one server node and one client node on a network
+// of their own and waits until both see the server.
+func serverAndClient(t *testing.T, seed uint64) (server, client *Node) {
+	t.Helper()
+	nw := memnet.New(seed)
+	server = startNode(t, nw, "s", false)
+	client = startNode(t, nw, "client", true, server.Membership().Local().Gossip)
+	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
+	return server, client
 }
