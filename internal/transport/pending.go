@@ -39,7 +39,7 @@ func (t *slotTable[T]) put(id uint64, p *T) {
 	t.over[id] = p
 }
 
-// take removes and returns the call with this id, or nil.
+// take removes and returns the entry with this id, or nil.
 func (t *slotTable[T]) take(id uint64) *T {
 	if t.slots == nil {
 		return nil
@@ -59,7 +59,7 @@ func (t *slotTable[T]) take(id uint64) *T {
 	return nil
 }
 
-// get returns the call with this id without removing it, or nil.
+// get returns the entry with this id without removing it, or nil.
 func (t *slotTable[T]) get(id uint64) *T {
 	if t.slots == nil {
 		return nil
@@ -75,7 +75,7 @@ type idEntry[T any] struct {
 	p  *T
 }
 
-// takeIf removes and returns the calls that match.
+// takeIf removes and returns the entries that match.
 func (t *slotTable[T]) takeIf(match func(*T) bool) []idEntry[T] {
 	var out []idEntry[T]
 	for i := range t.slots {
@@ -95,7 +95,7 @@ func (t *slotTable[T]) takeIf(match func(*T) bool) []idEntry[T] {
 	return out
 }
 
-// drain removes and returns every call.
+// drain removes and returns every entry.
 func (t *slotTable[T]) drain() []*T {
 	out := make([]*T, 0, t.n)
 	for i := range t.slots {
