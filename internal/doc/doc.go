@@ -95,7 +95,7 @@
 // # Concurrency
 //
 // The workload is read-heavy, so reads take no lock beyond a read lock
-// held for one map lookup. Values are copy-on-write: a change copies the
+// held for one table lookup. Values are copy-on-write: a change copies the
 // containers along its path and swaps the top-level entry, and nothing
 // stored is modified afterwards. A value from Get is therefore a stable
 // snapshot the reader may keep without copying, but must not modify. The

@@ -60,10 +60,10 @@ type partition struct {
 	// write serializes changes to the partition; a writer builds the new
 	// value holding only write, so readers wait for nothing but the swap.
 	write sync.Mutex
-	// mu guards m. Writers hold write as well, so a writer may read m
-	// without mu.
+	// mu guards t and the cells in it. Writers hold write as well, so a
+	// writer may read them without mu.
 	mu sync.RWMutex
-	m  map[string]*entry
+	t  table
 }
 
 // entry is one top-level key's value. It is never modified once stored:
@@ -117,70 +117,64 @@ func (e *entry) dec() *decoded {
 	return e.lazy.Load()
 }
 
-// newRawEntry returns an entry holding a copy of raw, and a copy of key
-// for the map to keep. Neither may alias the change, which may sit in a
-// receive buffer. Up to maxPacked bytes of key and value together, all
-// three take one allocation, sized to one of the allocator's classes: one
-// object per top-level key to allocate and for the collector to mark,
-// instead of three.
-func newRawEntry(key string, raw []byte) (string, *entry) {
-	switch n := len(key) + len(raw); {
+// newRawEntry returns an entry holding a copy of raw, which may sit in a
+// receive buffer. Up to maxPacked bytes, the entry and its copy take one
+// allocation, sized to one of the allocator's classes: one object per
+// value to allocate and for the collector to mark, instead of two.
+func newRawEntry(raw []byte) *entry {
+	switch n := len(raw); {
 	case n <= 16:
-		return packEntry[[16]byte](key, raw)
+		return packEntry[[16]byte](raw)
 	case n <= 32:
-		return packEntry[[32]byte](key, raw)
+		return packEntry[[32]byte](raw)
 	case n <= 48:
-		return packEntry[[48]byte](key, raw)
+		return packEntry[[48]byte](raw)
 	case n <= 64:
-		return packEntry[[64]byte](key, raw)
+		return packEntry[[64]byte](raw)
 	case n <= 80:
-		return packEntry[[80]byte](key, raw)
+		return packEntry[[80]byte](raw)
 	case n <= 96:
-		return packEntry[[96]byte](key, raw)
+		return packEntry[[96]byte](raw)
 	case n <= 112:
-		return packEntry[[112]byte](key, raw)
+		return packEntry[[112]byte](raw)
 	case n <= 128:
-		return packEntry[[128]byte](key, raw)
+		return packEntry[[128]byte](raw)
 	case n <= 160:
-		return packEntry[[160]byte](key, raw)
+		return packEntry[[160]byte](raw)
 	case n <= 192:
-		return packEntry[[192]byte](key, raw)
+		return packEntry[[192]byte](raw)
 	case n <= 224:
-		return packEntry[[224]byte](key, raw)
+		return packEntry[[224]byte](raw)
 	case n <= 256:
-		return packEntry[[256]byte](key, raw)
+		return packEntry[[256]byte](raw)
 	case n <= 320:
-		return packEntry[[320]byte](key, raw)
+		return packEntry[[320]byte](raw)
 	case n <= 384:
-		return packEntry[[384]byte](key, raw)
+		return packEntry[[384]byte](raw)
 	case n <= maxPacked:
-		return packEntry[[maxPacked]byte](key, raw)
+		return packEntry[[maxPacked]byte](raw)
 	}
 	// Past the small size classes one allocation more is noise beside the
-	// copy; the key and the value still share one.
-	b := make([]byte, len(key)+len(raw))
-	copy(b, key)
-	copy(b[len(key):], raw)
-	return unsafe.String(&b[0], len(key)), &entry{raw: b[len(key):len(b):len(b)]}
+	// copy.
+	return &entry{raw: slices.Clone(raw)}
 }
 
-// maxPacked is the most key and value bytes packEntry takes: with the
-// entry's 32 bytes, 512, the largest class of small objects.
+// maxPacked is the most value bytes packEntry takes: with the entry's 32
+// bytes, 512, the largest class of small objects.
 const maxPacked = 480
 
-// packed is an entry followed by the bytes of its key and value.
+// packed is an entry followed by the bytes of its value.
 type packed[B any] struct {
 	entry
 	b B
 }
 
-func packEntry[B any](key string, raw []byte) (string, *entry) {
+func packEntry[B any](raw []byte) *entry {
 	p := new(packed[B])
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&p.b)), unsafe.Sizeof(p.b))
-	n := copy(b, key)
-	m := n + copy(b[n:], raw)
-	p.raw = b[n:m:m]
-	return unsafe.String(&b[0], n), &p.entry
+	n := copy(b, raw)
+	p.raw = b[:n:n]
+	return &p.entry
 }
 
 // value returns the decoded value.
@@ -211,9 +205,6 @@ func New(partitions int, opts ...Option) (*Store, error) {
 		c.partitioner = func(key string) int { return int(h.Hash(key) % n) }
 	}
 	s := &Store{sep: string(c.sep), part: c.partitioner, parts: make([]partition, partitions)}
-	for i := range s.parts {
-		s.parts[i].m = map[string]*entry{}
-	}
 	return s, nil
 }
 
@@ -274,22 +265,20 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 	pt.write.Lock()
 	defer pt.write.Unlock()
 	if !nested && c.Type == wire.RecordUpdate {
-		// The commonest change needs no look at the old value: one map
-		// operation, whose growth says whether the key is new.
+		// The commonest change needs no look at the old value.
 		if commit {
-			k, ne := newRawEntry(top, c.Value)
-			pt.mu.Lock()
-			n := len(pt.m)
-			pt.m[k] = ne
-			grew := len(pt.m) > n
-			pt.mu.Unlock()
-			if grew {
-				s.n.Add(1)
-			}
+			h := keyHash(top)
+			s.store(pt, top, h, pt.t.get(top, h), newRawEntry(c.Value))
 		}
 		return nil
 	}
-	old, exists := pt.m[top]
+	h := keyHash(top)
+	cl := pt.t.get(top, h)
+	exists := cl != nil
+	var old *entry
+	if exists {
+		old = cl.e
+	}
 	var val any
 	switch {
 	case nested:
@@ -313,7 +302,7 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		}
 		if commit {
 			pt.mu.Lock()
-			delete(pt.m, top)
+			pt.t.remove(top, h)
 			pt.mu.Unlock()
 			s.n.Add(-1)
 		}
@@ -322,21 +311,31 @@ func (s *Store) apply(p int, c Change, commit bool) error {
 		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
 	}
 	if commit {
-		var k string
 		var ne *entry
 		if nested {
-			k, ne = strings.Clone(top), newDecodedEntry(val)
+			ne = newDecodedEntry(val)
 		} else {
-			k, ne = newRawEntry(top, c.Value)
+			ne = newRawEntry(c.Value)
 		}
-		pt.mu.Lock()
-		pt.m[k] = ne
-		pt.mu.Unlock()
-		if !exists {
-			s.n.Add(1)
-		}
+		s.store(pt, top, h, cl, ne)
 	}
 	return nil
+}
+
+// store sets top, whose hash is h and whose cell in pt is cl (nil for a
+// new key), to e. The caller holds pt.write.
+func (s *Store) store(pt *partition, top string, h uint64, cl *cell, e *entry) {
+	if cl != nil {
+		pt.mu.Lock()
+		cl.e = e
+		pt.mu.Unlock()
+		return
+	}
+	cl = newCell(top, e)
+	pt.mu.Lock()
+	pt.t.add(cl, h)
+	pt.mu.Unlock()
+	s.n.Add(1)
 }
 
 func (s *Store) checkPartition(p int, top, key string) error {
@@ -379,14 +378,18 @@ func (s *Store) lookup(path string) (*entry, any, bool) {
 		return nil, nil, false
 	}
 	pt.mu.RLock()
-	e, ok := pt.m[top]
+	var e *entry
+	if cl := pt.t.get(top, keyHash(top)); cl != nil {
+		e = cl.e
+	}
 	pt.mu.RUnlock()
-	if !ok {
+	if e == nil {
 		return nil, nil, false
 	}
 	v := e.value()
 	for nested {
 		var seg string
+		var ok bool
 		seg, rest, nested = strings.Cut(rest, s.sep)
 		if v, ok = child(v, seg); !ok {
 			return nil, nil, false
@@ -441,9 +444,9 @@ type kv struct {
 // sorted returns partition p's entries in key order, as of one moment.
 func (pt *partition) sorted() []kv {
 	pt.mu.RLock()
-	es := make([]kv, 0, len(pt.m))
-	for k, e := range pt.m {
-		es = append(es, kv{k, e})
+	es := make([]kv, 0, pt.t.n)
+	for cl := range pt.t.all {
+		es = append(es, kv{cl.key, cl.e})
 	}
 	pt.mu.RUnlock()
 	slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
@@ -523,7 +526,7 @@ func (s *Store) Restore(p int, b []byte) error {
 	if !ok {
 		return errs.Errorf(errs.InvalidArgument, "%w: a %s, not a map", ErrSnapshot, kind(v))
 	}
-	m := make(map[string]*entry, len(top))
+	var t table
 	for k, v := range top {
 		if strings.Contains(k, s.sep) {
 			return errs.Errorf(errs.InvalidArgument, "%w: key %q contains the separator", ErrSnapshot, k)
@@ -531,9 +534,9 @@ func (s *Store) Restore(p int, b []byte) error {
 		if q := s.part(k); q != p {
 			return errs.Errorf(errs.InvalidArgument, "%w: key %q is in partition %d, not %d", ErrSnapshot, k, q, p)
 		}
-		m[k] = newDecodedEntry(v)
+		t.add(newCell(k, newDecodedEntry(v)), keyHash(k))
 	}
-	s.replace(p, m)
+	s.replace(p, t)
 	return nil
 }
 
@@ -542,19 +545,19 @@ func (s *Store) Clear(p int) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	s.replace(p, map[string]*entry{})
+	s.replace(p, table{})
 	return nil
 }
 
-func (s *Store) replace(p int, m map[string]*entry) {
+func (s *Store) replace(p int, t table) {
 	pt := &s.parts[p]
 	pt.write.Lock()
 	defer pt.write.Unlock()
 	pt.mu.Lock()
-	old := len(pt.m)
-	pt.m = m
+	old := pt.t.n
+	pt.t = t
 	pt.mu.Unlock()
-	s.n.Add(int64(len(m) - old))
+	s.n.Add(int64(t.n - old))
 }
 
 // Digest returns a hash of the whole state: every partition's number, keys
@@ -575,4 +578,48 @@ func (s *Store) Digest() uint64 {
 		}
 	}
 	return h.Sum64()
+}
+
+// Warm loads, changing nothing, the memory that changes to keys[i] in
+// partitions parts[i] will touch first: each top-level key's slot and
+// cell. It returns a value computed from what it loaded; keep it (a sum
+// will do), so the loads cannot be optimized away.
+//
+// A caller about to apply a batch of changes warms them first. Applying
+// them one by one waits out each cache miss in turn, since each load needs
+// the one before (the slot says where the cell is); Warm makes the first
+// loads of every key, then the second, so the misses of many keys overlap.
+//
+// Warm reads without locking, so only a goroutine that makes changes to
+// the store, or is ordered with every one that does, may call it.
+func (s *Store) Warm(parts []int, keys []string) uint64 {
+	const chunk = 32
+	var sink uint64
+	var slots [chunk]*tslot
+	var cells [chunk]*cell
+	for len(keys) > 0 && len(parts) > 0 {
+		n := min(len(keys), len(parts), chunk)
+		for i := range n {
+			slots[i] = nil
+			if p := parts[i]; p >= 0 && p < len(s.parts) {
+				if t := &s.parts[p].t; len(t.slots) > 0 {
+					top, _, _ := strings.Cut(keys[i], s.sep)
+					slots[i] = &t.slots[keyHash(top)&uint64(len(t.slots)-1)]
+				}
+			}
+		}
+		for i := range n {
+			cells[i] = nil
+			if slots[i] != nil {
+				cells[i] = slots[i].c
+			}
+		}
+		for i := range n {
+			if cells[i] != nil {
+				sink += uint64(len(cells[i].key))
+			}
+		}
+		parts, keys = parts[n:], keys[n:]
+	}
+	return sink
 }

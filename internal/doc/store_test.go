@@ -304,15 +304,19 @@ func TestWithPartitioner(t *testing.T) {
 func TestApplyCopiesKeyAndValue(t *testing.T) {
 	s := newStore(t)
 	want := map[string][]byte{}
-	for n := 1; n <= maxPacked+40; n += 7 {
-		keyBuf := []byte(fmt.Sprintf("k%03d", n))
-		payload := bytes.Repeat([]byte{byte(n)}, n)
-		val := wire.AppendBin(nil, payload)
-		key := unsafe.String(&keyBuf[0], len(keyBuf)) // aliases keyBuf, as a decoded key may
-		require.NoError(t, apply(s, Change{Type: wire.RecordUpdate, Key: key, Value: val}))
-		want[string(keyBuf)] = payload
-		clear(keyBuf) // the buffer is reused: key now reads as NULs
-		clear(val)
+	// The first pass adds every key, the second changes each key's value:
+	// a new key and a new value for an old key take different paths.
+	for pass := range 2 {
+		for n := 1; n <= maxPacked+40; n += 7 {
+			keyBuf := []byte(fmt.Sprintf("k%03d", n))
+			payload := bytes.Repeat([]byte{byte(n + pass)}, n)
+			val := wire.AppendBin(nil, payload)
+			key := unsafe.String(&keyBuf[0], len(keyBuf)) // aliases keyBuf, as a decoded key may
+			require.NoError(t, apply(s, Change{Type: wire.RecordUpdate, Key: key, Value: val}))
+			want[string(keyBuf)] = payload
+			clear(keyBuf) // the buffer is reused: key now reads as NULs
+			clear(val)
+		}
 	}
 	require.Equal(t, len(want), s.Len())
 	for k, payload := range want {

@@ -436,8 +436,15 @@ func (n *Node) batch() {
 // were; engMu is held.
 func (n *Node) takeProps() int {
 	q := n.props.take()
-	for _, p := range q {
-		n.propose(p)
+	for i := 0; i < len(q); i += partition.WarmWindow {
+		window := q[i:min(len(q), i+partition.WarmWindow)]
+		for _, p := range window {
+			n.eng.WarmRequest(p.req.Partition, p.req.Key)
+		}
+		n.eng.WarmRequests()
+		for _, p := range window {
+			n.propose(p)
+		}
 	}
 	n.props.recycle(q)
 	return len(q)
@@ -466,10 +473,14 @@ func (n *Node) step(in inbound) {
 		}
 		return
 	}
-	for _, m := range in.msgs {
-		if err := n.eng.Step(in.from, m); err != nil {
-			n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
+	for msgs := in.msgs; len(msgs) > 0; {
+		k := n.eng.Warm(msgs, partition.WarmWindow)
+		for _, m := range msgs[:k] {
+			if err := n.eng.Step(in.from, m); err != nil {
+				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
+			}
 		}
+		msgs = msgs[k:]
 	}
 }
 

@@ -42,3 +42,5 @@ func (d docState) Apply(p int, e partition.Entry) {
 func (d docState) Snapshot(p int) ([]byte, error) { return d.store.Snapshot(p) }
 
 func (d docState) Restore(p int, b []byte) error { return d.store.Restore(p, b) }
+
+func (d docState) Warm(parts []int, keys []string) uint64 { return d.store.Warm(parts, keys) }

@@ -68,6 +68,10 @@ type Engine struct {
 	out chunks // the messages sent per write or per round
 
 	heardFrom string // the sender whose message Step last noted in heard, until the clock or the map moves
+
+	warmParts []int    // Warm's entries, by partition
+	warmKeys  []string // and by key
+	warmed    uint64   // the sum of what Warm loaded, kept so its loads stay
 }
 
 // forwarded is a write this node sent to an owner and waits to hear about.
@@ -741,3 +745,100 @@ func (e *Engine) Status(p int) Status {
 
 // Map returns the map the engine routes by (nil before the first SetMap).
 func (e *Engine) Map() *ring.Map { return e.m }
+
+// Warmer is a State that can load ahead, changing nothing, the memory that
+// applying entries will touch (see [Engine.Warm]).
+type Warmer interface {
+	// Warm loads what changes to keys[i] in partitions parts[i] will touch
+	// first, and returns a value computed from what it loaded, which the
+	// engine keeps so that the loads cannot be optimized away. The engine
+	// calls it from its driver, as it calls Apply.
+	Warm(parts []int, keys []string) uint64
+}
+
+// WarmWindow is about how many entries to warm at a time: enough for the
+// processor to overlap their loads, few enough that what the first one
+// loaded is still in cache when it is stepped.
+const WarmWindow = 128
+
+// Warm loads, changing nothing, the memory that stepping the first
+// messages of msgs will touch: each partition's log tail, and the state's
+// memory for each entry's key. It stops once it has covered window
+// entries, and returns how many messages it covered (at least one, unless
+// msgs is empty); the caller steps those, then warms the next.
+//
+// It pays because a busy node's caches go cold between two writes to one
+// partition, and stepping an entry makes its loads one after another (the
+// partition, then its log, then the log's tail; the key's slot, then its
+// cell), waiting out each miss in turn. Warm makes the first load of every
+// entry, then the second, and so on, so the misses of many entries overlap.
+func (e *Engine) Warm(msgs []Message, window int) int {
+	e.warmParts, e.warmKeys = e.warmParts[:0], e.warmKeys[:0]
+	entries, n := 0, 0
+	for _, m := range msgs {
+		if n > 0 && entries >= window {
+			break
+		}
+		n++
+		p := int(m.Part())
+		if p >= len(e.parts) {
+			continue
+		}
+		switch m := m.(type) {
+		case *Commit:
+			for i := range m.Entries {
+				e.warmParts = append(e.warmParts, p)
+				e.warmKeys = append(e.warmKeys, m.Entries[i].Key)
+			}
+			entries += len(m.Entries)
+		case *Forward:
+			e.warmParts = append(e.warmParts, p)
+			e.warmKeys = append(e.warmKeys, m.Key)
+			entries++
+		default:
+			entries++
+		}
+	}
+	e.warm()
+	return n
+}
+
+// WarmRequest queues a write about to be proposed for the next
+// WarmRequests; it queues nothing unless this node commits the write.
+func (e *Engine) WarmRequest(p int, key string) {
+	if p < 0 || p >= len(e.parts) || e.cfg.client || e.ownerOf(p) != e.id {
+		return
+	}
+	e.warmParts = append(e.warmParts, p)
+	e.warmKeys = append(e.warmKeys, key)
+}
+
+// WarmRequests warms the writes queued by WarmRequest, as Warm does
+// messages.
+func (e *Engine) WarmRequests() {
+	e.warm()
+	e.warmParts, e.warmKeys = e.warmParts[:0], e.warmKeys[:0]
+}
+
+func (e *Engine) warm() {
+	ps := e.warmParts
+	if len(ps) == 0 {
+		return
+	}
+	var sink uint64
+	// Each pass's loads are independent of each other; each needs the
+	// pass before it.
+	for _, p := range ps {
+		sink += uint64(e.parts[p].log.n)
+	}
+	for _, p := range ps {
+		sink += e.parts[p].log.warmSlot()
+	}
+	for _, p := range ps {
+		sink += e.parts[p].log.warmTail()
+	}
+	if w, ok := e.st.(Warmer); ok {
+		sink += w.Warm(ps, e.warmKeys)
+	}
+	e.warmed += sink
+}

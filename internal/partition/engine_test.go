@@ -10,6 +10,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 func kinds(evs []Event, p int, k EventKind) []Event {
@@ -1210,3 +1211,67 @@ func TestSettleDelay(t *testing.T) {
 // lease on it) and take partitions the majority side owns, dropping its
 // majority-acked writes when the split heals.
 func TestCutOffNodeGetsNoPromise(t *testing.T) { cutOffSide(t, false) }
+
+// TestWarmCoversAWindow checks what Warm hands the state, and how many
+// messages it says it covered.
+func TestWarmCoversAWindow(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a"})
+	a := n.nodes["a"]
+	ep := a.e.Status(0).Accepted
+	commit := func(p int, keys ...string) *Commit {
+		c := &Commit{Partition: uint32(p)}
+		for i, k := range keys {
+			c.Entries = append(c.Entries, Entry{Epoch: ep, Offset: uint64(i + 1), Type: wire.RecordUpdate, Key: k})
+		}
+		return c
+	}
+	msgs := []Message{
+		commit(0, "k0", "k1", "k2"),
+		&Forward{Partition: 1, Key: "f"},
+		&Heartbeat{Partition: 2},
+		commit(3, "k3", "k4"),
+		&Forward{Partition: 9, Key: "out of range"},
+	}
+	for _, c := range []struct {
+		window  int
+		covered int
+		warmed  []string
+	}{
+		{window: 1, covered: 1, warmed: []string{"0/k0", "0/k1", "0/k2"}}, // the first message whole, though it holds more
+		{window: 4, covered: 2, warmed: []string{"0/k0", "0/k1", "0/k2", "1/f"}},
+		{window: 5, covered: 3, warmed: []string{"0/k0", "0/k1", "0/k2", "1/f"}}, // a heartbeat counts, and has no key
+		{window: 100, covered: 5, warmed: []string{"0/k0", "0/k1", "0/k2", "1/f", "3/k3", "3/k4"}},
+	} {
+		a.st.warmed = nil
+		if got := a.e.Warm(msgs, c.window); got != c.covered {
+			t.Errorf("window %d: covered %d messages, want %d", c.window, got, c.covered)
+		}
+		if !slices.Equal(a.st.warmed, c.warmed) {
+			t.Errorf("window %d: warmed %v, want %v", c.window, a.st.warmed, c.warmed)
+		}
+	}
+	if got := a.e.Warm(nil, 4); got != 0 {
+		t.Errorf("no messages: covered %d", got)
+	}
+	if a.e.HasReady() {
+		t.Error("Warm left the engine something to do")
+	}
+
+	// A write this node commits is warmed; one it forwards is not.
+	a.st.warmed = nil
+	a.e.WarmRequest(0, "mine")
+	a.e.WarmRequest(7, "out of range")
+	a.e.WarmRequests()
+	a.e.WarmRequests() // the queue was emptied
+	if want := []string{"0/mine"}; !slices.Equal(a.st.warmed, want) {
+		t.Errorf("requests warmed %v, want %v", a.st.warmed, want)
+	}
+	c := n.add("c", true)
+	n.setMap([]string{"a"}, "a", "c")
+	c.st.warmed = nil
+	c.e.WarmRequest(0, "forwarded")
+	c.e.WarmRequests()
+	if len(c.st.warmed) != 0 {
+		t.Errorf("a client warmed %v", c.st.warmed)
+	}
+}

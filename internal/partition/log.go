@@ -260,3 +260,26 @@ func (l *entryLog) agreement(f *Fetch) (a, lo, hi uint64, found bool) {
 	}
 	return 0, lo, hi, false
 }
+
+// warmSlot loads the slot the next append will write, and the last
+// block's header; warmTail then loads the block's bytes that the next
+// append will write (see Engine.Warm).
+func (l *entryLog) warmSlot() uint64 {
+	var v uint64
+	if len(l.buf) > 0 {
+		v = l.buf[(l.head+l.n)%len(l.buf)].block
+	}
+	if k := len(l.blocks); k > 0 {
+		v += uint64(len(l.blocks[k-1]))
+	}
+	return v
+}
+
+func (l *entryLog) warmTail() uint64 {
+	if k := len(l.blocks); k > 0 {
+		if b := l.blocks[k-1]; len(b) < cap(b) {
+			return uint64(b[:len(b)+1][len(b)])
+		}
+	}
+	return 0
+}

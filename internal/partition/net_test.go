@@ -23,6 +23,17 @@ type testState struct {
 	kv      []map[string]string
 	applied []uint64
 	bad     []string
+	warmed  []string // "partition/key" of each key Warm was asked to load
+}
+
+func (s *testState) Warm(parts []int, keys []string) uint64 {
+	if len(parts) != len(keys) {
+		s.bad = append(s.bad, fmt.Sprintf("warm: %d partitions for %d keys", len(parts), len(keys)))
+	}
+	for i := range min(len(parts), len(keys)) {
+		s.warmed = append(s.warmed, fmt.Sprintf("%d/%s", parts[i], keys[i]))
+	}
+	return uint64(len(keys))
 }
 
 type snapshot struct {
@@ -355,6 +366,8 @@ func (n *network) step(env envelope) {
 			n.t.Fatal(err)
 		}
 	}
+	// As the node's driver does; Warm must change nothing Step sees.
+	to.e.Warm([]Message{msg}, WarmWindow)
 	if err := to.e.Step(env.from, msg); err != nil {
 		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
 	}
