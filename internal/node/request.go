@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/fero-go/fero/internal/doc"
@@ -481,8 +482,11 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 		}
 		return nil
 	}
-	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
-	return c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+	// Go copies the request into the connection's outbox before it
+	// returns, so its encoding can go in a pooled buffer.
+	bp := requestBufs.Get().(*[]byte)
+	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append((*bp)[:0])
+	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		switch {
 		case err != nil:
 			done(nil, err)
@@ -497,7 +501,18 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 			}
 		}
 	})
+	if cap(b) <= maxPooledRequest {
+		*bp = b
+		requestBufs.Put(bp)
+	}
+	return err
 }
+
+// requestBufs holds RequestAsync's encoding buffers, up to
+// maxPooledRequest bytes each.
+var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledRequest = 4 << 10
 
 // requestSlow runs Request on a goroutine of its own and hands its result
 // to done; false if the node is closing and spawns nothing.
