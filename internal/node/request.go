@@ -188,7 +188,15 @@ func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, on
 		return nil, ErrClosed
 	}
 	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true}
+	// The encoding, made on the first send: Call and Send copy it into the
+	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			putRequestBuf(bp, wbuf)
+		}
+	}()
 	backoff := retryBackoffMin
 	for {
 		owner, ok := n.ownerOf(req.Partition)
@@ -208,8 +216,9 @@ func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, on
 			}
 			return n.handle(ctx, req)
 		default:
-			if wbuf == nil {
-				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
+			if bp == nil {
+				bp = requestBufs.Get().(*[]byte)
+				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload}).append((*bp)[:0])
 			}
 			c, err := n.connTo(ctx, owner)
 			if err != nil {
@@ -501,18 +510,23 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 			}
 		}
 	})
-	if cap(b) <= maxPooledRequest {
-		*bp = b
-		requestBufs.Put(bp)
-	}
+	putRequestBuf(bp, b)
 	return err
 }
 
-// requestBufs holds RequestAsync's encoding buffers, up to
+// requestBufs holds the buffers requests are encoded in, up to
 // maxPooledRequest bytes each.
 var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledRequest = 4 << 10
+
+// putRequestBuf returns bp to the pool, holding b, its latest contents.
+func putRequestBuf(bp *[]byte, b []byte) {
+	if cap(b) <= maxPooledRequest {
+		*bp = b
+		requestBufs.Put(bp)
+	}
+}
 
 // requestSlow runs Request on a goroutine of its own and hands its result
 // to done; false if the node is closing and spawns nothing.
