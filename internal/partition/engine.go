@@ -773,7 +773,6 @@ const WarmWindow = 128
 // cell), waiting out each miss in turn. Warm makes the first load of every
 // entry, then the second, and so on, so the misses of many entries overlap.
 func (e *Engine) Warm(msgs []Message, window int) int {
-	e.warmParts, e.warmKeys = e.warmParts[:0], e.warmKeys[:0]
 	entries, n := 0, 0
 	for _, m := range msgs {
 		if n > 0 && entries >= window {
@@ -815,16 +814,18 @@ func (e *Engine) WarmRequest(p int, key string) {
 
 // WarmRequests warms the writes queued by WarmRequest, as Warm does
 // messages.
-func (e *Engine) WarmRequests() {
-	e.warm()
-	e.warmParts, e.warmKeys = e.warmParts[:0], e.warmKeys[:0]
-}
+func (e *Engine) WarmRequests() { e.warm() }
 
+// warm loads what the queued entries will touch, and empties the queue.
 func (e *Engine) warm() {
 	ps := e.warmParts
 	if len(ps) == 0 {
 		return
 	}
+	defer func() {
+		clear(e.warmKeys) // the keys may alias a received batch
+		e.warmParts, e.warmKeys = ps[:0], e.warmKeys[:0]
+	}()
 	var sink uint64
 	// Each pass's loads are independent of each other; each needs the
 	// pass before it.
