@@ -262,8 +262,8 @@ func (l *entryLog) agreement(f *Fetch) (a, lo, hi uint64, found bool) {
 }
 
 // warmSlot loads the slot the next append will write, and the last
-// block's header; warmTail then loads the block's bytes that the next
-// append will write (see Engine.Warm).
+// block's header; warmTail then loads the first two cache lines of the
+// block's bytes that the next append will write (see Engine.Warm).
 func (l *entryLog) warmSlot() uint64 {
 	var v uint64
 	if len(l.buf) > 0 {
@@ -278,7 +278,10 @@ func (l *entryLog) warmSlot() uint64 {
 func (l *entryLog) warmTail() uint64 {
 	if k := len(l.blocks); k > 0 {
 		if b := l.blocks[k-1]; len(b) < cap(b) {
-			return uint64(b[:len(b)+1][len(b)])
+			// A key and a value of 100 bytes or so span two lines.
+			at := len(b)
+			b = b[:cap(b)]
+			return uint64(b[at]) + uint64(b[min(len(b)-1, at+64)])
 		}
 	}
 	return 0
