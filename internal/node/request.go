@@ -60,7 +60,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 		err   error
 	}
 	done := make(chan result, 1)
-	if !n.builtinAsync(ctx, req, true, func(reply []byte, err error) { done <- result{reply, err} }) {
+	if !n.builtinAsync(ctx, req, true, false, func(reply []byte, err error) { done <- result{reply, err} }) {
 		return nil, ErrClosed
 	}
 	select {
@@ -73,8 +73,11 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 
 // builtinAsync is Builtin without waiting: done is called exactly once,
 // from the driver for a write. It reports false (and does not call done)
-// when the node is closed.
-func (n *Node) builtinAsync(ctx context.Context, req *Request, inline bool, done func([]byte, error)) bool {
+// when the node is closed. owned says that req.Payload stays valid until
+// done is called, so the write need not copy it: true for a call that
+// arrived on a connection, whose bytes the transport keeps until it is
+// answered (the engine's events carry the log's copy, not the payload).
+func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done func([]byte, error)) bool {
 	var t wire.RecordType
 	switch req.Verb {
 	case VerbAdd:
@@ -92,12 +95,14 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline bool, done
 		return true
 	}
 	value := req.Payload
-	if t != wire.RecordRemove {
-		// The engine keeps the value without copying; the payload's buffer
-		// is the connection's.
-		value = append([]byte(nil), value...)
-	} else {
+	switch {
+	case t == wire.RecordRemove:
 		value = nil
+	case !owned:
+		// The engine keeps the value without copying until it commits the
+		// write, and the caller's buffer may change before (a local caller
+		// whose context ended, a one-way message's reused buffer).
+		value = append([]byte(nil), value...)
 	}
 	err := n.writeAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
 		func(c partition.Completion) { done(nil, c.Err) }, inline)
@@ -309,7 +314,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
-		if !n.builtinAsync(n.ctx, req, !r.More(), func(reply []byte, err error) {
+		if !n.builtinAsync(n.ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
 			// This runs on the driver, which must not wait for a slow
 			// caller: anything that could block goes to a goroutine.
 			if err != nil {

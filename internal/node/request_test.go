@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -277,4 +278,40 @@ func serverAndClient(t *testing.T, seed uint64) (server, client *Node) {
 	client = startNode(t, nw, "client", true, server.Membership().Local().Gossip)
 	require.Eventually(t, func() bool { return settled([]*Node{server, client}, 1) }, 20*time.Second, 10*time.Millisecond)
 	return server, client
+}
+
+// TestChangesOutliveTheRequestBuffer writes values through the built-in
+// UPDATE of another node, one call at a time, and reads the owner's change
+// stream only afterwards. Each call is answered while the owner's reader
+// still holds it, so the reader then reuses the block the call arrived in;
+// the changes must hold their own values, not the block's later contents.
+func TestChangesOutliveTheRequestBuffer(t *testing.T) {
+	server, client := serverAndClient(t, 17)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 400 // about 1 KB each: the owner's 64 KB read block fills six times
+	sub := server.Subscribe(2*n, Block)
+	defer sub.Close()
+	want := make([][]byte, n)
+	for i := range n {
+		v, err := msgpack.Marshal(bytes.Repeat([]byte{byte(i)}, 1000))
+		require.NoError(t, err)
+		want[i] = v
+		_, err = client.Request(ctx, VerbUpdate, fmt.Sprintf("big%d", i%10), v, false)
+		require.NoError(t, err)
+	}
+	for i := 0; i < n; {
+		select {
+		case ch := <-sub.C():
+			if !strings.HasPrefix(ch.Entry.Key, "big") {
+				continue
+			}
+			require.Equal(t, fmt.Sprintf("big%d", i%10), ch.Entry.Key, "change %d", i)
+			require.Equal(t, want[i], ch.Entry.Value, "change %d", i)
+			i++
+		case <-ctx.Done():
+			t.Fatalf("%d of %d changes", i, n)
+		}
+	}
 }

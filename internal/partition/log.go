@@ -126,8 +126,9 @@ func (l *entryLog) lastEpoch() Epoch {
 }
 
 // append adds e, which must have offset last+1, trimming the oldest entry
-// when the log holds limit entries.
-func (l *entryLog) append(e Entry, limit int) {
+// when the log holds limit entries. It returns e with its key and value
+// replaced by the log's copies, which never change.
+func (l *entryLog) append(e Entry, limit int) Entry {
 	if l.n == len(l.buf) {
 		if len(l.buf) < limit {
 			l.grow(min(limit, max(16, 2*len(l.buf))))
@@ -136,11 +137,14 @@ func (l *entryLog) append(e Entry, limit int) {
 		}
 	}
 	block, off := l.store(e.Key, e.Value)
-	l.buf[(l.head+l.n)%len(l.buf)] = slot{block: block, off: off, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
+	sl := &l.buf[(l.head+l.n)%len(l.buf)]
+	*sl = slot{block: block, off: off, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
 	l.n++
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
 	}
+	e.Key, e.Value = l.key(sl), l.value(sl)
+	return e
 }
 
 func (l *entryLog) grow(size int) {

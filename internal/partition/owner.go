@@ -237,7 +237,9 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 		}
 		return err
 	}
-	pt.log.append(ent, e.cfg.historyMax)
+	// From here on, the log's copy: the event outlives the write's value,
+	// which may sit in a receive buffer.
+	ent = pt.log.append(ent, e.cfg.historyMax)
 	if !oneStep {
 		e.st.Apply(pt.p, ent)
 	}

@@ -160,7 +160,9 @@ func (k EventKind) String() string {
 
 // Event is something that happened to a partition, in the order it
 // happened. Entry is set for committed, applied and dropped; Position for
-// restored; Epoch for ownership and fenced events.
+// restored; Epoch for ownership and fenced events. An Entry's key and value
+// are the log's copies, which never change, not the bytes the write or the
+// commit arrived in: a consumer may keep them as long as it likes.
 type Event struct {
 	Kind      EventKind
 	Partition int
