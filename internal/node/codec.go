@@ -65,7 +65,9 @@ func (w *batchWriter) take() []byte {
 // valid.
 var decoders = sync.Pool{New: func() any { return new(partition.Decoder) }}
 
-// decodeBatch reads every message of an OpEngine payload.
+// decodeBatch reads every message of an OpEngine payload. The messages'
+// keys and values alias b, which must not change afterwards
+// (partition.Decoder.DecodeShared).
 func decodeBatch(b []byte) ([]partition.Message, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
@@ -86,7 +88,7 @@ func decodeBatch(b []byte) ([]partition.Message, error) {
 	defer decoders.Put(dec)
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
-		m, err := dec.Decode(b[k : k+int(n)])
+		m, err := dec.DecodeShared(b[k : k+int(n)])
 		if err != nil {
 			return nil, err
 		}

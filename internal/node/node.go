@@ -319,6 +319,10 @@ func (n *Node) serveEngine(r *transport.Request) {
 		n.logger.Debug("fero: node: engine message on a connection without hello", "remote", r.Conn().RemoteAddr())
 		return
 	}
+	// The messages alias the batch's bytes, which the connection keeps
+	// for as long as they are referred to: the engine copies what it
+	// holds past the step that takes them (see Decoder.DecodeShared).
+	r.Keep()
 	msgs, err := decodeBatch(r.Payload())
 	if err != nil {
 		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)

@@ -218,7 +218,18 @@ func (d *chunks) entrySlice(n int) []Entry {
 }
 
 // Decode reads one message, as DecodeMessage does.
-func (dec *Decoder) Decode(b []byte) (Message, error) {
+func (dec *Decoder) Decode(b []byte) (Message, error) { return dec.decode(b, false) }
+
+// DecodeShared is Decode without copying: the message's keys and values
+// alias b, which must never change afterwards (a receive buffer the
+// transport keeps, see transport.Request.Keep). The engine keeps nothing
+// of a message past the step that takes it, except what it copies: the
+// log and the state copy what they apply, events carry the log's copy,
+// and an entry held past a gap or a write queued during a sync is copied
+// when it is held. So a stepped message lets go of b.
+func (dec *Decoder) DecodeShared(b []byte) (Message, error) { return dec.decode(b, true) }
+
+func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty engine message", wire.ErrMalformed)
 	}
@@ -227,7 +238,7 @@ func (dec *Decoder) Decode(b []byte) (Message, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: unknown engine message kind %d", wire.ErrMalformed, b[0])
 	}
-	d := decoding{c: wire.NewCursor(b[1:]), dec: dec}
+	d := decoding{c: wire.NewCursor(b[1:]), dec: dec, shared: shared}
 	c := &d.c
 	switch m := m.(type) {
 	case *Commit:
@@ -296,9 +307,10 @@ const (
 // of one epoch share one string. (The cursor stays on the stack only while
 // nothing read from decoding is stored on the heap: keep owner in dec.)
 type decoding struct {
-	c   wire.Cursor
-	buf []byte
-	dec *Decoder
+	c      wire.Cursor
+	buf    []byte
+	dec    *Decoder
+	shared bool // keys and values alias the input (DecodeShared)
 }
 
 func (d *decoding) epoch() Epoch {
@@ -330,6 +342,9 @@ func (d *decoding) key() string {
 func (d *decoding) keep(v []byte) []byte {
 	if len(v) == 0 {
 		return nil
+	}
+	if d.shared {
+		return v[:len(v):len(v)]
 	}
 	if cap(d.buf)-len(d.buf) < len(v) {
 		d.buf = make([]byte, 0, max(len(v), d.c.Left()+len(v)))

@@ -1,7 +1,9 @@
 package partition
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -199,6 +201,9 @@ func (e *Engine) buffer(pt *part, ent Entry) {
 	if pt.gap == nil {
 		pt.gap = make(map[uint64]Entry)
 	}
+	// Held past this step: a copy of its own, not the message's bytes
+	// (see Decoder.DecodeShared).
+	ent.Key, ent.Value = strings.Clone(ent.Key), bytes.Clone(ent.Value)
 	pt.gap[ent.Offset] = ent
 }
 

@@ -1,8 +1,10 @@
 package partition
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -477,6 +479,9 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 	if len(pt.queue) >= e.cfg.queueMax {
 		return ErrSyncQueueFull
 	}
+	// Held past this step: a copy of its own, not a message's bytes (see
+	// Decoder.DecodeShared).
+	w.key, w.value = strings.Clone(w.key), bytes.Clone(w.value)
 	pt.queue = append(pt.queue, queued{write: w, origin: o, deadline: e.now.Add(e.cfg.writeTimeout)})
 	if pt.sync == nil {
 		e.maybeStartSync(pt)

@@ -196,7 +196,7 @@ func TestReordering(t *testing.T) {
 	for seed := range uint64(8) {
 		rng := newRand(seed)
 		n := newNetwork(t, 2, []string{"a", "b", "c"})
-		n.roundTrip = seed%2 == 0
+		n.roundTrip, n.shared = seed%3 == 0, seed%3 == 1
 		for i := range 300 {
 			if i%10 == 0 {
 				p := rng.IntN(2)

@@ -144,6 +144,10 @@ type network struct {
 	cut       map[[2]string]bool
 	now       time.Time
 	roundTrip bool
+	// shared sends each message through the wire codec, decodes it with
+	// DecodeShared and scribbles over the bytes once it is stepped: an
+	// engine that kept any of them would commit or apply 0xff bytes.
+	shared bool
 	token     uint64
 	commits   map[commitKey]commitRec
 	durable   []commitKey // writes acked by a majority of their group
@@ -256,6 +260,9 @@ func (n *network) recordCommit(nd *node, ev Event) {
 	if old, ok := n.commits[k]; ok {
 		n.t.Fatalf("two commits at %+v: %+v and %+v", k, old.ent, ev.Entry)
 	}
+	if n.shared && (strings.IndexByte(ev.Entry.Key, 0xff) >= 0 || bytes.IndexByte(ev.Entry.Value, 0xff) >= 0) {
+		n.t.Fatalf("%s committed bytes of a message stepped before: %q = %q", nd.id, ev.Entry.Key, ev.Entry.Value)
+	}
 	rec := commitRec{ent: ev.Entry}
 	rec.prev, rec.ok = nd.e.parts[ev.Partition].log.epochAt(ev.Entry.Offset - 1)
 	n.commits[k] = rec
@@ -366,10 +373,24 @@ func (n *network) step(env envelope) {
 			n.t.Fatal(err)
 		}
 	}
+	var wireBytes []byte
+	if n.shared {
+		b, err := AppendMessage(nil, msg)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		if msg, err = new(Decoder).DecodeShared(b); err != nil {
+			n.t.Fatal(err)
+		}
+		wireBytes = b
+	}
 	// As the node's driver does; Warm must change nothing Step sees.
 	to.e.Warm([]Message{msg}, WarmWindow)
 	if err := to.e.Step(env.from, msg); err != nil {
 		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
+	}
+	for i := range wireBytes {
+		wireBytes[i] = 0xff
 	}
 	if _, ok := msg.(*Heartbeat); ok && !to.e.HasReady() {
 		// A heartbeat changes no partition: the invariant walk after it

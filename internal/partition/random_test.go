@@ -33,7 +33,7 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 	n := newNetwork(t, 4, servers, WithHistoryMax(16), WithFetchMax(4), WithGapBufferMax(8))
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)
-	n.roundTrip = seed%2 == 1
+	n.roundTrip, n.shared = seed%3 == 1, seed%3 == 2
 	return &chaos{n: n, rng: newRand(seed), servers: servers}
 }
 

@@ -386,11 +386,11 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 		// One-way requests cannot be answered, so the reader reuses one
 		// Request for them all (see Request).
 		req := &c.oneway
-		req.op, req.payload = f.Op, f.Payload
+		req.op, req.payload, req.kept = f.Op, f.Payload, false
 		if c.handler != nil {
 			c.callHandler(req)
 		}
-		return false, nil
+		return req.kept, nil
 	}
 	c.omu.Lock()
 	dup := c.open.get(f.ID) != nil

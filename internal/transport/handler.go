@@ -75,9 +75,9 @@ const (
 // dropped before it is encoded.
 //
 // A Payload is valid until the request is answered; a one-way request is
-// never answered, so its Payload is valid only until the handler returns.
-// The connection then reuses the read buffer, so that traffic answered
-// promptly allocates nothing for reading. A one-way Request itself is
+// never answered, so its Payload is valid only until the handler returns,
+// unless the handler calls Keep. The connection then reuses the read
+// buffer, so that traffic answered promptly allocates nothing for reading. A one-way Request itself is
 // also reused: a handler that works on a one-way message later keeps a
 // copy of its payload, not the *Request.
 type Request struct {
@@ -89,6 +89,8 @@ type Request struct {
 	done    atomic.Bool
 	open    atomic.Bool // in conn.open: it outlived its handler call
 	hasCtx  atomic.Bool // Context was called
+	// kept is set by Keep on a one-way request; reader only.
+	kept bool
 	// eager is set while the handler runs on the reader with no other
 	// frame behind this request: nothing is left to batch the answer
 	// with, so the answer is written at once, by whoever gives it, rather
@@ -108,8 +110,22 @@ func (r *Request) Op() uint32 { return r.op }
 
 // Payload returns the request bytes. They alias the connection's read
 // buffer and are valid until the request is answered (for a one-way
-// request: until the handler returns). Copy what you keep after that.
+// request: until the handler returns, or for good after Keep). Copy what
+// you keep after that.
 func (r *Request) Payload() []byte { return r.payload }
+
+// Keep keeps a one-way request's Payload valid after the handler returns,
+// for as long as anything refers to it: the connection reads on into a
+// new block rather than reuse this one, and leaves the old one to the
+// garbage collector. Call it from the handler, before it returns. A call's
+// Payload is kept until it is answered anyway, so Keep changes nothing for
+// one. A small payload kept long holds its whole block (64 KiB), so keep
+// what lasts only in copies of its own.
+func (r *Request) Keep() {
+	if r.kind == wire.KindSend {
+		r.kept = true
+	}
+}
 
 // Mode returns how the caller asked to be answered.
 func (r *Request) Mode() Mode { return Mode(r.kind) }

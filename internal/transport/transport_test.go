@@ -595,6 +595,48 @@ func TestOneWayPayloadsIntactAcrossRefills(t *testing.T) {
 	assert.EqualValues(t, n, next.Load())
 }
 
+// TestKeptOneWayPayloadsOutliveTheirHandler keeps every other one-way
+// payload past its handler (Keep) and checks them all once every message
+// has arrived, through many read blocks: a kept payload's block is never
+// refilled, while the others' blocks may be.
+func TestKeptOneWayPayloadsOutliveTheirHandler(t *testing.T) {
+	var kept [][]byte // handler on the reader only: no lock needed until the end
+	var next uint64
+	mux := NewMux()
+	mux.HandleFunc(1, func(r *Request) {
+		if next%2 == 0 {
+			r.Keep()
+			kept = append(kept, r.Payload())
+		}
+		next++
+	})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	mux.HandleFunc(2, func(r *Request) { _ = r.Reply(nil); wg.Done() })
+	s, err := Listen("127.0.0.1:0", mux)
+	require.NoError(t, err)
+	defer s.Close()
+	p := dialTest(t, s.Addr().String())
+	ctx := ctxT(t)
+	const n = 20000 // about 3.5 MB: dozens of 64 KiB blocks
+	msgOf := func(i uint64) []byte {
+		msg := binary.BigEndian.AppendUint64(nil, i)
+		return append(msg, bytes.Repeat([]byte{byte(i)}, int(i%300))...)
+	}
+	for i := uint64(0); i < n; i++ {
+		require.NoError(t, p.Send(ctx, 1, msgOf(i)))
+	}
+	_, err = p.Call(ctx, 2, nil)
+	require.NoError(t, err)
+	wg.Wait()
+	require.Len(t, kept, n/2)
+	for j, got := range kept {
+		if want := msgOf(uint64(2 * j)); !bytes.Equal(got, want) {
+			t.Fatalf("kept message %d now reads %x, want %x", 2*j, got[:min(len(got), 16)], want[:min(len(want), 16)])
+		}
+	}
+}
+
 // TestGoRepliesIntactAcrossRefills pipelines distinct calls answered
 // inline, so both readers refill their blocks, and checks every reply in
 // its callback, where it is valid.
