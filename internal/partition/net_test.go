@@ -147,12 +147,12 @@ type network struct {
 	// shared sends each message through the wire codec, decodes it with
 	// DecodeShared and scribbles over the bytes once it is stepped: an
 	// engine that kept any of them would commit or apply 0xff bytes.
-	shared bool
-	token     uint64
-	commits   map[commitKey]commitRec
-	durable   []commitKey // writes acked by a majority of their group
-	waits     map[uint64]Wait
-	steps     int
+	shared  bool
+	token   uint64
+	commits map[commitKey]commitRec
+	durable []commitKey // writes acked by a majority of their group
+	waits   map[uint64]Wait
+	steps   int
 }
 
 func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
