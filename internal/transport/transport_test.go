@@ -556,6 +556,34 @@ func TestGoCallsShareOneContextWatch(t *testing.T) {
 	c.pmu.Unlock()
 }
 
+// numbered is one-way message i of the refill tests: i, then i%300 bytes
+// of i.
+func numbered(i uint64) []byte {
+	msg := binary.BigEndian.AppendUint64(nil, i)
+	return append(msg, bytes.Repeat([]byte{byte(i)}, int(i%300))...)
+}
+
+// sendNumbered serves mux, whose op 1 takes the numbered messages, sends
+// it n of them over one connection, then a call of op 2, and returns once
+// the call is handled: every message has been handled by then, and what
+// the handlers wrote is visible to the caller.
+func sendNumbered(t *testing.T, mux *Mux, n uint64) {
+	t.Helper()
+	handled := make(chan struct{})
+	mux.HandleFunc(2, func(r *Request) { _ = r.Reply(nil); close(handled) })
+	s, err := Listen("127.0.0.1:0", mux)
+	require.NoError(t, err)
+	defer s.Close()
+	p := dialTest(t, s.Addr().String())
+	ctx := ctxT(t)
+	for i := range n {
+		require.NoError(t, p.Send(ctx, 1, numbered(i)))
+	}
+	_, err = p.Call(ctx, 2, nil)
+	require.NoError(t, err)
+	<-handled
+}
+
 // TestOneWayPayloadsIntactAcrossRefills sends distinct one-way messages
 // through many read blocks (which the reader refills in place) and checks
 // each arrives whole and in order while its handler runs.
@@ -565,28 +593,15 @@ func TestOneWayPayloadsIntactAcrossRefills(t *testing.T) {
 	mux := NewMux()
 	mux.HandleFunc(1, func(r *Request) {
 		want := next.Add(1) - 1
-		p := r.Payload()
-		if len(p) != 8+int(want%300) || binary.BigEndian.Uint64(p) != want || !bytes.Equal(p[8:], bytes.Repeat([]byte{byte(want)}, len(p)-8)) {
+		if p := r.Payload(); !bytes.Equal(p, numbered(want)) {
 			select {
 			case bad <- fmt.Sprintf("message %d arrived as %x", want, p[:min(len(p), 16)]):
 			default:
 			}
 		}
 	})
-	mux.HandleFunc(2, func(r *Request) { _ = r.Reply(nil) })
-	s, err := Listen("127.0.0.1:0", mux)
-	require.NoError(t, err)
-	defer s.Close()
-	p := dialTest(t, s.Addr().String())
-	ctx := ctxT(t)
 	const n = 20000 // about 3.5 MB: dozens of 64 KiB blocks
-	for i := uint64(0); i < n; i++ {
-		msg := binary.BigEndian.AppendUint64(nil, i)
-		msg = append(msg, bytes.Repeat([]byte{byte(i)}, int(i%300))...)
-		require.NoError(t, p.Send(ctx, 1, msg))
-	}
-	_, err = p.Call(ctx, 2, nil)
-	require.NoError(t, err)
+	sendNumbered(t, mux, n)
 	select {
 	case msg := <-bad:
 		t.Fatal(msg)
@@ -600,7 +615,7 @@ func TestOneWayPayloadsIntactAcrossRefills(t *testing.T) {
 // has arrived, through many read blocks: a kept payload's block is never
 // refilled, while the others' blocks may be.
 func TestKeptOneWayPayloadsOutliveTheirHandler(t *testing.T) {
-	var kept [][]byte // handler on the reader only: no lock needed until the end
+	var kept [][]byte // handlers run on the reader, one at a time
 	var next uint64
 	mux := NewMux()
 	mux.HandleFunc(1, func(r *Request) {
@@ -610,28 +625,11 @@ func TestKeptOneWayPayloadsOutliveTheirHandler(t *testing.T) {
 		}
 		next++
 	})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	mux.HandleFunc(2, func(r *Request) { _ = r.Reply(nil); wg.Done() })
-	s, err := Listen("127.0.0.1:0", mux)
-	require.NoError(t, err)
-	defer s.Close()
-	p := dialTest(t, s.Addr().String())
-	ctx := ctxT(t)
 	const n = 20000 // about 3.5 MB: dozens of 64 KiB blocks
-	msgOf := func(i uint64) []byte {
-		msg := binary.BigEndian.AppendUint64(nil, i)
-		return append(msg, bytes.Repeat([]byte{byte(i)}, int(i%300))...)
-	}
-	for i := uint64(0); i < n; i++ {
-		require.NoError(t, p.Send(ctx, 1, msgOf(i)))
-	}
-	_, err = p.Call(ctx, 2, nil)
-	require.NoError(t, err)
-	wg.Wait()
+	sendNumbered(t, mux, n)
 	require.Len(t, kept, n/2)
 	for j, got := range kept {
-		if want := msgOf(uint64(2 * j)); !bytes.Equal(got, want) {
+		if want := numbered(uint64(2 * j)); !bytes.Equal(got, want) {
 			t.Fatalf("kept message %d now reads %x, want %x", 2*j, got[:min(len(got), 16)], want[:min(len(want), 16)])
 		}
 	}
