@@ -46,17 +46,25 @@ func keyHash(key string) uint64 {
 
 // get returns the cell of key, whose hash is h, or nil.
 func (t *table) get(key string, h uint64) *cell {
+	if i := t.find(key, h); i >= 0 {
+		return t.slots[i].c
+	}
+	return nil
+}
+
+// find returns the slot of key, whose hash is h, or -1.
+func (t *table) find(key string, h uint64) int {
 	if len(t.slots) == 0 {
-		return nil
+		return -1
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		switch {
 		case s.hash == 0:
-			return nil
+			return -1
 		case s.hash == h && s.c.key == key:
-			return s.c
+			return int(i)
 		}
 	}
 }
@@ -94,21 +102,12 @@ func (t *table) grow() {
 // its probe run move back into the gap, so no probe ever stops short of
 // its key and nothing marks the dead.
 func (t *table) remove(key string, h uint64) {
-	if len(t.slots) == 0 {
+	at := t.find(key, h)
+	if at < 0 {
 		return
 	}
 	mask := uint64(len(t.slots) - 1)
-	i := h & mask
-	for {
-		s := &t.slots[i]
-		if s.hash == 0 {
-			return
-		}
-		if s.hash == h && s.c.key == key {
-			break
-		}
-		i = (i + 1) & mask
-	}
+	i := uint64(at)
 	for j := i; ; {
 		j = (j + 1) & mask
 		if t.slots[j].hash == 0 {

@@ -77,9 +77,10 @@ const (
 // A Payload is valid until the request is answered; a one-way request is
 // never answered, so its Payload is valid only until the handler returns,
 // unless the handler calls Keep. The connection then reuses the read
-// buffer, so that traffic answered promptly allocates nothing for reading. A one-way Request itself is
-// also reused: a handler that works on a one-way message later keeps a
-// copy of its payload, not the *Request.
+// buffer, so that traffic answered promptly allocates nothing for
+// reading. A one-way Request itself is also reused: a handler that works
+// on a one-way message later keeps a copy of its payload (or Keeps it),
+// not the *Request.
 type Request struct {
 	conn    *Conn
 	kind    wire.Kind
