@@ -77,7 +77,7 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 		Params: bench.Params{
 			Window: 64, WarmupRecords: 100, Count: 300, WarmupCount: 20,
 			Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond, Timeout: 2 * time.Second,
-			TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
+			Tick: bench.DefaultTick, TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
 		},
 		Runs: 1,
 	}
@@ -106,6 +106,9 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 			// Every measured send is accounted for: completed or an error.
 			assert.EqualValues(t, lat.Count, g.Latency[bench.HistService].Count, name)
 			assert.EqualValues(t, lat.Count, g.Latency[bench.HistLag].Count, name)
+			// At 2,000/s the generator sleeps between sends.
+			require.NotNil(t, g.Latency[bench.HistWake], name)
+			assert.Positive(t, g.Latency[bench.HistWake].Count, name)
 			assert.Positive(t, lat.Count, name)
 		}
 	}

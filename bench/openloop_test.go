@@ -13,13 +13,18 @@ import (
 type fakeClock struct {
 	now    time.Duration
 	sleeps int
+	// over is how much longer than asked every sleep takes.
+	over time.Duration
+	// slept lists the sleeps asked for.
+	slept []time.Duration
 }
 
 func (c *fakeClock) Now() time.Duration { return c.now }
 
 func (c *fakeClock) Sleep(_ context.Context, d time.Duration) error {
 	c.sleeps++
-	c.now += d
+	c.slept = append(c.slept, d)
+	c.now += d + c.over
 	return nil
 }
 
@@ -116,8 +121,68 @@ func TestOpenLoopFlushesBeforeSleeping(t *testing.T) {
 	assert.Equal(t, 4, clock.sleeps)
 }
 
+func TestOpenLoopBatchesWithinATick(t *testing.T) {
+	// 100,000 sends a second is a send every 10 µs; with a 50 µs tick and
+	// sleeps that end 7 µs late, the generator wakes every 57 µs and sends
+	// what fell due meanwhile.
+	const tick, over = 50 * time.Microsecond, 7 * time.Microsecond
+	clock := &fakeClock{now: time.Second, over: over}
+	wake := NewRecorder()
+	loop := OpenLoop{Clock: clock, Rate: 100_000, Warmup: time.Millisecond, Duration: 10 * time.Millisecond, Tick: tick, Wake: wake}
+	var got []sent
+	st, err := loop.Run(context.Background(), func(i int64, intended, actual time.Duration, measured bool) error {
+		got = append(got, sent{i, intended, actual, measured})
+		return nil
+	}, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1100, "batching skips no send")
+	batches := map[time.Duration]int{}
+	for k, s := range got {
+		assert.EqualValues(t, k, s.i)
+		assert.GreaterOrEqual(t, s.actual, s.intended, "send %d went out early", k)
+		assert.LessOrEqual(t, s.actual-s.intended, tick+over, "send %d", k)
+		batches[s.actual]++
+	}
+	for _, d := range clock.slept {
+		assert.GreaterOrEqual(t, d, tick, "a sleep shorter than the tick")
+	}
+	// 11 ms in wake-ups 57 µs apart, each sending 5 or 6.
+	assert.InDelta(t, 11*time.Millisecond/(tick+over), len(batches), 2)
+	assert.Zero(t, st.Lagged, "lag within a tick and an interval is batching, not falling behind")
+	// Every sleep in the measured window was 7 µs late, and recorded so.
+	assert.InDelta(t, 10*time.Millisecond/(tick+over), wake.Count(), 2)
+	assert.EqualValues(t, over, wake.Histogram().Min())
+	assert.Equal(t, over, time.Duration(wake.Histogram().Max()).Truncate(10*time.Nanosecond))
+
+	// Without a tick the same loop wakes for every send.
+	clock = &fakeClock{now: time.Second, over: over}
+	loop.Clock, loop.Tick, loop.Wake = clock, 0, nil
+	_, err = loop.Run(context.Background(), func(int64, time.Duration, time.Duration, bool) error { return nil }, nil)
+	require.NoError(t, err)
+	assert.Greater(t, clock.sleeps, 2*len(batches))
+}
+
+func TestGeneratorBound(t *testing.T) {
+	rec := func(d time.Duration) *Recorder {
+		r := NewRecorder()
+		for range 1000 {
+			r.Record(d)
+		}
+		return r
+	}
+	const interval, tick = 10 * time.Microsecond, 50 * time.Microsecond
+	// Lag within an interval, a tick and the sleeps' lateness is the
+	// machine's, not the generator's.
+	assert.False(t, generatorBound(rec(150*time.Microsecond), rec(100*time.Microsecond), interval, tick))
+	assert.True(t, generatorBound(rec(170*time.Microsecond), rec(100*time.Microsecond), interval, tick))
+	// Without sleeps (always behind) only the interval and tick excuse lag.
+	assert.True(t, generatorBound(rec(70*time.Microsecond), NewRecorder(), interval, tick))
+	assert.False(t, generatorBound(rec(55*time.Microsecond), nil, interval, tick))
+	assert.False(t, generatorBound(nil, nil, interval, tick))
+}
+
 func TestOpenLoopRejectsBadRate(t *testing.T) {
-	for _, l := range []OpenLoop{{Rate: 0, Duration: time.Second}, {Rate: 10}, {Rate: -1, Duration: time.Second}} {
+	for _, l := range []OpenLoop{{Rate: 0, Duration: time.Second}, {Rate: 10}, {Rate: -1, Duration: time.Second}, {Rate: 10, Duration: time.Second, Tick: -1}} {
 		l.Clock = &fakeClock{}
 		_, err := l.Run(context.Background(), nil, nil)
 		assert.ErrorIs(t, err, ErrBadRate)

@@ -129,6 +129,8 @@ type Params struct {
 	Warmup   time.Duration `json:"warmup_ns"`
 	Duration time.Duration `json:"duration_ns"`
 	Timeout  time.Duration `json:"timeout_ns"`
+	// Tick is the FixedRate generator's shortest sleep (OpenLoop.Tick).
+	Tick time.Duration `json:"tick_ns"`
 	// TrialTimeout bounds one trial from spawning to the last exit.
 	TrialTimeout time.Duration `json:"trial_timeout_ns"`
 	// Host is the loopback address servers listen on.

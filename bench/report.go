@@ -84,9 +84,10 @@ type Group struct {
 	// BytesPerSec is payload throughput over the measured window.
 	BytesPerSec Spread `json:"bytes_per_sec"`
 	// GeneratorBound counts runs whose generator lag p99 exceeded the send
-	// interval.
+	// interval, the tick and the sleeps' lateness (see TrialResult).
 	GeneratorBound int           `json:"generator_bound_runs,omitempty"`
 	Interval       time.Duration `json:"interval_ns,omitempty"`
+	Tick           time.Duration `json:"tick_ns,omitempty"`
 	ClientCPU      Spread        `json:"client_cpu_seconds"`
 	ServerCPU      Spread        `json:"server_cpu_seconds"`
 	ClientMaxRSS   Spread        `json:"client_max_rss_bytes"`
@@ -137,6 +138,7 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 			g.GeneratorBound++
 		}
 		g.Interval = t.Interval
+		g.Tick = t.Tick
 		for name, h := range t.hists {
 			if g.merged[name] == nil {
 				g.merged[name] = NewRecorder()
@@ -321,7 +323,7 @@ func (r *Report) writeCosts(w io.Writer, g *Group) {
 // latencyRows lists a scenario's histograms in report order.
 func latencyRows(s Scenario) []string {
 	if s == FixedRate {
-		return []string{HistLatency, HistService, HistLag}
+		return []string{HistLatency, HistService, HistLag, HistWake}
 	}
 	return []string{HistLatency}
 }
@@ -374,8 +376,8 @@ func (r *Report) writeLatency(w io.Writer, g *Group) {
 			groupDigits(int64(g.RequestedRate)), spreadF(g.SentRate, 1, "%.0f"), spreadF(g.CompletedRate, 1, "%.0f"), spreadF(g.Window, 1, "%.1f"))
 		fmt.Fprintf(w, " · timeouts %d\n", g.Timeouts)
 		if g.GeneratorBound > 0 {
-			fmt.Fprintf(w, "  !! generator-bound in %d of %d runs: lag p99 exceeded the %s send interval, so the load generator, not the system, set the pace\n",
-				g.GeneratorBound, g.Runs, g.Interval)
+			fmt.Fprintf(w, "  !! generator-bound in %d of %d runs: lag p99 exceeded the %s send interval plus the %s tick plus wake p99, so the load generator, not the system, set the pace\n",
+				g.GeneratorBound, g.Runs, g.Interval, g.Tick)
 		}
 	}
 	fmt.Fprintf(w, "  payload %s MB/s\n", spreadF(g.BytesPerSec, 1e-6, "%.2f"))

@@ -80,6 +80,9 @@ const (
 	// HistLag is actual send time minus intended send time: the
 	// generator's own lateness.
 	HistLag = "lag"
+	// HistWake is how late the generator's sleeps ended: the share of the
+	// lag that the machine's timers and scheduler explain.
+	HistWake = "wake"
 )
 
 // ClientSpec is everything a client process needs to run its share of one
@@ -105,6 +108,8 @@ type ClientSpec struct {
 	// Timeout is how long a FixedRate request may take before it counts as
 	// an error, and how long the client waits for the stragglers.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Tick is the FixedRate generator's shortest sleep (OpenLoop.Tick).
+	Tick time.Duration `json:"tick,omitempty"`
 	// ProgressEvery is how often the client reports progress; 0 never.
 	ProgressEvery time.Duration `json:"progress_every,omitempty"`
 }
@@ -131,10 +136,11 @@ type ClientResult struct {
 	// Histograms maps a histogram name to its HdrHistogram base64 encoding.
 	Histograms map[string]string `json:"histograms,omitempty"`
 	Clamped    int64             `json:"clamped,omitempty"`
-	// Lagged counts FixedRate sends issued more than one interval late;
-	// Interval is that interval.
+	// Lagged counts FixedRate sends issued more than one interval and one
+	// tick late; Interval and Tick are those.
 	Lagged     int64         `json:"lagged,omitempty"`
 	Interval   time.Duration `json:"interval_ns,omitempty"`
+	Tick       time.Duration `json:"tick_ns,omitempty"`
 	CPU        CPUTimes      `json:"cpu"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
 }
@@ -352,6 +358,7 @@ func runFixedRate(ctx context.Context, conn Conn, clock Clock, payload []byte, s
 	}
 	var (
 		lag, latency, service = NewRecorder(), NewRecorder(), NewRecorder()
+		wake                  = NewRecorder()
 		// Written only by done (serialized), read after Close returns.
 		records, errCount, timeouts int64
 		completed                   atomic.Int64
@@ -366,7 +373,7 @@ func runFixedRate(ctx context.Context, conn Conn, clock Clock, payload []byte, s
 			drainOnce.Do(func() { close(drained) })
 		}
 	}
-	loop := OpenLoop{Clock: clock, Rate: spec.Rate, Warmup: spec.Warmup, Duration: spec.Duration}
+	loop := OpenLoop{Clock: clock, Rate: spec.Rate, Warmup: spec.Warmup, Duration: spec.Duration, Tick: spec.Tick, Wake: wake}
 	send := func(i int64, intended, actual time.Duration, measured bool) error {
 		if !measured {
 			return conn.Go(ctx, payload, func([]byte, error) { finish() })
@@ -396,6 +403,7 @@ func runFixedRate(ctx context.Context, conn Conn, clock Clock, payload []byte, s
 	res.Sent = st.Measured
 	res.Lagged = st.Lagged
 	res.Interval = st.Schedule.Interval()
+	res.Tick = spec.Tick
 	res.Window = st.End - st.MeasureStart
 	if err != nil {
 		return res, err
@@ -422,7 +430,7 @@ func runFixedRate(ctx context.Context, conn Conn, clock Clock, payload []byte, s
 	}
 	res.Records, res.Errors, res.Timeouts = records, errCount, timeouts
 	res.Bytes = res.Records * int64(len(payload))
-	if err := res.addHistograms(map[string]*Recorder{HistLatency: latency, HistService: service, HistLag: lag}); err != nil {
+	if err := res.addHistograms(map[string]*Recorder{HistLatency: latency, HistService: service, HistLag: lag, HistWake: wake}); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -81,6 +81,7 @@ type benchFlags struct {
 	rates, sweep                     string
 	duration, warmup, timeout        time.Duration
 	trialTimeout                     time.Duration
+	tick                             time.Duration
 	runs                             int
 	jsonPath, outDir                 string
 	host                             string
@@ -121,6 +122,7 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "fixed rate: measured duration")
 	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "fixed rate: unmeasured warm-up on the same schedule")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "fixed rate: a slower request is an error (its latency is kept)")
+	fl.DurationVar(&f.tick, "tick", bench.DefaultTick, "fixed rate: the generator's shortest sleep; sends falling due within it go out together (0: sleep until each)")
 	fl.DurationVar(&f.trialTimeout, "trial-timeout", 10*time.Minute, "upper bound on one trial, processes included")
 	fl.IntVar(&f.runs, "runs", 1, "repetitions, configurations interleaved; reports median [min … max]")
 	fl.StringVar(&f.jsonPath, "json", "", "write the full report as JSON to this file")
@@ -154,6 +156,9 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	sweep, err := parseFloats(f.sweep)
 	if err != nil {
 		return fmt.Errorf("--sweep: %w", err)
+	}
+	if f.tick < 0 {
+		return fmt.Errorf("--tick %s: want 0 or more", f.tick)
 	}
 	if f.host != "127.0.0.1" && f.host != "::1" && f.host != "localhost" {
 		return fmt.Errorf("--host %q: fero-bench measures over loopback only", f.host)
@@ -191,6 +196,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			Warmup:        f.warmup,
 			Duration:      f.duration,
 			Timeout:       f.timeout,
+			Tick:          f.tick,
 			TrialTimeout:  f.trialTimeout,
 			Host:          f.host,
 		},
