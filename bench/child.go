@@ -113,6 +113,10 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 				if err != nil {
 					return err
 				}
+				// A server that runs another program counts its CPU.
+				d := DescendantsCPU()
+				u.CPU.User += d.User
+				u.CPU.Sys += d.Sys
 				if err := out.json(u); err != nil {
 					return err
 				}

@@ -206,3 +206,77 @@ func kernelRelease() string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// procTimes is what the harness reads from one /proc/<pid>/stat line.
+type procTimes struct {
+	pid, ppid    int
+	utime, stime uint64 // clock ticks (USER_HZ)
+}
+
+// parseProcPidStat parses a /proc/<pid>/stat line. The command name, in
+// parentheses, may itself hold spaces and parentheses, so the fields are
+// counted from the last ')'.
+func parseProcPidStat(line string) (procTimes, error) {
+	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+	if open < 1 || end < open {
+		return procTimes{}, fmt.Errorf("stat line %q: no command name", line)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line[:open]))
+	if err != nil {
+		return procTimes{}, fmt.Errorf("stat line pid: %w", err)
+	}
+	// After the name: state ppid pgrp session tty_nr tpgid flags minflt
+	// cminflt majflt cmajflt utime stime …
+	f := strings.Fields(line[end+1:])
+	if len(f) < 13 {
+		return procTimes{}, fmt.Errorf("stat line of pid %d: %d fields after the name", pid, len(f))
+	}
+	t := procTimes{pid: pid}
+	if t.ppid, err = strconv.Atoi(f[1]); err != nil {
+		return procTimes{}, fmt.Errorf("stat line of pid %d: ppid: %w", pid, err)
+	}
+	if t.utime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
+		return procTimes{}, fmt.Errorf("stat line of pid %d: utime: %w", pid, err)
+	}
+	if t.stime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
+		return procTimes{}, fmt.Errorf("stat line of pid %d: stime: %w", pid, err)
+	}
+	return t, nil
+}
+
+// DescendantsCPU is the CPU time used so far by the live processes this
+// one started, and theirs in turn: a system under test whose server is
+// another program (a Redis, say) runs it as a child of the harness's
+// server process, and its CPU is the server's. Processes that exit in a
+// race with the scan are skipped. It is zero where /proc is missing.
+func DescendantsCPU() CPUTimes {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return CPUTimes{}
+	}
+	children := map[int][]procTimes{}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		t, err := parseProcPidStat(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		children[t.ppid] = append(children[t.ppid], t)
+	}
+	var sum CPUTimes
+	tick := time.Second / userHZ
+	for queue := []int{os.Getpid()}; len(queue) > 0; queue = queue[1:] {
+		for _, c := range children[queue[0]] {
+			sum.User += time.Duration(c.utime) * tick
+			sum.Sys += time.Duration(c.stime) * tick
+			queue = append(queue, c.pid)
+		}
+	}
+	return sum
+}

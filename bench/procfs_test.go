@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"bufio"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,4 +71,41 @@ func TestSelfUsage(t *testing.T) {
 	u, err := SelfUsage()
 	require.NoError(t, err)
 	assert.Positive(t, u.MaxRSS)
+}
+
+func TestParseProcPidStat(t *testing.T) {
+	// A command name with spaces and a ')' of its own.
+	line := "4242 (a b) c)) S 17 4242 4242 0 -1 4194560 120 0 0 0 731 52 0 0 20 0 3 0 100 1000 200"
+	got, err := parseProcPidStat(line)
+	require.NoError(t, err)
+	assert.Equal(t, procTimes{pid: 4242, ppid: 17, utime: 731, stime: 52}, got)
+
+	for _, bad := range []string{"", "4242 no name", "x (n) S 1 2 3", "1 (n) S 1 2 3 4 5 6 7 8 9 10 11"} {
+		_, err := parseProcPidStat(bad)
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+func TestDescendantsCPUCountsAGrandchild(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	// A shell (our child) runs a busy loop in a subshell (our grandchild),
+	// says when it is done, and stays alive.
+	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	before := DescendantsCPU()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	got := DescendantsCPU().Sub(before)
+	assert.Greater(t, got.Total(), time.Duration(0), "the grandchild's busy loop is counted")
 }
