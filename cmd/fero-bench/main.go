@@ -24,6 +24,7 @@ import (
 	"github.com/fero-go/fero/bench"
 	"github.com/fero-go/fero/bench/echo"
 	"github.com/fero-go/fero/bench/ferosut"
+	"github.com/fero-go/fero/bench/redissut"
 	"github.com/fero-go/fero/bench/transportsut"
 )
 
@@ -33,6 +34,8 @@ var registry = bench.Registry{
 	"echo":      echo.System{},
 	"fero":      ferosut.System{},
 	"transport": transportsut.System{},
+	// An optional peer: a real Redis (apt-get install redis-server).
+	"redis": redissut.System{},
 }
 
 func main() {

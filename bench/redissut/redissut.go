@@ -1,0 +1,288 @@
+// Package redissut puts a real Redis server under the benchmark harness as
+// a [bench.System], so fero can be quoted next to a well-known peer measured
+// by exactly the same scenarios, processes and reports.
+//
+// What is measured: every record is one "SET k:<client>:<n> <payload>",
+// the keys cycling through [Keys] numbers per client. Redis's server is
+// single-threaded C (started with one I/O thread), with persistence off (no
+// RDB snapshots, no append-only file), so its figures are the cost of a
+// pipelined in-memory write over loopback. As for every system, they are
+// read as ratios to the raw echo floor (bench/echo) measured in the same
+// run by the same harness.
+//
+// Serve starts redis-server (it must be installed, e.g. with apt-get
+// install redis-server) as a child of the serving process, waits until it
+// answers PING, and stops it when its context ends. The child is killed if
+// the serving process dies, so it never outlives a run. The harness counts
+// the CPU of a server's child processes as the server's (see
+// [bench.DescendantsCPU]), so Redis's own CPU is in the report. With several servers each is an
+// independent Redis: clients spread over them as Servers[Index %
+// len(Servers)] and nothing is replicated, so the Conn does not implement
+// [bench.Replicator].
+//
+// The client is a minimal RESP2 client written here rather than go-redis or
+// rueidis. Those complete commands synchronously or in batches and offer no
+// callback per command, so an open-loop generator that issues each request
+// at its due time, with a thousand in flight, would need a goroutine per
+// request, and that would be measured as the client's cost. This one
+// mirrors the echo floor's client: commands are encoded without allocation
+// into one buffered writer and pipelined, and a single reader goroutine
+// hands each reply to the oldest queued callback.
+//
+// Redis answers every command, so one-way mode is emulated: Send writes a
+// SET whose reply the reader discards (an error reply makes the next Sync
+// fail), and Sync sends a PING and waits for its PONG, which Redis can only
+// send once it has executed everything before it.
+package redissut
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fero-go/fero/bench"
+)
+
+const (
+	// startTimeout bounds how long Serve waits for Redis to answer PING.
+	startTimeout = 10 * time.Second
+	// pollInterval is how often Serve tries PING while Redis starts.
+	pollInterval = 10 * time.Millisecond
+	// stopTimeout is how long Redis has to exit after SIGTERM before it
+	// is killed.
+	stopTimeout = 5 * time.Second
+	// tailSize is how much of Redis's output is kept for error messages.
+	tailSize = 4 << 10
+)
+
+// System is Redis as a system under test.
+type System struct{}
+
+var _ bench.System = System{}
+
+// Serve runs one redis-server on opts.Addr until ctx is done. opts.Peers is
+// ignored: servers are independent. It returns nil when Redis stops because
+// ctx ended, and an error with the end of Redis's output if Redis exits on
+// its own.
+func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redissut: redis-server not found (install it, e.g. apt-get install redis-server): %w", err)
+	}
+	host, port, err := net.SplitHostPort(opts.Addr)
+	if err != nil {
+		return fmt.Errorf("redissut: address %q: %w", opts.Addr, err)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	if port == "0" {
+		if port, err = freePort(host); err != nil {
+			return err
+		}
+	}
+	addr := net.JoinHostPort(host, port)
+	p, err := start(path, host, port)
+	if err != nil {
+		return err
+	}
+	if err := p.waitReady(ctx, addr); err != nil {
+		return err
+	}
+	ready(addr)
+	select {
+	case err := <-p.exited:
+		return p.exitError("redis-server exited", err)
+	case <-ctx.Done():
+		return p.stop()
+	}
+}
+
+// freePort asks the kernel for a free port on host. Redis binds it only
+// after the probe's listener is closed, so another process could take it in
+// between; Redis then fails to bind and Serve reports its output.
+func freePort(host string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", fmt.Errorf("redissut: find a free port: %w", err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
+}
+
+// process is a running redis-server.
+type process struct {
+	cmd    *exec.Cmd
+	out    *tail
+	exited chan error // receives Wait's result once
+}
+
+// start launches redis-server: no persistence, one I/O thread, one
+// database, logs to stdout, which is kept in a tail for error messages.
+func start(path, host, port string) (*process, error) {
+	cmd := exec.Command(path,
+		"--port", port,
+		"--bind", host,
+		"--save", "",
+		"--appendonly", "no",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--io-threads", "1",
+		"--logfile", "",
+		"--databases", "1",
+	)
+	// Nothing should be written, but a stray dump must not land wherever
+	// the harness runs.
+	cmd.Dir = os.TempDir()
+	out := &tail{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr()
+	// Redis closes its output as it exits; this only bounds the wait for
+	// a grandchild that might still hold it.
+	cmd.WaitDelay = time.Second
+	p := &process{cmd: cmd, out: out, exited: make(chan error, 1)}
+	started := make(chan error, 1)
+	go func() {
+		// Linux sends the parent-death signal when the thread that
+		// started the child ends, not the process, and Go ends a thread
+		// when a goroutine locked to it exits. Holding this thread until
+		// the child is reaped keeps any other goroutine from doing so.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("redissut: start redis-server: %w", err)
+			return
+		}
+		started <- nil
+		p.exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// waitReady polls addr with PING until Redis answers PONG. It stops Redis
+// and fails if Redis exits, ctx ends or startTimeout passes first.
+func (p *process) waitReady(ctx context.Context, addr string) error {
+	wctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		err := ping(wctx, addr)
+		if err == nil {
+			return nil
+		}
+		// An exit wins over a tick that is also due, or a slow failed
+		// PING could leave it unnoticed for several rounds.
+		select {
+		case werr := <-p.exited:
+			return p.exitError("redis-server exited before it answered PING", werr)
+		default:
+		}
+		select {
+		case werr := <-p.exited:
+			return p.exitError("redis-server exited before it answered PING", werr)
+		case <-wctx.Done():
+			_ = p.stop()
+			if ctx.Err() != nil {
+				return fmt.Errorf("redissut: stopped while redis-server started: %w", ctx.Err())
+			}
+			return fmt.Errorf("redissut: redis-server did not answer PING on %s within %v (last: %v); output:\n%s",
+				addr, startTimeout, err, p.out)
+		case <-tick.C:
+		}
+	}
+}
+
+// ping sends PING on a fresh connection and expects +PONG.
+func ping(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = c.SetDeadline(deadline)
+	if _, err := c.Write(pingCmd); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if string(line) != "+PONG\r\n" {
+		// Such as -LOADING while Redis is still starting.
+		return fmt.Errorf("PING answered with %q", bytes.TrimSpace(line))
+	}
+	return nil
+}
+
+// stop sends SIGTERM, and SIGKILL if Redis has not exited stopTimeout
+// later. It returns nil if Redis exited cleanly or by the signal.
+func (p *process) stop() error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		// Already gone, or a system without SIGTERM.
+		_ = p.cmd.Process.Kill()
+	}
+	t := time.NewTimer(stopTimeout)
+	defer t.Stop()
+	select {
+	case err := <-p.exited:
+		var ee *exec.ExitError
+		if err == nil || errors.As(err, &ee) && ee.ExitCode() == -1 {
+			return nil // exit status 0, or ended by the signal
+		}
+		return p.exitError("redis-server failed to stop", err)
+	case <-t.C:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("redissut: redis-server ignored SIGTERM for %v and was killed; output:\n%s", stopTimeout, p.out)
+	}
+}
+
+// exitError describes Redis ending with err, with its last output.
+func (p *process) exitError(what string, err error) error {
+	if err == nil {
+		err = errors.New("exit status 0")
+	}
+	return fmt.Errorf("redissut: %s: %w; output:\n%s", what, err, p.out)
+}
+
+// tail keeps the last tailSize bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > tailSize {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailSize:]...)
+	}
+	return len(b), nil
+}
+
+// String returns what was kept, for error messages.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.buf))
+}
