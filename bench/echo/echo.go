@@ -245,7 +245,7 @@ type Conn struct {
 	closed atomic.Bool
 
 	qmu     sync.Mutex // guards q and failed
-	q       ring
+	q       bench.CallbackQueue
 	failed  error // set when the reader stopped; later requests fail
 	stopped chan struct{}
 }
@@ -324,7 +324,7 @@ func (c *Conn) goLocked(flags uint32, payload []byte, done func([]byte, error)) 
 		c.qmu.Unlock()
 		return err
 	}
-	c.q.push(done)
+	c.q.Push(done)
 	c.qmu.Unlock()
 	if err := c.writeFrame(flags, payload); err != nil {
 		// done is queued, so it must still run once: breaking the
@@ -470,7 +470,7 @@ func (c *Conn) readLoop() {
 				}
 			}
 			c.qmu.Lock()
-			done, ok := c.q.pop()
+			done, ok := c.q.Pop()
 			c.qmu.Unlock()
 			if !ok {
 				return errors.New("echo: reply without a request")
@@ -488,7 +488,7 @@ func (c *Conn) readLoop() {
 	}
 	c.qmu.Lock()
 	c.failed = err
-	pending := c.q.drain()
+	pending := c.q.Drain()
 	c.qmu.Unlock()
 	for _, done := range pending {
 		done(nil, err)
@@ -513,44 +513,4 @@ func (c *Conn) Close() error {
 		return fmt.Errorf("echo close: %w", err)
 	}
 	return nil
-}
-
-// ring is a growable FIFO of callbacks.
-type ring struct {
-	buf        []func([]byte, error)
-	head, size int
-}
-
-func (r *ring) push(f func([]byte, error)) {
-	if r.size == len(r.buf) {
-		nb := make([]func([]byte, error), max(16, 2*len(r.buf)))
-		for i := 0; i < r.size; i++ {
-			nb[i] = r.buf[(r.head+i)%len(r.buf)]
-		}
-		r.buf, r.head = nb, 0
-	}
-	r.buf[(r.head+r.size)%len(r.buf)] = f
-	r.size++
-}
-
-func (r *ring) pop() (func([]byte, error), bool) {
-	if r.size == 0 {
-		return nil, false
-	}
-	f := r.buf[r.head]
-	r.buf[r.head] = nil
-	r.head = (r.head + 1) % len(r.buf)
-	r.size--
-	return f, true
-}
-
-func (r *ring) drain() []func([]byte, error) {
-	var out []func([]byte, error)
-	for {
-		f, ok := r.pop()
-		if !ok {
-			return out
-		}
-		out = append(out, f)
-	}
 }

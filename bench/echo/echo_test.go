@@ -213,26 +213,3 @@ func TestWouldBlock(t *testing.T) {
 	_, _ = br.Discard(3)
 	assert.True(t, wouldBlock(br), "only part of the next frame is buffered")
 }
-
-func TestRing(t *testing.T) {
-	var r ring
-	var order []int
-	for i := 0; i < 40; i++ {
-		i := i
-		r.push(func([]byte, error) { order = append(order, i) })
-		if i%3 == 0 {
-			f, ok := r.pop()
-			require.True(t, ok)
-			f(nil, nil)
-		}
-	}
-	for _, f := range r.drain() {
-		f(nil, nil)
-	}
-	require.Len(t, order, 40)
-	for i, v := range order {
-		assert.Equal(t, i, v)
-	}
-	_, ok := r.pop()
-	assert.False(t, ok)
-}

@@ -65,7 +65,7 @@ type Conn struct {
 	qmu sync.Mutex // guards the fields below
 	// q holds one entry per command written and not yet answered. A nil
 	// entry is a Send, whose reply is discarded.
-	q       ring
+	q       bench.CallbackQueue
 	failed  error  // set when reading stopped; later requests fail with it
 	dropped int    // error replies to Sends since the last Sync
 	first   string // the first of them
@@ -251,7 +251,7 @@ func (c *Conn) enqueue(done func([]byte, error)) error {
 		c.reader = true
 		go c.readLoop()
 	}
-	c.q.push(done)
+	c.q.Push(done)
 	return nil
 }
 
@@ -302,7 +302,7 @@ func (c *Conn) readLoop() {
 	}
 	c.qmu.Lock()
 	c.failed = err
-	pending := c.q.drain()
+	pending := c.q.Drain()
 	c.qmu.Unlock()
 	for _, done := range pending {
 		if done != nil {
@@ -319,7 +319,7 @@ func (c *Conn) dispatch() error {
 			return err
 		}
 		c.qmu.Lock()
-		done, ok := c.q.pop()
+		done, ok := c.q.Pop()
 		if ok && done == nil && r.kind == '-' {
 			if c.dropped == 0 {
 				c.first = string(r.data)
@@ -357,44 +357,4 @@ func (c *Conn) Close() error {
 		return fmt.Errorf("redissut close: %w", err)
 	}
 	return nil
-}
-
-// ring is a growable FIFO of callbacks whose capacity is a power of two.
-type ring struct {
-	buf  []func([]byte, error)
-	head int // index of the oldest entry
-	n    int // entries held
-}
-
-func (r *ring) push(f func([]byte, error)) {
-	if r.n == len(r.buf) {
-		grown := make([]func([]byte, error), max(64, 2*len(r.buf)))
-		// Unroll the wrapped contents to the front of the new buffer.
-		k := copy(grown, r.buf[r.head:])
-		copy(grown[k:], r.buf[:r.head])
-		r.buf, r.head = grown, 0
-	}
-	r.buf[(r.head+r.n)&(len(r.buf)-1)] = f
-	r.n++
-}
-
-func (r *ring) pop() (func([]byte, error), bool) {
-	if r.n == 0 {
-		return nil, false
-	}
-	f := r.buf[r.head]
-	r.buf[r.head] = nil
-	r.head = (r.head + 1) & (len(r.buf) - 1)
-	r.n--
-	return f, true
-}
-
-// drain empties the ring, returning its entries oldest first.
-func (r *ring) drain() []func([]byte, error) {
-	out := make([]func([]byte, error), 0, r.n)
-	for r.n > 0 {
-		f, _ := r.pop()
-		out = append(out, f)
-	}
-	return out
 }
