@@ -48,7 +48,9 @@ func TestCLIEndToEnd(t *testing.T) {
 	svgs, _ := filepath.Glob(filepath.Join(outDir, "*.svg"))
 	hgrms, _ := filepath.Glob(filepath.Join(outDir, "*.hgrm"))
 	assert.Len(t, svgs, 2)
-	assert.Len(t, hgrms, 2*(1+3))
+	// Per size: the round trip's latency, and the fixed rate's latency,
+	// service, lag and wake.
+	assert.Len(t, hgrms, 2*(1+4))
 }
 
 func TestBadFlags(t *testing.T) {
