@@ -174,14 +174,16 @@ func (o OpenLoop) Run(ctx context.Context, send SendFunc, flush func() error) (L
 			if err := flush(); err != nil {
 				return st, err
 			}
-			d := max(due-now, o.Tick)
+			// The flush took time of its own, which is not the sleep's.
+			asleep := o.Clock.Now()
+			d := max(due-asleep, o.Tick)
 			if err := o.Clock.Sleep(ctx, d); err != nil {
 				return st, fmt.Errorf("open loop: %w", err)
 			}
 			if o.Wake != nil && i >= firstMeasured {
 				// A sleep too short to take (see RealClock.Sleep) ends
 				// early; that is not lateness.
-				o.Wake.Record(max(o.Clock.Now()-now-d, 0))
+				o.Wake.Record(max(o.Clock.Now()-asleep-d, 0))
 			}
 			continue
 		}

@@ -162,6 +162,21 @@ func TestOpenLoopBatchesWithinATick(t *testing.T) {
 	assert.Greater(t, clock.sleeps, 2*len(batches))
 }
 
+func TestOpenLoopWakeIsTheSleepsLatenessAlone(t *testing.T) {
+	// Every flush takes 20 µs and every sleep ends 7 µs late: the wake
+	// histogram holds the 7 µs only.
+	const over, flushCost = 7 * time.Microsecond, 20 * time.Microsecond
+	clock := &fakeClock{over: over}
+	wake := NewRecorder()
+	loop := OpenLoop{Clock: clock, Rate: 1000, Duration: 50 * time.Millisecond, Wake: wake}
+	_, err := loop.Run(context.Background(), func(int64, time.Duration, time.Duration, bool) error { return nil },
+		func() error { clock.now += flushCost; return nil })
+	require.NoError(t, err)
+	require.Positive(t, wake.Count())
+	assert.EqualValues(t, over, wake.Histogram().Min())
+	assert.Equal(t, over, time.Duration(wake.Histogram().Max()).Truncate(10*time.Nanosecond))
+}
+
 func TestGeneratorBound(t *testing.T) {
 	rec := func(d time.Duration) *Recorder {
 		r := NewRecorder()
