@@ -283,8 +283,8 @@ func (r *Report) writeScenarioNote(w io.Writer, s Scenario) {
 	case RoundTrip:
 		fmt.Fprintf(w, "%s sequential calls per client after %s unmeasured warm-up calls\n", groupDigits(p.Count), groupDigits(p.WarmupCount))
 	case FixedRate:
-		fmt.Fprintf(w, "send i is due at t0 + i/R, never rescheduled · latency = reply − intended send (headline) · service = reply − actual send · lag = actual − intended send (generator)\n")
-		fmt.Fprintf(w, "warm-up %s unmeasured on the same schedule, then %s measured · a request slower than %s is an error and keeps its latency\n", p.Warmup, p.Duration, p.Timeout)
+		fmt.Fprintf(w, "send i is due at t0 + i/R, never rescheduled · latency = reply − intended send (headline) · service = reply − actual send · lag = actual − intended send (generator) · wake = how late the generator's sleeps ended\n")
+		fmt.Fprintf(w, "the generator sleeps at least %s and sends what fell due meanwhile together · warm-up %s unmeasured on the same schedule, then %s measured · a request slower than %s is an error and keeps its latency\n", p.Tick, p.Warmup, p.Duration, p.Timeout)
 	}
 }
 
