@@ -96,6 +96,8 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 			}
 		}
 	}()
+	var kids []int // the server's descendant processes
+	scanned := false
 	for {
 		select {
 		case err := <-serveErr:
@@ -113,8 +115,14 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 				if err != nil {
 					return err
 				}
-				// A server that runs another program counts its CPU.
-				d := DescendantsCPU()
+				// A server that runs another program counts its CPU. The
+				// programs start before the server is ready, so the first
+				// answer finds them all; later ones, some asked inside a
+				// measured window, read only theirs, not all of /proc.
+				if !scanned {
+					kids, scanned = Descendants(), true
+				}
+				d := CPUOf(kids)
 				u.CPU.User += d.User
 				u.CPU.Sys += d.Sys
 				if err := out.json(u); err != nil {
@@ -203,6 +211,9 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 	after, err := SelfUsage()
 	if err != nil {
 		return err
+	}
+	if res.measureFrom != nil {
+		before = *res.measureFrom // the warm-up ran inside the scenario
 	}
 	res.CPU = after.CPU.Sub(before.CPU)
 	res.GOMAXPROCS = runtime.GOMAXPROCS(0)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 
 const childEnv = "FERO_BENCH_TEST_CHILD"
 
-var registry = bench.Registry{"echo": echo.System{}}
+var registry = bench.Registry{"echo": echo.System{}, "burn": burnSystem{}}
 
 // TestMain turns the test binary into a benchmark child when the runner
 // re-executes it, so the end-to-end test uses real separate processes.
@@ -129,4 +130,108 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, paths)
 	assert.Positive(t, progressed)
+}
+
+// burnSystem is the echo system with a CPU burn at the start of a run's
+// warm-up, in the client and the server: a fixed-rate trial must not count
+// it. The client burns at its first request and then creates a file in
+// burnDirEnv's directory, which the server polls for before burning.
+type burnSystem struct{ echo.System }
+
+const (
+	burnDirEnv = "FERO_BENCH_TEST_BURN_DIR"
+	burnCPU    = 400 * time.Millisecond
+)
+
+// burn spins until this process has used d more CPU.
+func burn(d time.Duration) {
+	u, err := bench.SelfUsage()
+	if err != nil {
+		panic(err)
+	}
+	for {
+		v, err := bench.SelfUsage()
+		if err != nil {
+			panic(err)
+		}
+		if v.CPU.Sub(u.CPU).Total() >= d {
+			return
+		}
+	}
+}
+
+func (s burnSystem) Serve(ctx context.Context, opts bench.ServeOptions, ready func(string)) error {
+	mark := filepath.Join(os.Getenv(burnDirEnv), "warm-up")
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Stat(mark); err == nil {
+				burn(burnCPU)
+				return
+			}
+		}
+	}()
+	return s.System.Serve(ctx, opts, ready)
+}
+
+func (s burnSystem) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
+	c, err := s.System.Dial(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &burnConn{Conn: c}, nil
+}
+
+type burnConn struct {
+	bench.Conn
+	burnt bool
+}
+
+func (c *burnConn) Go(ctx context.Context, payload []byte, done func([]byte, error)) error {
+	if !c.burnt {
+		c.burnt = true
+		if err := os.WriteFile(filepath.Join(os.Getenv(burnDirEnv), "warm-up"), nil, 0o600); err != nil {
+			return err
+		}
+		burn(burnCPU)
+	}
+	return c.Conn.Go(ctx, payload, done)
+}
+
+// Flush passes on to echo's connection, which buffers requests.
+func (c *burnConn) Flush(ctx context.Context) error { return c.Conn.(bench.Flusher).Flush(ctx) }
+
+func TestFixedRateCountsCPUFromTheMeasuredWindow(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	s := &bench.Session{
+		Runner:    &bench.Runner{Exe: os.Args[0], Env: append(os.Environ(), childEnv+"=1", burnDirEnv+"="+dir)},
+		Systems:   []string{"burn"},
+		Scenarios: []bench.Scenario{bench.FixedRate},
+		Matrix:    bench.Matrix{Sizes: []int{64}, Records: []int64{1}, Clients: []int{1}, Servers: []int{1}, Rates: []float64{1000}},
+		Params: bench.Params{
+			// The warm-up is long enough for both burns on a loaded machine.
+			Warmup: 3 * time.Second, Duration: 200 * time.Millisecond, Timeout: 2 * time.Second,
+			Tick: bench.DefaultTick, TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
+		},
+		Runs: 1,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 1)
+	tr := rep.Trials[0]
+	assert.Zero(t, tr.Errors)
+	_, err = os.Stat(filepath.Join(dir, "warm-up"))
+	require.NoError(t, err, "the client reached its warm-up")
+	// 200 requests cost the echo milliseconds; the burns cost 400 ms each.
+	assert.Less(t, tr.ClientCPU.Total(), burnCPU/2, "client CPU counts from the measured window")
+	assert.Less(t, tr.ServerCPU.Total(), burnCPU/2, "server CPU counts from the measured window")
 }

@@ -123,6 +123,10 @@ type OpenLoop struct {
 	// Wake, if set, records how late each sleep ended: how much of the
 	// lag the machine's timers and scheduler explain.
 	Wake *Recorder
+	// OnMeasure, if set, runs once, just before the first measured send is
+	// issued: where the measured window begins, so that a caller can count
+	// its resources from there rather than from the warm-up.
+	OnMeasure func()
 }
 
 // SendFunc issues send i. intended is its due time and actual the time it was
@@ -195,6 +199,10 @@ func (o OpenLoop) Run(ctx context.Context, send SendFunc, flush func() error) (L
 				break
 			}
 			measured := i >= firstMeasured
+			if i == firstMeasured && o.OnMeasure != nil {
+				o.OnMeasure()
+				actual = o.Clock.Now()
+			}
 			if measured && actual-due > late {
 				st.Lagged++
 			}

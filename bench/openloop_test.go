@@ -108,6 +108,32 @@ func TestOpenLoopKeepsScheduleThroughStall(t *testing.T) {
 	assert.Equal(t, start+100*time.Millisecond, st.End)
 }
 
+func TestOpenLoopOnMeasureMarksTheWindowsStart(t *testing.T) {
+	for _, warmup := range []time.Duration{0, 10 * time.Millisecond} {
+		clock := &fakeClock{}
+		var events []string
+		loop := OpenLoop{Clock: clock, Rate: 1000, Warmup: warmup, Duration: 20 * time.Millisecond, Tick: 3 * time.Millisecond}
+		loop.OnMeasure = func() { events = append(events, "measure") }
+		st, err := loop.Run(context.Background(), func(_ int64, _, _ time.Duration, measured bool) error {
+			events = append(events, map[bool]string{false: "warm-up", true: "measured"}[measured])
+			return nil
+		}, nil)
+		require.NoError(t, err)
+		warm := int(st.Sent - st.Measured)
+		require.Len(t, events, int(st.Sent)+1, "warm-up %v: one call, at the measured sends' start", warmup)
+		for k, ev := range events {
+			switch {
+			case k < warm:
+				assert.Equal(t, "warm-up", ev, "warm-up %v, event %d", warmup, k)
+			case k == warm:
+				assert.Equal(t, "measure", ev, "warm-up %v, event %d", warmup, k)
+			default:
+				assert.Equal(t, "measured", ev, "warm-up %v, event %d", warmup, k)
+			}
+		}
+	}
+}
+
 func TestOpenLoopFlushesBeforeSleeping(t *testing.T) {
 	clock := &fakeClock{}
 	var events []string
@@ -274,4 +300,7 @@ func TestRunFixedRateRecordsFromIntendedTime(t *testing.T) {
 	lag, err := DecodeRecorder(res.Histograms[HistLag])
 	require.NoError(t, err)
 	assert.Zero(t, lag.Histogram().Max(), "the fake generator is never late")
+	// The warm-up runs inside the scenario: its CPU counts from the
+	// measured window's start (ClientChild subtracts this).
+	assert.NotNil(t, res.measureFrom, "the process's use at the measured window's start")
 }

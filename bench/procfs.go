@@ -249,34 +249,55 @@ func parseProcPidStat(line string) (procTimes, error) {
 // another program (a Redis, say) runs it as a child of the harness's
 // server process, and its CPU is the server's. Processes that exit in a
 // race with the scan are skipped. It is zero where /proc is missing.
-func DescendantsCPU() CPUTimes {
+func DescendantsCPU() CPUTimes { return CPUOf(Descendants()) }
+
+// Descendants lists the live processes this one started, and theirs in
+// turn. It reads every process's stat file in /proc, about a millisecond
+// on a quiet machine; CPUOf then reads only theirs.
+func Descendants() []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return CPUTimes{}
+		return nil
 	}
-	children := map[int][]procTimes{}
+	children := map[int][]int{}
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		t, err := readProcPidStat(e.Name())
 		if err != nil {
 			continue
 		}
-		t, err := parseProcPidStat(strings.TrimSpace(string(b)))
-		if err != nil {
-			continue
-		}
-		children[t.ppid] = append(children[t.ppid], t)
+		children[t.ppid] = append(children[t.ppid], t.pid)
 	}
+	var out []int
+	for queue := []int{os.Getpid()}; len(queue) > 0; queue = queue[1:] {
+		out = append(out, children[queue[0]]...)
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// CPUOf is the CPU time used so far by the processes pids; those no
+// longer alive are skipped.
+func CPUOf(pids []int) CPUTimes {
 	var sum CPUTimes
 	tick := time.Second / userHZ
-	for queue := []int{os.Getpid()}; len(queue) > 0; queue = queue[1:] {
-		for _, c := range children[queue[0]] {
-			sum.User += time.Duration(c.utime) * tick
-			sum.Sys += time.Duration(c.stime) * tick
-			queue = append(queue, c.pid)
+	for _, pid := range pids {
+		t, err := readProcPidStat(strconv.Itoa(pid))
+		if err != nil {
+			continue
 		}
+		sum.User += time.Duration(t.utime) * tick
+		sum.Sys += time.Duration(t.stime) * tick
 	}
 	return sum
+}
+
+func readProcPidStat(pid string) (procTimes, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return procTimes{}, err
+	}
+	return parseProcPidStat(strings.TrimSpace(string(b)))
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -108,4 +109,39 @@ func TestDescendantsCPUCountsAGrandchild(t *testing.T) {
 	require.Equal(t, "done\n", line)
 	got := DescendantsCPU().Sub(before)
 	assert.Greater(t, got.Total(), time.Duration(0), "the grandchild's busy loop is counted")
+}
+
+func TestCPUOfReadsTheDescendantsFoundOnce(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	// A shell (our child) starts a subshell (our grandchild) that waits
+	// for a line, then runs a busy loop and stays alive.
+	cmd := exec.Command("sh", "-c", `(read go; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	// Both exist before the scan once the grandchild is waiting to read.
+	var kids []int
+	require.Eventually(t, func() bool {
+		kids = Descendants()
+		return len(kids) >= 2
+	}, 10*time.Second, 10*time.Millisecond, "the shell and its subshell")
+	assert.Equal(t, cmd.Process.Pid, kids[0], "breadth first: the child, then its own")
+	before := CPUOf(kids)
+	_, err = io.WriteString(in, "go\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	assert.Greater(t, CPUOf(kids).Sub(before).Total(), time.Duration(0), "the grandchild's busy loop is counted")
+	assert.Zero(t, CPUOf([]int{-1}).Total(), "a process that is gone counts nothing")
 }

@@ -169,7 +169,8 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		}
 	}
 
-	// The measured window begins.
+	// The trial begins, and with it the measured window of every scenario
+	// but FixedRate (the others warm up before they report ready).
 	serverBefore, err := usageOf(ctx, servers)
 	if err != nil {
 		return res, err
@@ -182,7 +183,38 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 			return res, err
 		}
 	}
+	// A fixed-rate warm-up runs inside the clients' schedule, which starts
+	// at start: the measured window, and what it counts, begins after it.
+	measured := make(chan error, 1)
+	mctx, stopMeasure := context.WithCancel(ctx)
+	defer stopMeasure()
+	if t.Scenario == FixedRate && p.Warmup > 0 {
+		go func() {
+			timer := time.NewTimer(time.Until(start.Add(p.Warmup)))
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-mctx.Done():
+				measured <- mctx.Err()
+				return
+			}
+			u, err := usageOf(mctx, servers)
+			if err == nil {
+				serverBefore = u
+				statBefore, haveStat = ReadProcStat()
+			}
+			measured <- err
+		}()
+	} else {
+		measured <- nil
+	}
 	results, err := r.collect(ctx, t, p, clients, start)
+	if err != nil {
+		stopMeasure() // the trial failed: do not wait out the warm-up
+	}
+	if merr := <-measured; err == nil && merr != nil {
+		err = fmt.Errorf("usage at the end of the warm-up: %w", merr)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -143,6 +143,11 @@ type ClientResult struct {
 	Tick       time.Duration `json:"tick_ns,omitempty"`
 	CPU        CPUTimes      `json:"cpu"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
+
+	// measureFrom is the process's use where the measured window began,
+	// for a scenario whose warm-up runs inside it (FixedRate); CPU counts
+	// from there.
+	measureFrom *Usage
 }
 
 // progress is what a running scenario publishes for the progress line. Only
@@ -374,6 +379,11 @@ func runFixedRate(ctx context.Context, conn Conn, clock Clock, payload []byte, s
 		}
 	}
 	loop := OpenLoop{Clock: clock, Rate: spec.Rate, Warmup: spec.Warmup, Duration: spec.Duration, Tick: spec.Tick, Wake: wake}
+	loop.OnMeasure = func() {
+		if u, err := SelfUsage(); err == nil {
+			res.measureFrom = &u
+		}
+	}
 	send := func(i int64, intended, actual time.Duration, measured bool) error {
 		if !measured {
 			return conn.Go(ctx, payload, func([]byte, error) { finish() })
