@@ -37,10 +37,12 @@ type ServeSpec struct {
 }
 
 type clientMsg struct {
-	Ready    bool          `json:"ready,omitempty"`
-	Progress int64         `json:"progress,omitempty"`
-	Result   *ClientResult `json:"result,omitempty"`
-	Err      string        `json:"error,omitempty"`
+	Ready bool `json:"ready,omitempty"`
+	// Connected is when Dial returned (Unix ns), sent with Ready.
+	Connected int64         `json:"connected_unix_ns,omitempty"`
+	Progress  int64         `json:"progress,omitempty"`
+	Result    *ClientResult `json:"result,omitempty"`
+	Err       string        `json:"error,omitempty"`
 }
 
 // lineWriter serializes JSON lines to a child's stdout.
@@ -152,11 +154,12 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", spec.System, err)
 	}
+	connected := time.Now().UnixNano()
 	defer conn.Close()
 	if err := warmUp(ctx, conn, spec); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := out.json(clientMsg{Ready: true}); err != nil {
+	if err := out.json(clientMsg{Ready: true, Connected: connected}); err != nil {
 		return err
 	}
 	sc := bufio.NewScanner(stdin)

@@ -92,6 +92,9 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 		assert.Greater(t, g.ServerCPU.Median+g.ClientCPU.Median, 0.0, name)
 		assert.Greater(t, g.ClientMaxRSS.Median, 0.0, name)
 		assert.Greater(t, g.ServerMaxRSS.Median, 0.0, name)
+		// Start-up: a process spawned, ready, connected; not instant.
+		assert.Positive(t, g.Stable.Median, name)
+		assert.Positive(t, g.Connected.Median, name)
 		switch g.Scenario {
 		case bench.OneWay, bench.RequestReply:
 			require.Len(t, g.Milestones, 2, name)
@@ -126,6 +129,7 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, rep.WriteText(&b))
 	assert.Contains(t, b.String(), "latency at a fixed rate (open loop)")
+	assert.Contains(t, b.String(), "start-up, before the trial: servers stable")
 	paths, err := rep.WriteFiles(t.TempDir())
 	require.NoError(t, err)
 	assert.NotEmpty(t, paths)

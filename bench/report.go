@@ -92,8 +92,12 @@ type Group struct {
 	ServerCPU      Spread        `json:"server_cpu_seconds"`
 	ClientMaxRSS   Spread        `json:"client_max_rss_bytes"`
 	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
-	MachineBusy    Spread        `json:"machine_busy"`
-	MachineSteal   Spread        `json:"machine_steal"`
+	// Stable and Connected are the start-up times before each trial (see
+	// TrialResult).
+	Stable       Spread `json:"stable_seconds"`
+	Connected    Spread `json:"connected_seconds"`
+	MachineBusy  Spread `json:"machine_busy"`
+	MachineSteal Spread `json:"machine_steal"`
 	// OtherCPU is the machine's busy CPU seconds in the window minus our
 	// processes': load from elsewhere that the figures competed with.
 	OtherCPU Spread `json:"other_cpu_seconds"`
@@ -179,6 +183,8 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 	g.ServerCPU = collect(func(t *TrialResult) float64 { return t.ServerCPU.Total().Seconds() })
 	g.ClientMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ClientMaxRSS) })
 	g.ServerMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ServerMaxRSS) })
+	g.Stable = collect(func(t *TrialResult) float64 { return t.Stable.Seconds() })
+	g.Connected = collect(func(t *TrialResult) float64 { return t.Connected.Seconds() })
 	g.MachineBusy = collect(func(t *TrialResult) float64 { return t.Machine.Busy })
 	g.MachineSteal = collect(func(t *TrialResult) float64 { return t.Machine.Steal })
 	g.OtherCPU = collect(func(t *TrialResult) float64 {
@@ -318,6 +324,8 @@ func (r *Report) writeCosts(w io.Writer, g *Group) {
 	if g.Clamped > 0 {
 		fmt.Fprintf(w, "  %d latencies fell outside the histogram range and were clamped to it\n", g.Clamped)
 	}
+	fmt.Fprintf(w, "  start-up, before the trial: servers stable %s ms, clients connected %s ms\n",
+		spreadF(g.Stable, 1e3, "%.0f"), spreadF(g.Connected, 1e3, "%.0f"))
 }
 
 // latencyRows lists a scenario's histograms in report order.

@@ -61,6 +61,14 @@ type TrialResult struct {
 	GeneratorBound bool     `json:"generator_bound,omitempty"`
 	ClientCPU      CPUTimes `json:"client_cpu"`
 	ServerCPU      CPUTimes `json:"server_cpu"`
+	// Stable is how long the servers took to start, from the first's spawn
+	// until the last reported ready (a fero server once its map holds every
+	// server started before it). Connected is how long the clients took,
+	// from the first's spawn until the last had dialed: connected, and for
+	// fero routing by a map of every server with each owner taking writes.
+	// Both precede the trial and are not part of its figures.
+	Stable    time.Duration `json:"stable_ns"`
+	Connected time.Duration `json:"connected_ns"`
 	// Peak RSS is the largest over the processes of each kind.
 	ClientMaxRSS int64    `json:"client_max_rss_bytes"`
 	ServerMaxRSS int64    `json:"server_max_rss_bytes"`
@@ -130,6 +138,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		}
 	}()
 
+	serversStart := time.Now()
 	servers := make([]*child, 0, t.Config.Servers)
 	addrs := make([]string, 0, t.Config.Servers)
 	for i := 0; i < t.Config.Servers; i++ {
@@ -148,6 +157,9 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		}
 		addrs = append(addrs, strings.TrimSpace(addr))
 	}
+	res.Stable = time.Since(serversStart)
+
+	clientsStart := time.Now()
 
 	clients := make([]*child, 0, t.Config.Clients)
 	for i := 0; i < t.Config.Clients; i++ {
@@ -167,6 +179,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		if !m.Ready {
 			return res, fmt.Errorf("%s: %s", c.name, orUnexpected(m))
 		}
+		res.Connected = max(res.Connected, time.Unix(0, m.Connected).Sub(clientsStart))
 	}
 
 	// The trial begins, and with it the measured window of every scenario

@@ -60,6 +60,15 @@ func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(add
 	if err != nil {
 		return fmt.Errorf("ferosut: open server: %w", err)
 	}
+	// Stable: this server routes by a map of itself and every server
+	// started before it.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = r.WaitServers(wctx, len(opts.Peers)+1)
+	cancel()
+	if err != nil {
+		r.Close()
+		return fmt.Errorf("ferosut: server %d joining: %w", opts.Index, err)
+	}
 	ready(r.GossipAddr() + " " + r.Addr())
 	<-ctx.Done()
 	return r.Close()
