@@ -239,3 +239,47 @@ func TestFixedRateCountsCPUFromTheMeasuredWindow(t *testing.T) {
 	assert.Less(t, tr.ClientCPU.Total(), burnCPU/2, "client CPU counts from the measured window")
 	assert.Less(t, tr.ServerCPU.Total(), burnCPU/2, "server CPU counts from the measured window")
 }
+
+func TestAttachedServersAreNotStartedOrMeasured(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// A server this run does not start: in this process, not a child.
+	sctx, stop := context.WithCancel(ctx)
+	addr := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- echo.System{}.Serve(sctx, bench.ServeOptions{Addr: "127.0.0.1:0"}, func(a string) { addr <- a })
+	}()
+	defer func() { stop(); require.NoError(t, <-served) }()
+	s := &bench.Session{
+		Runner:    &bench.Runner{Exe: os.Args[0], Env: append(os.Environ(), childEnv+"=1")},
+		Systems:   []string{"echo"},
+		Scenarios: []bench.Scenario{bench.OneWay},
+		Matrix:    bench.Matrix{Sizes: []int{64}, Records: []int64{2000}, Clients: []int{1}, Servers: []int{1}},
+		Params: bench.Params{
+			WarmupRecords: 100, TrialTimeout: 30 * time.Second, Host: "127.0.0.1", Attach: []string{<-addr},
+		},
+		Runs: 2,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 2)
+	for _, tr := range rep.Trials {
+		assert.True(t, tr.Attached)
+		assert.Zero(t, tr.Errors)
+		assert.EqualValues(t, 2000, tr.Records)
+		assert.Zero(t, tr.ServerMaxRSS, "no server process of ours")
+		assert.Zero(t, tr.ServerCPU.Total())
+		assert.Zero(t, tr.Stable)
+		assert.Positive(t, tr.Connected)
+	}
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteText(&b))
+	assert.Contains(t, b.String(), "attached to 1 server(s) this run did not start")
+
+	// The trial's servers are the attached ones, however many it asks for.
+	s.Matrix.Servers = []int{2}
+	_, err = s.Run(ctx, bench.CollectEnvironment())
+	assert.ErrorContains(t, err, "1 servers attached, the trial wants 2")
+}

@@ -135,6 +135,11 @@ type Params struct {
 	TrialTimeout time.Duration `json:"trial_timeout_ns"`
 	// Host is the loopback address servers listen on.
 	Host string `json:"host"`
+	// Attach, if set, lists the addresses of servers already running
+	// (each as its `fero-bench server` printed it): the runner starts no
+	// server and every trial's clients dial these. Their CPU and memory
+	// are not ours to read, so a trial reports none.
+	Attach []string `json:"attach,omitempty"`
 }
 
 // Trial is one system, scenario and configuration in one run.

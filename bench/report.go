@@ -94,6 +94,7 @@ type Group struct {
 	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
 	// Stable and Connected are the start-up times before each trial (see
 	// TrialResult).
+	Attached     bool   `json:"attached,omitempty"`
 	Stable       Spread `json:"stable_seconds"`
 	Connected    Spread `json:"connected_seconds"`
 	MachineBusy  Spread `json:"machine_busy"`
@@ -135,6 +136,7 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 		return SpreadOf(xs)
 	}
 	for _, t := range trs {
+		g.Attached = g.Attached || t.Attached
 		g.Errors += t.Errors
 		g.Timeouts += t.Timeouts
 		g.Clamped += t.Clamped
@@ -266,7 +268,12 @@ func (r *Report) writeHeader(w io.Writer) {
 	fmt.Fprintf(w, "fero-bench · %s\n", e.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "machine:  %s × %d logical CPUs (NumCPU %d) · %s · %s %s/%s · GOMAXPROCS %d\n",
 		cpu, e.CPU.Count, e.NumCPU, orUnknown(e.Kernel), e.GoVersion, e.GOOS, e.GOARCH, e.GOMAXPROCS)
-	fmt.Fprintf(w, "topology: %s %s\n", e.Topology, r.Params.Host)
+	if len(r.Params.Attach) > 0 {
+		fmt.Fprintf(w, "topology: clients are separate OS processes on this host, over loopback; attached to %d server(s) this run did not start: %s\n",
+			len(r.Params.Attach), strings.Join(r.Params.Attach, ", "))
+	} else {
+		fmt.Fprintf(w, "topology: %s %s\n", e.Topology, r.Params.Host)
+	}
 	fmt.Fprintf(w, "units:    MB = 10^6 bytes of payload, counted once per record · latency in µs · ")
 	if r.Runs > 1 {
 		fmt.Fprintf(w, "%d runs, configurations interleaved: median [min … max]\n", r.Runs)
@@ -312,11 +319,18 @@ func (r *Report) writeThroughput(w io.Writer, g *Group) {
 }
 
 func (r *Report) writeCosts(w io.Writer, g *Group) {
-	fmt.Fprintf(w, "  errors %d · cpu client %s s, server %s s · peak RSS client %s, server %s\n",
-		g.Errors, spreadF(g.ClientCPU, 1, "%.2f"), spreadF(g.ServerCPU, 1, "%.2f"),
-		spreadF(g.ClientMaxRSS, 1e-6, "%.1f MB"), spreadF(g.ServerMaxRSS, 1e-6, "%.1f MB"))
-	fmt.Fprintf(w, "  machine busy %s during the trial, other processes' share %s CPU-s",
-		spreadF(g.MachineBusy, 100, "%.0f%%"), spreadF(g.OtherCPU, 1, "%.2f"))
+	if g.Attached {
+		fmt.Fprintf(w, "  errors %d · cpu client %s s · peak RSS client %s · servers attached: their cpu and RSS not measured\n",
+			g.Errors, spreadF(g.ClientCPU, 1, "%.2f"), spreadF(g.ClientMaxRSS, 1e-6, "%.1f MB"))
+		fmt.Fprintf(w, "  machine busy %s during the trial, other processes' share %s CPU-s (the attached servers' included)",
+			spreadF(g.MachineBusy, 100, "%.0f%%"), spreadF(g.OtherCPU, 1, "%.2f"))
+	} else {
+		fmt.Fprintf(w, "  errors %d · cpu client %s s, server %s s · peak RSS client %s, server %s\n",
+			g.Errors, spreadF(g.ClientCPU, 1, "%.2f"), spreadF(g.ServerCPU, 1, "%.2f"),
+			spreadF(g.ClientMaxRSS, 1e-6, "%.1f MB"), spreadF(g.ServerMaxRSS, 1e-6, "%.1f MB"))
+		fmt.Fprintf(w, "  machine busy %s during the trial, other processes' share %s CPU-s",
+			spreadF(g.MachineBusy, 100, "%.0f%%"), spreadF(g.OtherCPU, 1, "%.2f"))
+	}
 	if g.MachineSteal.Max > 0.01 {
 		fmt.Fprintf(w, " (steal %s)", spreadF(g.MachineSteal, 100, "%.0f%%"))
 	}
@@ -324,8 +338,11 @@ func (r *Report) writeCosts(w io.Writer, g *Group) {
 	if g.Clamped > 0 {
 		fmt.Fprintf(w, "  %d latencies fell outside the histogram range and were clamped to it\n", g.Clamped)
 	}
-	fmt.Fprintf(w, "  start-up, before the trial: servers stable %s ms, clients connected %s ms\n",
-		spreadF(g.Stable, 1e3, "%.0f"), spreadF(g.Connected, 1e3, "%.0f"))
+	stable := "servers stable " + spreadF(g.Stable, 1e3, "%.0f") + " ms"
+	if g.Attached {
+		stable = "servers attached"
+	}
+	fmt.Fprintf(w, "  start-up, before the trial: %s, clients connected %s ms\n", stable, spreadF(g.Connected, 1e3, "%.0f"))
 }
 
 // latencyRows lists a scenario's histograms in report order.

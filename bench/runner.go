@@ -69,6 +69,9 @@ type TrialResult struct {
 	// Both precede the trial and are not part of its figures.
 	Stable    time.Duration `json:"stable_ns"`
 	Connected time.Duration `json:"connected_ns"`
+	// Attached: the trial ran against servers it did not start
+	// (Params.Attach); ServerCPU, ServerMaxRSS and Stable are not known.
+	Attached bool `json:"attached,omitempty"`
 	// Peak RSS is the largest over the processes of each kind.
 	ClientMaxRSS int64    `json:"client_max_rss_bytes"`
 	ServerMaxRSS int64    `json:"server_max_rss_bytes"`
@@ -141,7 +144,14 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 	serversStart := time.Now()
 	servers := make([]*child, 0, t.Config.Servers)
 	addrs := make([]string, 0, t.Config.Servers)
-	for i := 0; i < t.Config.Servers; i++ {
+	if len(p.Attach) > 0 {
+		if len(p.Attach) != t.Config.Servers {
+			return res, fmt.Errorf("bench: %d servers attached, the trial wants %d", len(p.Attach), t.Config.Servers)
+		}
+		addrs = append(addrs, p.Attach...)
+		res.Attached = true
+	}
+	for i := 0; i < t.Config.Servers && !res.Attached; i++ {
 		spec := ServeSpec{System: t.System, Serve: ServeOptions{
 			Addr: net.JoinHostPort(p.Host, "0"), Index: i, Peers: append([]string(nil), addrs...),
 		}}
@@ -157,7 +167,9 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		}
 		addrs = append(addrs, strings.TrimSpace(addr))
 	}
-	res.Stable = time.Since(serversStart)
+	if !res.Attached {
+		res.Stable = time.Since(serversStart)
+	}
 
 	clientsStart := time.Now()
 

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,7 +99,7 @@ func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, err
 	if len(opts.Servers) == 0 {
 		return nil, errors.New("ferosut: no server")
 	}
-	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d", opts.Index)), fero.WithSeeds(gossipOf(opts.Servers)...))
+	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d-%d", opts.Index, os.Getpid())), fero.WithSeeds(gossipOf(opts.Servers)...))
 	r, err := fero.Open(ctx, Resource, o...)
 	if err != nil {
 		return nil, fmt.Errorf("ferosut: open client: %w", err)
@@ -112,6 +113,12 @@ func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, err
 	c := &conn{r: r, servers: dataOf(opts.Servers), keys: make([]string, Keys), acked: make(chan struct{}, 1)}
 	for i := range c.keys {
 		c.keys[i] = fmt.Sprintf("k%d", i)
+	}
+	// Servers this run did not start (fero-bench run --attach) have
+	// applied records before: Replicated counts from what they hold now.
+	if c.base, err = appliedBy(wctx, c.servers); err != nil {
+		r.Close()
+		return nil, err
 	}
 	// Owners sync the partitions they just gained: write every key once,
 	// so the measured records never wait for that.
@@ -127,6 +134,7 @@ func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, err
 type conn struct {
 	r       *fero.Resource
 	servers []string
+	base    []uint64 // what each server had applied when this conn opened
 	keys    []string
 	next    uint64
 	scratch []byte // Send's encoding of a value
@@ -233,21 +241,14 @@ func (c *conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 // server counts the others' records too, so this is when the slowest
 // server has caught up with at least this much.
 func (c *conn) Replicated(ctx context.Context) error {
-	want := uint64(c.writes.Load())
-	remotes := make([]*fero.Remote, 0, len(c.servers))
-	defer func() {
-		for _, rc := range remotes {
-			rc.Close()
-		}
-	}()
-	for _, addr := range c.servers {
-		rc, err := fero.Dial(ctx, addr)
-		if err != nil {
-			return err
-		}
-		remotes = append(remotes, rc)
+	writes := uint64(c.writes.Load())
+	remotes, err := dialAll(ctx, c.servers)
+	defer closeAll(remotes)
+	if err != nil {
+		return err
 	}
-	for _, rc := range remotes {
+	for i, rc := range remotes {
+		want := c.base[i] + writes
 		for {
 			st, err := rc.Status(ctx)
 			if err != nil {
@@ -267,3 +268,40 @@ func (c *conn) Replicated(ctx context.Context) error {
 }
 
 func (c *conn) Close() error { return c.r.Close() }
+
+func dialAll(ctx context.Context, addrs []string) ([]*fero.Remote, error) {
+	remotes := make([]*fero.Remote, 0, len(addrs))
+	for _, addr := range addrs {
+		rc, err := fero.Dial(ctx, addr)
+		if err != nil {
+			return remotes, err
+		}
+		remotes = append(remotes, rc)
+	}
+	return remotes, nil
+}
+
+func closeAll(remotes []*fero.Remote) {
+	for _, rc := range remotes {
+		rc.Close()
+	}
+}
+
+// appliedBy returns how many records each server has applied or, as
+// owner, committed.
+func appliedBy(ctx context.Context, addrs []string) ([]uint64, error) {
+	remotes, err := dialAll(ctx, addrs)
+	defer closeAll(remotes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, len(remotes))
+	for i, rc := range remotes {
+		st, err := rc.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("ferosut: status of %s: %w", rc.Addr(), err)
+		}
+		out[i] = st.Stats.Applied + st.Stats.Committed
+	}
+	return out, nil
+}

@@ -68,6 +68,7 @@ Servers and clients run as separate processes on this host over loopback.
 		newBenchCmd("echo", "Measure the raw length-prefixed TCP echo alone (the floor)", []string{"echo"}, ""),
 		newBenchCmd("transport", "Measure internal/transport side by side with the echo floor, as ratios to it", []string{"echo", "transport"}, "echo"),
 		newBenchCmd("run", "Measure any registered systems (--systems) side by side", nil, ""),
+		newServerCmd(),
 		newServeCmd(),
 		newClientCmd(),
 	)
@@ -88,6 +89,7 @@ type benchFlags struct {
 	runs                             int
 	jsonPath, outDir                 string
 	host                             string
+	attach                           string
 	short                            bool
 	progress                         string
 }
@@ -131,6 +133,9 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	fl.StringVar(&f.jsonPath, "json", "", "write the full report as JSON to this file")
 	fl.StringVar(&f.outDir, "out", "", "write .hgrm distributions (µs) and SVG latency charts into this directory")
 	fl.StringVar(&f.host, "host", "127.0.0.1", "loopback address servers listen on")
+	if systems == nil {
+		fl.StringVar(&f.attach, "attach", "", "servers already running on this host, comma-separated, each as `fero-bench server` printed it: start none, dial these (one system; -c is their number)")
+	}
 	fl.StringVar(&f.progress, "progress", "auto", "live progress line on stderr: auto (when a terminal), always, never")
 	if use == "transport" {
 		fl.BoolVar(&f.short, "short", false, "quick profile (under ~2 minutes): 200k records, the rate scenario at a quarter of the slower system's max for 5s")
@@ -142,11 +147,25 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if f.short {
 		applyShort(cmd, f)
 	}
+	attach := splitList(f.attach)
+	if len(attach) > 0 {
+		n := strconv.Itoa(len(attach))
+		if cmd.Flags().Changed("servers") && f.servers != n {
+			return fmt.Errorf("-c %s: %d servers attached", f.servers, len(attach))
+		}
+		f.servers = n
+	}
 	m, err := parseMatrix(f)
 	if err != nil {
 		return err
 	}
 	systems := splitList(f.systems)
+	if len(attach) > 0 && len(systems) != 1 {
+		return fmt.Errorf("--attach: one system's servers, but --systems names %d", len(systems))
+	}
+	if len(attach) > 0 && f.sweep != "" {
+		return errors.New("--attach: --sweep calibrates every system; give --rate instead")
+	}
 	for _, s := range systems {
 		if _, err := registry.Lookup(s); err != nil {
 			return err
@@ -202,6 +221,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			Tick:          f.tick,
 			TrialTimeout:  f.trialTimeout,
 			Host:          f.host,
+			Attach:        attach,
 		},
 		OnTrial: func(t bench.Trial, i, n int) {
 			pos := "calibration"
@@ -368,6 +388,44 @@ func isTerminal(f *os.File) bool {
 
 // The hidden child subcommands. Their only input is a JSON spec from the
 // parent; their protocol is documented in package bench.
+
+// newServerCmd runs one server of a system on its own, for `run
+// --attach`: it prints the address clients dial, then serves until
+// interrupted.
+func newServerCmd() *cobra.Command {
+	var system, listen, peers string
+	var index int
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run one server of a system until interrupted, for run --attach",
+		Long: `server starts one server of a system under test and prints, on stdout, the
+address that run --attach takes, once it is ready. Servers of a clustered
+system (fero) join the ones given with --peers. Two fero servers and a run
+against them:
+
+  fero-bench server --index 0 > s0 &  until [ -s s0 ]; do sleep 0.1; done
+  fero-bench server --index 1 --peers "$(cat s0)" > s1 &  until [ -s s1 ]; do sleep 0.1; done
+  fero-bench run --systems fero --attach "$(cat s0),$(cat s1)"
+
+Stop it with Ctrl-C or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sys, err := registry.Lookup(system)
+			if err != nil {
+				return err
+			}
+			opts := bench.ServeOptions{Addr: listen, Index: index, Peers: splitList(peers)}
+			out := cmd.OutOrStdout()
+			return sys.Serve(cmd.Context(), opts, func(addr string) { fmt.Fprintln(out, addr) })
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&system, "system", "fero", "system to serve (known: "+strings.Join(registry.Names(), ", ")+")")
+	fl.StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on (port 0: any free port)")
+	fl.IntVar(&index, "index", 0, "this server's place among the cluster's servers, from 0")
+	fl.StringVar(&peers, "peers", "", "addresses the servers started before this one printed, comma-separated")
+	return cmd
+}
 
 func newServeCmd() *cobra.Command {
 	var spec string

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +55,63 @@ func TestCLIEndToEnd(t *testing.T) {
 	// Per size: the round trip's latency, and the fixed rate's latency,
 	// service, lag and wake.
 	assert.Len(t, hgrms, 2*(1+4))
+
+	t.Run("attach to running fero servers", func(t *testing.T) { testAttach(ctx, t, bin) })
+}
+
+// testAttach starts two fero servers with `fero-bench server`, as an
+// operator would, and runs twice against them with --attach.
+func testAttach(ctx context.Context, t *testing.T, bin string) {
+	var addrs []string
+	for i := range 2 {
+		args := []string{"server", "--system", "fero", "--index", strconv.Itoa(i)}
+		if i > 0 {
+			args = append(args, "--peers", strings.Join(addrs, ","))
+		}
+		srv := exec.CommandContext(ctx, bin, args...)
+		stdout, err := srv.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, srv.Start())
+		t.Cleanup(func() {
+			_ = srv.Process.Signal(syscall.SIGTERM)
+			_ = srv.Wait()
+		})
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err, "server %d prints its address once ready", i)
+		addrs = append(addrs, strings.TrimSpace(line))
+	}
+	jsonPath := filepath.Join(t.TempDir(), "attach.json")
+	run := exec.CommandContext(ctx, bin, "run", "--systems", "fero", "--attach", strings.Join(addrs, ","),
+		"-s", "oneway,roundtrip", "-r", "3000", "-n", "100", "--warmup-count", "10", "--warmup-records", "100",
+		"--runs", "2", "--json", jsonPath, "--progress", "never")
+	out, err := run.CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, want := range []string{"attached to 2 server(s) this run did not start", "* replicated:",
+		"servers attached: their cpu and RSS not measured", "start-up, before the trial: servers attached"} {
+		assert.Contains(t, string(out), want)
+	}
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep struct {
+		Trials []struct {
+			Attached  bool  `json:"attached"`
+			Errors    int64 `json:"errors"`
+			Records   int64 `json:"records"`
+			Connected int64 `json:"connected_ns"`
+			Config    struct {
+				Servers int `json:"servers"`
+			} `json:"config"`
+		} `json:"trials"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Trials, 4, "2 scenarios × 2 runs, one cluster")
+	for i, tr := range rep.Trials {
+		assert.True(t, tr.Attached, "trial %d", i)
+		assert.Zero(t, tr.Errors, "trial %d", i)
+		assert.Positive(t, tr.Records, "trial %d", i)
+		assert.Positive(t, tr.Connected, "trial %d", i)
+		assert.Equal(t, 2, tr.Config.Servers, "trial %d", i)
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -61,12 +122,30 @@ func TestBadFlags(t *testing.T) {
 		{"echo", "-s", "rate"}, // no --rate or --sweep
 		{"echo", "--host", "10.0.0.1"},
 		{"run", "--systems", "nope"},
+		{"server", "--system", "nope"},
 	} {
 		cmd := newRoot()
 		cmd.SetArgs(args)
 		cmd.SetOut(new(nopWriter))
 		cmd.SetErr(new(nopWriter))
 		assert.Error(t, cmd.Execute(), "%v", args)
+	}
+}
+
+func TestAttachFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--systems", "echo,fero", "--attach", "127.0.0.1:1"}, "--systems names 2"},
+		{[]string{"run", "--systems", "echo", "--attach", "127.0.0.1:1", "-c", "2"}, "-c 2: 1 servers attached"},
+		{[]string{"run", "--systems", "echo", "--attach", "127.0.0.1:1", "--sweep", "0.5"}, "give --rate instead"},
+	} {
+		cmd := newRoot()
+		cmd.SetArgs(c.args)
+		cmd.SetOut(new(nopWriter))
+		cmd.SetErr(new(nopWriter))
+		assert.ErrorContains(t, cmd.Execute(), c.want, "%v", c.args)
 	}
 }
 
