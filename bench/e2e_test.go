@@ -125,6 +125,25 @@ func TestEndToEndEchoInSeparateProcesses(t *testing.T) {
 	require.Len(t, multi.Trials, 1)
 	assert.EqualValues(t, 3000, multi.Trials[0].Records)
 	assert.Zero(t, multi.Trials[0].Errors)
+	// Each process's own costs, which the totals sum.
+	tr := multi.Trials[0]
+	var names []string
+	var serverCPU, clientCPU time.Duration
+	for _, pu := range tr.Processes {
+		names = append(names, pu.Name)
+		assert.Positive(t, pu.MaxRSS, pu.Name)
+		if pu.Name[0] == 's' {
+			serverCPU += pu.CPU.Total()
+		} else {
+			clientCPU += pu.CPU.Total()
+		}
+	}
+	assert.Equal(t, []string{"server 0", "server 1", "client 0", "client 1"}, names)
+	assert.Equal(t, tr.ServerCPU.Total(), serverCPU)
+	assert.Equal(t, tr.ClientCPU.Total(), clientCPU)
+	var mb bytes.Buffer
+	require.NoError(t, multi.WriteText(&mb))
+	assert.Contains(t, mb.String(), "per process, cpu and peak RSS: server 0 ")
 
 	var b bytes.Buffer
 	require.NoError(t, rep.WriteText(&b))

@@ -94,11 +94,14 @@ type Group struct {
 	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
 	// Stable and Connected are the start-up times before each trial (see
 	// TrialResult).
-	Attached     bool   `json:"attached,omitempty"`
-	Stable       Spread `json:"stable_seconds"`
-	Connected    Spread `json:"connected_seconds"`
-	MachineBusy  Spread `json:"machine_busy"`
-	MachineSteal Spread `json:"machine_steal"`
+	// Processes is each process's CPU seconds and peak RSS, by name, in
+	// the order of the first run's.
+	Processes    []ProcessSpread `json:"processes,omitempty"`
+	Attached     bool            `json:"attached,omitempty"`
+	Stable       Spread          `json:"stable_seconds"`
+	Connected    Spread          `json:"connected_seconds"`
+	MachineBusy  Spread          `json:"machine_busy"`
+	MachineSteal Spread          `json:"machine_steal"`
 	// OtherCPU is the machine's busy CPU seconds in the window minus our
 	// processes': load from elsewhere that the figures competed with.
 	OtherCPU Spread `json:"other_cpu_seconds"`
@@ -185,6 +188,16 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 	g.ServerCPU = collect(func(t *TrialResult) float64 { return t.ServerCPU.Total().Seconds() })
 	g.ClientMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ClientMaxRSS) })
 	g.ServerMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ServerMaxRSS) })
+	if len(trs) > 0 {
+		for _, pu := range trs[0].Processes {
+			name := pu.Name
+			g.Processes = append(g.Processes, ProcessSpread{
+				Name:   name,
+				CPU:    collect(func(t *TrialResult) float64 { return t.process(name).CPU.Total().Seconds() }),
+				MaxRSS: collect(func(t *TrialResult) float64 { return float64(t.process(name).MaxRSS) }),
+			})
+		}
+	}
 	g.Stable = collect(func(t *TrialResult) float64 { return t.Stable.Seconds() })
 	g.Connected = collect(func(t *TrialResult) float64 { return t.Connected.Seconds() })
 	g.MachineBusy = collect(func(t *TrialResult) float64 { return t.Machine.Busy })
@@ -194,6 +207,22 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 	})
 	g.Window = collect(func(t *TrialResult) float64 { return t.Window.Seconds() })
 	return g
+}
+
+// ProcessSpread is one process's costs over a group's runs.
+type ProcessSpread struct {
+	Name   string `json:"name"`
+	CPU    Spread `json:"cpu_seconds"`
+	MaxRSS Spread `json:"max_rss_bytes"`
+}
+
+func (t *TrialResult) process(name string) ProcessUsage {
+	for _, p := range t.Processes {
+		if p.Name == name {
+			return p
+		}
+	}
+	return ProcessUsage{}
 }
 
 func milestone(t *TrialResult, name string) time.Duration {
@@ -337,6 +366,18 @@ func (r *Report) writeCosts(w io.Writer, g *Group) {
 	fmt.Fprintln(w)
 	if g.Clamped > 0 {
 		fmt.Fprintf(w, "  %d latencies fell outside the histogram range and were clamped to it\n", g.Clamped)
+	}
+	if len(g.Processes) > 2 {
+		// Several servers or clients: each one's share.
+		fmt.Fprint(w, "  per process, cpu and peak RSS:")
+		for i, p := range g.Processes {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(w, "%s %s %s s %s", sep, p.Name, spreadF(p.CPU, 1, "%.2f"), spreadF(p.MaxRSS, 1e-6, "%.0f MB"))
+		}
+		fmt.Fprintln(w)
 	}
 	stable := "servers stable " + spreadF(g.Stable, 1e3, "%.0f") + " ms"
 	if g.Attached {

@@ -69,6 +69,10 @@ type TrialResult struct {
 	// Both precede the trial and are not part of its figures.
 	Stable    time.Duration `json:"stable_ns"`
 	Connected time.Duration `json:"connected_ns"`
+	// Processes has each process's own CPU in the measured window and
+	// peak RSS: the servers, then the clients (ClientCPU, ServerCPU and
+	// the peaks above are their sums and maxima).
+	Processes []ProcessUsage `json:"processes,omitempty"`
 	// Attached: the trial ran against servers it did not start
 	// (Params.Attach); ServerCPU, ServerMaxRSS and Stable are not known.
 	Attached bool `json:"attached,omitempty"`
@@ -79,6 +83,13 @@ type TrialResult struct {
 	GOMAXPROCS   int      `json:"client_gomaxprocs"`
 
 	hists map[string]*Recorder
+}
+
+// ProcessUsage is one process's share of a trial's costs.
+type ProcessUsage struct {
+	Name   string   `json:"name"` // "server 0", "client 1"
+	CPU    CPUTimes `json:"cpu"`
+	MaxRSS int64    `json:"max_rss_bytes"`
 }
 
 // Rate is records per second to milestone m, or 0.
@@ -251,17 +262,23 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 	if haveStat && haveStat2 {
 		res.Machine = BusynessBetween(statBefore, statAfter, userHZ)
 	}
-	for i := range servers {
-		res.ServerCPU.User += serverAfter[i].CPU.User - serverBefore[i].CPU.User
-		res.ServerCPU.Sys += serverAfter[i].CPU.Sys - serverBefore[i].CPU.Sys
+	for i, s := range servers {
+		cpu := serverAfter[i].CPU.Sub(serverBefore[i].CPU)
+		res.ServerCPU.User += cpu.User
+		res.ServerCPU.Sys += cpu.Sys
+		res.Processes = append(res.Processes, ProcessUsage{Name: s.name, CPU: cpu})
+	}
+	for i, c := range clients {
+		res.Processes = append(res.Processes, ProcessUsage{Name: c.name, CPU: results[i].CPU})
 	}
 
 	// Clients exit after their result; servers once stdin closes.
-	for _, c := range all {
+	for k, c := range all {
 		u, err := c.stop(ctx)
 		if err != nil {
 			return res, err
 		}
+		res.Processes[k].MaxRSS = u.MaxRSS // all and Processes list servers, then clients
 		if strings.HasPrefix(c.name, "server") {
 			res.ServerMaxRSS = max(res.ServerMaxRSS, u.MaxRSS)
 		} else {
