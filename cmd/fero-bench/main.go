@@ -185,6 +185,13 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if f.host != "127.0.0.1" && f.host != "::1" && f.host != "localhost" {
 		return fmt.Errorf("--host %q: fero-bench measures over loopback only", f.host)
 	}
+	// Make the output directories now: a run may take minutes, and a path
+	// that cannot be written should fail it before, not after.
+	for _, dir := range outputDirs(f) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("output directory: %w", err)
+		}
+	}
 	exe, err := bench.Executable()
 	if err != nil {
 		return err
@@ -284,6 +291,18 @@ func applyShort(cmd *cobra.Command, f *benchFlags) {
 	set("duration", func() { f.duration = 5 * time.Second })
 	set("warmup", func() { f.warmup = time.Second })
 	set("scenario", func() { f.scenarios = "oneway,reqreply,roundtrip,rate" })
+}
+
+// outputDirs lists the directories --json and --out write into.
+func outputDirs(f *benchFlags) []string {
+	var dirs []string
+	if f.jsonPath != "" {
+		dirs = append(dirs, filepath.Dir(f.jsonPath))
+	}
+	if f.outDir != "" {
+		dirs = append(dirs, f.outDir)
+	}
+	return dirs
 }
 
 func writeJSON(path string, rep *bench.Report) error {

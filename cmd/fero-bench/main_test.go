@@ -28,8 +28,9 @@ func TestCLIEndToEnd(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	jsonPath := filepath.Join(dir, "report.json")
+	// Into a directory that does not exist yet, which --out also writes to.
 	outDir := filepath.Join(dir, "out")
+	jsonPath := filepath.Join(outDir, "report.json")
 	run := exec.CommandContext(ctx, bin, "echo", "-m", "16,64", "-r", "2000", "-n", "200", "--warmup-count", "10",
 		"--warmup-records", "100", "--rate", "1000", "--duration", "200ms", "--warmup", "50ms",
 		"--json", jsonPath, "--out", outDir, "--progress", "never")
