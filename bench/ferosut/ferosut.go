@@ -111,6 +111,7 @@ func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, err
 		return nil, err
 	}
 	c := &conn{r: r, servers: dataOf(opts.Servers), keys: make([]string, Keys), acked: make(chan struct{}, 1)}
+	c.onAck = c.ack
 	for i := range c.keys {
 		c.keys[i] = fmt.Sprintf("k%d", i)
 	}
@@ -146,6 +147,7 @@ type conn struct {
 	failed  atomic.Int64
 	lastErr atomic.Value
 	acked   chan struct{} // signalled when done catches up with sent
+	onAck   func(error)   // c.ack, made once: Send passes it to every write
 }
 
 var _ bench.Conn = (*conn)(nil)
@@ -186,22 +188,25 @@ func (c *conn) Send(ctx context.Context, payload []byte) error {
 	c.sent.Add(1)
 	// SetAsync copies the value, so one buffer serves every record.
 	c.scratch = wire.AppendBin(c.scratch[:0], payload)
-	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: c.scratch}, fero.Ack, func(err error) {
-		if err != nil {
-			c.failed.Add(1)
-			c.lastErr.Store(err)
-		}
-		if c.done.Add(1) == c.sent.Load() {
-			select {
-			case c.acked <- struct{}{}:
-			default:
-			}
-		}
-	})
+	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: c.scratch}, fero.Ack, c.onAck)
 	if err != nil {
 		c.sent.Add(-1)
 	}
 	return err
+}
+
+// ack counts one write's outcome.
+func (c *conn) ack(err error) {
+	if err != nil {
+		c.failed.Add(1)
+		c.lastErr.Store(err)
+	}
+	if c.done.Add(1) == c.sent.Load() {
+		select {
+		case c.acked <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Sync waits until every record sent so far is acked; a record that failed
