@@ -93,18 +93,9 @@ func TestDescendantsCPUCountsAGrandchild(t *testing.T) {
 	}
 	// A shell (our child) runs a busy loop in a subshell (our grandchild),
 	// says when it is done, and stays alive.
-	cmd := exec.Command("sh", "-c", `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	_, _, out := startShell(t, `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
 	before := DescendantsCPU()
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "done\n", line)
 	got := DescendantsCPU().Sub(before)
@@ -117,7 +108,30 @@ func TestCPUOfReadsTheDescendantsFoundOnce(t *testing.T) {
 	}
 	// A shell (our child) starts a subshell (our grandchild) that waits
 	// for a line, then runs a busy loop and stays alive.
-	cmd := exec.Command("sh", "-c", `(read go; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
+	cmd, in, out := startShell(t, `(read go; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
+	// Both exist before the scan once the grandchild is waiting to read.
+	var kids []int
+	require.Eventually(t, func() bool {
+		kids = Descendants()
+		return len(kids) >= 2
+	}, 10*time.Second, 10*time.Millisecond, "the shell and its subshell")
+	assert.Equal(t, cmd.Process.Pid, kids[0], "breadth first: the child, then its own")
+	before := CPUOf(kids)
+	_, err := io.WriteString(in, "go\n")
+	require.NoError(t, err)
+	line, err := out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "done\n", line)
+	assert.Greater(t, CPUOf(kids).Sub(before).Total(), time.Duration(0), "the grandchild's busy loop is counted")
+	assert.Zero(t, CPUOf([]int{-1}).Total(), "a process that is gone counts nothing")
+}
+
+// startShell runs script in a shell, our child, in a process group of its
+// own that the test's cleanup kills; it returns the shell's stdin and
+// stdout.
+func startShell(t *testing.T, script string) (*exec.Cmd, io.Writer, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -129,19 +143,5 @@ func TestCPUOfReadsTheDescendantsFoundOnce(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	// Both exist before the scan once the grandchild is waiting to read.
-	var kids []int
-	require.Eventually(t, func() bool {
-		kids = Descendants()
-		return len(kids) >= 2
-	}, 10*time.Second, 10*time.Millisecond, "the shell and its subshell")
-	assert.Equal(t, cmd.Process.Pid, kids[0], "breadth first: the child, then its own")
-	before := CPUOf(kids)
-	_, err = io.WriteString(in, "go\n")
-	require.NoError(t, err)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "done\n", line)
-	assert.Greater(t, CPUOf(kids).Sub(before).Total(), time.Duration(0), "the grandchild's busy loop is counted")
-	assert.Zero(t, CPUOf([]int{-1}).Total(), "a process that is gone counts nothing")
+	return cmd, in, bufio.NewReader(out)
 }
