@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -148,6 +149,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		applyShort(cmd, f)
 	}
 	attach := splitList(f.attach)
+	for _, a := range attach {
+		if err := loopbackOnly(a); err != nil {
+			return fmt.Errorf("--attach: %w", err)
+		}
+	}
 	if len(attach) > 0 {
 		n := strconv.Itoa(len(attach))
 		if cmd.Flags().Changed("servers") && f.servers != n {
@@ -293,6 +299,22 @@ func applyShort(cmd *cobra.Command, f *benchFlags) {
 	set("scenario", func() { f.scenarios = "oneway,reqreply,roundtrip,rate" })
 }
 
+// loopbackOnly checks that every host:port in s (a server prints one or
+// two, space-separated) is on loopback: fero-bench measures over loopback
+// only.
+func loopbackOnly(s string) error {
+	for _, hp := range strings.Fields(s) {
+		host, _, err := net.SplitHostPort(hp)
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("%s is not a loopback address: fero-bench measures over loopback only", hp)
+		}
+	}
+	return nil
+}
+
 // outputDirs lists the directories --json and --out write into.
 func outputDirs(f *benchFlags) []string {
 	var dirs []string
@@ -432,6 +454,9 @@ Stop it with Ctrl-C or SIGTERM.`,
 			sys, err := registry.Lookup(system)
 			if err != nil {
 				return err
+			}
+			if err := loopbackOnly(listen); err != nil {
+				return fmt.Errorf("--listen: %w", err)
 			}
 			opts := bench.ServeOptions{Addr: listen, Index: index, Peers: splitList(peers)}
 			out := cmd.OutOrStdout()

@@ -141,6 +141,8 @@ func TestAttachFlags(t *testing.T) {
 		{[]string{"run", "--systems", "echo,fero", "--attach", "127.0.0.1:1"}, "--systems names 2"},
 		{[]string{"run", "--systems", "echo", "--attach", "127.0.0.1:1", "-c", "2"}, "-c 2: 1 servers attached"},
 		{[]string{"run", "--systems", "echo", "--attach", "127.0.0.1:1", "--sweep", "0.5"}, "give --rate instead"},
+		{[]string{"run", "--systems", "fero", "--attach", "127.0.0.1:1 10.0.0.1:2"}, "10.0.0.1:2 is not a loopback address"},
+		{[]string{"server", "--system", "echo", "--listen", "0.0.0.0:0"}, "0.0.0.0:0 is not a loopback address"},
 	} {
 		cmd := newRoot()
 		cmd.SetArgs(c.args)
