@@ -145,3 +145,15 @@ func startShell(t *testing.T, script string) (*exec.Cmd, io.Writer, *bufio.Reade
 	})
 	return cmd, in, bufio.NewReader(out)
 }
+
+func TestTailKeepsTheLastBytes(t *testing.T) {
+	tl := NewTail(8)
+	_, _ = io.WriteString(tl, "abc")
+	assert.Equal(t, "abc", tl.String())
+	_, _ = io.WriteString(tl, "defghij")
+	assert.Equal(t, "cdefghij", tl.String(), "the oldest bytes go first")
+	n, err := io.WriteString(tl, " klmnopqrstu ")
+	require.NoError(t, err)
+	assert.Equal(t, 13, n, "a write longer than the bound is taken whole")
+	assert.Equal(t, "opqrstu", tl.String(), "the last 8 bytes, trimmed of surrounding space")
+}

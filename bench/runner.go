@@ -449,7 +449,7 @@ type child struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *tail
+	stderr *Tail
 	waited chan struct{}
 	// waitErr is set before waited closes.
 	waitErr error
@@ -465,7 +465,7 @@ func (r *Runner) spawn(ctx context.Context, name, sub string, spec any) (*child,
 	if r.Env != nil {
 		cmd.Env = r.Env
 	}
-	c := &child{name: name, cmd: cmd, lines: make(chan string, 64), stderr: &tail{max: 8 << 10}, waited: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, lines: make(chan string, 64), stderr: NewTail(8 << 10), waited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, fmt.Errorf("%s stdin: %w", name, err)
@@ -565,14 +565,18 @@ func (c *child) kill() {
 	<-c.waited
 }
 
-// tail keeps the last max bytes written, for error messages.
-type tail struct {
+// Tail keeps the last bytes written to it, up to a bound, for error
+// messages: a child process's stderr, say. It is safe for concurrent use.
+type Tail struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
 }
 
-func (t *tail) Write(p []byte) (int, error) {
+// NewTail returns a Tail that keeps the last max bytes.
+func NewTail(max int) *Tail { return &Tail{max: max} }
+
+func (t *Tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
@@ -582,7 +586,8 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string {
+// String returns what was kept, trimmed of surrounding space.
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(string(t.b))

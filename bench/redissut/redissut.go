@@ -46,7 +46,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -123,7 +122,7 @@ func freePort(host string) (string, error) {
 // process is a running redis-server.
 type process struct {
 	cmd    *exec.Cmd
-	out    *tail
+	out    *bench.Tail
 	exited chan error // receives Wait's result once
 }
 
@@ -144,7 +143,7 @@ func start(path, host, port string) (*process, error) {
 	// Nothing should be written, but a stray dump must not land wherever
 	// the harness runs.
 	cmd.Dir = os.TempDir()
-	out := &tail{}
+	out := bench.NewTail(tailSize)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
 	// Redis closes its output as it exits; this only bounds the wait for
@@ -262,27 +261,4 @@ func (p *process) exitError(what string, err error) error {
 		err = errors.New("exit status 0")
 	}
 	return fmt.Errorf("redissut: %s: %w; output:\n%s", what, err, p.out)
-}
-
-// tail keeps the last tailSize bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > tailSize {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailSize:]...)
-	}
-	return len(b), nil
-}
-
-// String returns what was kept, for error messages.
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.buf))
 }
