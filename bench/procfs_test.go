@@ -2,7 +2,9 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -156,4 +158,43 @@ func TestTailKeepsTheLastBytes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 13, n, "a write longer than the bound is taken whole")
 	assert.Equal(t, "opqrstu", tl.String(), "the last 8 bytes, trimmed of surrounding space")
+}
+
+func TestInterruptRead(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	buf := make([]byte, 1)
+
+	// ctx ends while the read waits: the read fails.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := InterruptRead(ctx, a)
+	time.AfterFunc(10*time.Millisecond, cancel)
+	_, err := a.Read(buf)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	done()
+
+	// Once done, the deadline is cleared again: the next read works.
+	go func() { _, _ = b.Write([]byte("x")) }()
+	n, err := a.Read(buf)
+	require.NoError(t, err, "the deadline was cleared")
+	assert.Equal(t, "x", string(buf[:n]))
+
+	// A read over before ctx ends leaves no deadline behind either.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done = InterruptRead(ctx2, a)
+	go func() { _, _ = b.Write([]byte("y")) }()
+	_, err = a.Read(buf)
+	require.NoError(t, err)
+	done()
+	cancel2()
+	go func() { _, _ = b.Write([]byte("z")) }()
+	n, err = a.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "z", string(buf[:n]))
+
+	// Without a Done channel there is nothing to watch.
+	InterruptRead(context.Background(), a)()
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
+	"time"
 )
 
 // System is one system under test. A server process calls Serve; a client
@@ -91,6 +93,29 @@ func flush(ctx context.Context, c Conn) error {
 		}
 	}
 	return nil
+}
+
+// InterruptRead lets ctx's end interrupt a blocking read on c, for a Conn
+// whose Call reads its reply itself: the read then fails with a deadline
+// in the past. Call the function it returns once the read is over. If ctx
+// ended just as the read got its data, that clears the deadline again, so
+// the connection stays usable; a read that failed leaves the stream at an
+// unknown point, and the caller must give the connection up.
+func InterruptRead(ctx context.Context, c net.Conn) (done func()) {
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	return func() {
+		if !stop() {
+			<-fired
+			_ = c.SetReadDeadline(time.Time{})
+		}
+	}
 }
 
 // Registry maps a system's name, as given on the command line, to the

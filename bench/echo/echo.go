@@ -26,7 +26,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/fero-go/fero/bench"
 )
@@ -382,7 +381,10 @@ func (c *Conn) Sync(ctx context.Context) error {
 // goroutine hand-off per round trip: the floor should be the best case.
 func (c *Conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	c.wmu.Lock()
-	if c.reader || c.closed.Load() {
+	c.qmu.Lock()
+	failed := c.failed
+	c.qmu.Unlock()
+	if c.reader || c.closed.Load() || failed != nil {
 		c.wmu.Unlock()
 		return c.callAsync(ctx, payload)
 	}
@@ -394,10 +396,7 @@ func (c *Conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("echo call: %w", err)
 	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { _ = c.c.SetReadDeadline(time.Unix(1, 0)) })
-		defer stop()
-	}
+	defer bench.InterruptRead(ctx, c.c)()
 	_, n, err := readHeader(c.br)
 	if err != nil {
 		return nil, c.callErr(ctx, err)
@@ -409,11 +408,20 @@ func (c *Conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	return reply, nil
 }
 
+// callErr ends a Call whose own read failed. The stream is then at an
+// unknown point (a late reply may still come), so the connection is given
+// up: later requests fail with the same error.
 func (c *Conn) callErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return ctx.Err()
+		err = ctx.Err()
+	} else {
+		err = fmt.Errorf("echo call: %w", err)
 	}
-	return fmt.Errorf("echo call: %w", err)
+	c.qmu.Lock()
+	c.failed = err
+	c.qmu.Unlock()
+	c.c.Close()
+	return err
 }
 
 func (c *Conn) callAsync(ctx context.Context, payload []byte) ([]byte, error) {
@@ -509,7 +517,7 @@ func (c *Conn) Close() error {
 	if reader {
 		<-c.stopped
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, net.ErrClosed) { // a failed Call closed it
 		return fmt.Errorf("echo close: %w", err)
 	}
 	return nil

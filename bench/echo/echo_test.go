@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -184,6 +185,58 @@ func TestCallHonoursContext(t *testing.T) {
 	defer cancel()
 	_, err = c.Call(ctx, []byte("x"))
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// TestCallAfterACancelledCallFails: a Call whose own read was cut off
+// leaves the stream at an unknown point; its reply may still come. The
+// next Call must fail, not take that late reply for its own.
+func TestCallAfterACancelledCallFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		br, bw := bufio.NewReader(s), bufio.NewWriter(s)
+		for {
+			flags, n, err := readHeader(br)
+			if err != nil {
+				return
+			}
+			payload := make([]byte, n)
+			if _, err := io.ReadFull(br, payload); err != nil {
+				return
+			}
+			<-release // answers only once the caller has given up
+			if writeHeader(bw, flags, len(payload)) != nil {
+				return
+			}
+			_, _ = bw.Write(payload)
+			if bw.Flush() != nil {
+				return
+			}
+		}
+	}()
+	defer wg.Wait()
+	c := dial(t, ln.Addr().String())
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = c.Call(short, []byte("a"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	close(release)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	reply, err := c.Call(ctx, []byte("b"))
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the connection is given up with the first call's error")
+	assert.Nil(t, reply, "not the first call's late reply")
+	assert.NoError(t, c.Close())
 }
 
 func TestServerClosesOversizedFrame(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/fero-go/fero/bench"
 )
@@ -173,22 +172,7 @@ func (c *Conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ctx.Done() != nil {
-		// Cancelling ctx interrupts the read with a deadline in the past.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			_ = c.c.SetReadDeadline(time.Unix(1, 0))
-			close(fired)
-		})
-		defer func() {
-			if !stop() {
-				// Cancelled as the reply arrived: clear the deadline
-				// so the next read works.
-				<-fired
-				_ = c.c.SetReadDeadline(time.Time{})
-			}
-		}()
-	}
+	defer bench.InterruptRead(ctx, c.c)()
 	r, err := c.rr.next()
 	if err != nil {
 		if ctx.Err() != nil {
