@@ -244,16 +244,13 @@ func parseProcPidStat(line string) (procTimes, error) {
 	return t, nil
 }
 
-// DescendantsCPU is the CPU time used so far by the live processes this
-// one started, and theirs in turn: a system under test whose server is
-// another program (a Redis, say) runs it as a child of the harness's
-// server process, and its CPU is the server's. Processes that exit in a
-// race with the scan are skipped. It is zero where /proc is missing.
-func DescendantsCPU() CPUTimes { return CPUOf(Descendants()) }
-
 // Descendants lists the live processes this one started, and theirs in
-// turn. It reads every process's stat file in /proc, about a millisecond
-// on a quiet machine; CPUOf then reads only theirs.
+// turn: a system under test whose server is another program (a Redis,
+// say) runs it as a child of the harness's server process, and its CPU
+// is the server's. It reads every process's stat file in /proc, about a
+// millisecond on a quiet machine; CPUOf then reads only theirs. Processes
+// that exit in a race with the scan are skipped; it is empty where /proc
+// is missing.
 func Descendants() []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

@@ -89,18 +89,18 @@ func TestParseProcPidStat(t *testing.T) {
 	}
 }
 
-func TestDescendantsCPUCountsAGrandchild(t *testing.T) {
+func TestDescendantsCountAGrandchild(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
 	// A shell (our child) runs a busy loop in a subshell (our grandchild),
 	// says when it is done, and stays alive.
 	_, _, out := startShell(t, `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
-	before := DescendantsCPU()
+	before := CPUOf(Descendants())
 	line, err := out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "done\n", line)
-	got := DescendantsCPU().Sub(before)
+	got := CPUOf(Descendants()).Sub(before)
 	assert.Greater(t, got.Total(), time.Duration(0), "the grandchild's busy loop is counted")
 }
 

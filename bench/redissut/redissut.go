@@ -15,7 +15,7 @@
 // answers PING, and stops it when its context ends. The child is killed if
 // the serving process dies, so it never outlives a run. The harness counts
 // the CPU of a server's child processes as the server's (see
-// [bench.DescendantsCPU]), so Redis's own CPU is in the report. With several servers each is an
+// [bench.Descendants]), so Redis's own CPU is in the report. With several servers each is an
 // independent Redis: clients spread over them as Servers[Index %
 // len(Servers)] and nothing is replicated, so the Conn does not implement
 // [bench.Replicator].
