@@ -92,16 +92,17 @@ type Group struct {
 	ServerCPU      Spread        `json:"server_cpu_seconds"`
 	ClientMaxRSS   Spread        `json:"client_max_rss_bytes"`
 	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
-	// Stable and Connected are the start-up times before each trial (see
-	// TrialResult).
 	// Processes is each process's CPU seconds and peak RSS, by name, in
 	// the order of the first run's.
-	Processes    []ProcessSpread `json:"processes,omitempty"`
-	Attached     bool            `json:"attached,omitempty"`
-	Stable       Spread          `json:"stable_seconds"`
-	Connected    Spread          `json:"connected_seconds"`
-	MachineBusy  Spread          `json:"machine_busy"`
-	MachineSteal Spread          `json:"machine_steal"`
+	Processes []ProcessSpread `json:"processes,omitempty"`
+	// Attached: the group ran against servers it did not start.
+	Attached bool `json:"attached,omitempty"`
+	// Stable and Connected are the start-up times before each trial (see
+	// TrialResult).
+	Stable       Spread `json:"stable_seconds"`
+	Connected    Spread `json:"connected_seconds"`
+	MachineBusy  Spread `json:"machine_busy"`
+	MachineSteal Spread `json:"machine_steal"`
 	// OtherCPU is the machine's busy CPU seconds in the window minus our
 	// processes': load from elsewhere that the figures competed with.
 	OtherCPU Spread `json:"other_cpu_seconds"`
@@ -326,7 +327,11 @@ func (r *Report) writeScenarioNote(w io.Writer, s Scenario) {
 		fmt.Fprintf(w, "%s sequential calls per client after %s unmeasured warm-up calls\n", groupDigits(p.Count), groupDigits(p.WarmupCount))
 	case FixedRate:
 		fmt.Fprintf(w, "send i is due at t0 + i/R, never rescheduled · latency = reply − intended send (headline) · service = reply − actual send · lag = actual − intended send (generator) · wake = how late the generator's sleeps ended\n")
-		fmt.Fprintf(w, "the generator sleeps at least %s and sends what fell due meanwhile together · warm-up %s unmeasured on the same schedule, then %s measured · a request slower than %s is an error and keeps its latency\n", p.Tick, p.Warmup, p.Duration, p.Timeout)
+		gen := "the generator sleeps until each send is due"
+		if p.Tick > 0 {
+			gen = fmt.Sprintf("the generator sleeps at least %s and sends what fell due meanwhile together", p.Tick)
+		}
+		fmt.Fprintf(w, "%s · warm-up %s unmeasured on the same schedule, then %s measured · a request slower than %s is an error and keeps its latency\n", gen, p.Warmup, p.Duration, p.Timeout)
 	}
 }
 

@@ -127,3 +127,15 @@ func TestPercentileX(t *testing.T) {
 	assert.InDelta(t, 1, percentileX(90), 1e-12)
 	assert.InDelta(t, 3, percentileX(99.9), 1e-9)
 }
+
+func TestFixedRateNoteNamesTheTick(t *testing.T) {
+	note := func(tick time.Duration) string {
+		var b bytes.Buffer
+		r := &Report{Params: Params{Tick: tick, Warmup: time.Second, Duration: 2 * time.Second, Timeout: time.Second}}
+		r.writeScenarioNote(&b, FixedRate)
+		return b.String()
+	}
+	assert.Contains(t, note(50*time.Microsecond), "the generator sleeps at least 50µs and sends what fell due meanwhile together")
+	assert.Contains(t, note(0), "the generator sleeps until each send is due")
+	assert.NotContains(t, note(0), "at least 0s")
+}
