@@ -188,8 +188,8 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if f.tick < 0 {
 		return fmt.Errorf("--tick %s: want 0 or more", f.tick)
 	}
-	if f.host != "127.0.0.1" && f.host != "::1" && f.host != "localhost" {
-		return fmt.Errorf("--host %q: fero-bench measures over loopback only", f.host)
+	if err := loopbackOnly(net.JoinHostPort(f.host, "0")); err != nil {
+		return fmt.Errorf("--host: %w", err)
 	}
 	// Make the output directories now: a run may take minutes, and a path
 	// that cannot be written should fail it before, not after.
@@ -427,9 +427,6 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// The hidden child subcommands. Their only input is a JSON spec from the
-// parent; their protocol is documented in package bench.
-
 // newServerCmd runs one server of a system on its own, for `run
 // --attach`: it prints the address clients dial, then serves until
 // interrupted.
@@ -470,6 +467,9 @@ Stop it with Ctrl-C or SIGTERM.`,
 	fl.StringVar(&peers, "peers", "", "addresses the servers started before this one printed, comma-separated")
 	return cmd
 }
+
+// The hidden child subcommands. Their only input is a JSON spec from the
+// parent; their protocol is documented in package bench.
 
 func newServeCmd() *cobra.Command {
 	var spec string
