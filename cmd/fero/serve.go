@@ -31,6 +31,11 @@ type serveFlags struct {
 	maxEntry    int
 	logLevel    string
 	readyServer int
+	// Engine timings, which a fault suite compresses.
+	writeTimeout  time.Duration
+	syncTimeout   time.Duration
+	probeInterval time.Duration
+	clockSkew     time.Duration
 }
 
 func newServe() *cobra.Command {
@@ -75,6 +80,10 @@ Every node of a resource must use the same --partitions, --replicas and
 	fl.IntVar(&f.maxEntry, "max-entry", 1<<20, "largest key plus value of one write, in bytes")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	fl.IntVar(&f.readyServer, "wait-servers", 0, "before printing ready, wait until the node sees this many servers")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", 0, "longest life of a write: no node commits it later (0: the default, 10s)")
+	fl.DurationVar(&f.syncTimeout, "sync-timeout", 0, "how long a new owner's sync waits before it starts over (0: the default, 2s)")
+	fl.DurationVar(&f.probeInterval, "probe-interval", 0, "heartbeat and lag-probe interval; the owner's lease is three of them (0: the default, 1s)")
+	fl.DurationVar(&f.clockSkew, "clock-skew", 0, "most two servers' clocks may differ by (0: the default, 100ms)")
 	return cmd
 }
 
@@ -89,6 +98,17 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		fero.WithLogger(logger), fero.WithListen(f.listen),
 		fero.WithPartitions(f.partitions), fero.WithReplicas(f.replicas), fero.WithVNodes(f.vnodes),
 		fero.WithHistoryMax(f.historyMax), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
+	}
+	for _, d := range []struct {
+		v   time.Duration
+		opt func(time.Duration) fero.Option
+	}{
+		{f.writeTimeout, fero.WithWriteTimeout}, {f.syncTimeout, fero.WithSyncTimeout},
+		{f.probeInterval, fero.WithProbeInterval}, {f.clockSkew, fero.WithClockSkew},
+	} {
+		if d.v != 0 {
+			opts = append(opts, d.opt(d.v))
+		}
 	}
 	switch f.preset {
 	case "local":

@@ -107,6 +107,20 @@ func (e *Error) Is(target error) bool {
 	return ok && t.code == e.code && t.msg == e.msg
 }
 
+// Definite reports whether err says for certain that the write it answers
+// was not applied, and never will be, so that retrying it is safe: a
+// refusal before commit. Any other error is indefinite: the write may have
+// taken effect (before the answer; docs/engine.md, rules 11 and 12). nil is
+// not a definite error.
+func Definite(err error) bool {
+	switch CodeOf(err) {
+	case Unavailable, InvalidArgument, FailedPrecondition, AlreadyExists, NotFound, OutOfRange,
+		Unimplemented, PermissionDenied, Unauthenticated, ResourceExhausted:
+		return true
+	}
+	return false
+}
+
 // CodeOf returns the code of err: its own if it is or wraps an *Error,
 // Canceled or DeadlineExceeded for context errors, OK for nil and Unknown
 // otherwise.

@@ -50,3 +50,25 @@ func TestMessageOfKeepsWrappingContext(t *testing.T) {
 		t.Fatalf("MessageOf = %q", got)
 	}
 }
+
+func TestDefinite(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{New(Unavailable, "no quorum"), true},
+		{New(FailedPrecondition, "key exists"), true},
+		{New(DeadlineExceeded, "write timed out"), false},
+		{New(Aborted, "ownership lost"), false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("connection reset"), false},
+		{fmt.Errorf("wrapped: %w", New(InvalidArgument, "bad")), true},
+		{FromWire(uint32(Unavailable), "not owner, ring changing"), true},
+	} {
+		if got := Definite(c.err); got != c.want {
+			t.Errorf("Definite(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -88,9 +88,12 @@ func New(opts ...Option) (*Membership, error) {
 		heard:     make(map[string]time.Time),
 		subs:      make(map[*Subscription]struct{}),
 	}
-	var b [8]byte
+	// The start time, with random low bits: a restarted member's Boot is
+	// larger than its previous life's, which lets the cluster's
+	// configuration order a leave and a return (partition.Voter).
+	var b [2]byte
 	_, _ = rand.Read(b[:])
-	m.meta.Boot = binary.LittleEndian.Uint64(b[:])
+	m.meta.Boot = uint64(time.Now().UnixNano())&^0xffff | uint64(binary.LittleEndian.Uint16(b[:]))
 	m.meta.Version = 1
 	if m.metaBytes, err = EncodeMeta(m.meta); err != nil {
 		return nil, err

@@ -49,8 +49,9 @@ type Meta struct {
 	Role Role `msgpack:"o"`
 	// Version increases on every metadata change of one process.
 	Version uint64 `msgpack:"v"`
-	// Boot is chosen at random when a process starts, so a member that
-	// restarts with the same ID is told apart from its previous life.
+	// Boot is the process's start time with random low bits, so a member
+	// that restarts with the same ID is told apart from its previous life
+	// and comes after it.
 	Boot uint64 `msgpack:"b"`
 	// Leaving is set by a member that is closing, just before it leaves,
 	// so that peers can tell a graceful leave (StatusRemoved) from a

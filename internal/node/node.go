@@ -124,6 +124,11 @@ type proposal struct {
 // ErrClosed is returned by calls on a closed node.
 var ErrClosed = errs.New(errs.Unavailable, "node closed")
 
+// errClosedInFlight answers a write the node closed under: it may have
+// taken effect, so it is indefinite (Aborted), unlike ErrClosed, which
+// answers what was never sent (docs/engine.md, rule 12).
+var errClosedInFlight = errs.New(errs.Aborted, "node closed with the write in flight")
+
 // Start listens, joins the cluster and starts the driver.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Resource == "" {
@@ -248,10 +253,22 @@ func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	case c := <-done:
 		return c.Position, c.Err
 	case <-ctx.Done():
-		// The driver still completes the write.
+		if ctx.Err() == context.DeadlineExceeded {
+			// The write carries this deadline and no node commits it
+			// later, but a round already under way may still commit it:
+			// the engine's answer, due within a tick, says which (rule 1).
+			select {
+			case c := <-done:
+				return c.Position, c.Err
+			case <-n.ctx.Done():
+				return partition.Position{}, errClosedInFlight
+			}
+		}
+		// Canceled before its deadline: the write may still take effect
+		// until then. The driver still completes it.
 		return partition.Position{}, ctx.Err()
 	case <-n.ctx.Done():
-		return partition.Position{}, ErrClosed
+		return partition.Position{}, errClosedInFlight
 	}
 }
 
@@ -280,6 +297,9 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 		return err
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	// The caller's deadline bounds the write's life (rule 1): a caller
+	// whose context ends at its deadline is answered after any commit.
+	req.Deadline, _ = ctx.Deadline()
 	if inline && n.engMu.TryLock() {
 		// The driver takes queued proposals only under engMu and proposes
 		// them before it lets go: with the queue empty, every proposal
@@ -293,6 +313,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 			return ErrClosed
 		}
 		if n.props.empty() && n.eng.Map() != nil {
+			n.eng.Clock(time.Now())
 			n.propose(proposal{req: req, done: done})
 			n.output()
 			n.engMu.Unlock()
@@ -349,7 +370,7 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			defer n.engMu.Unlock()
 			for _, w := range n.waiters.All() {
-				w(partition.Completion{Err: ErrClosed})
+				w(partition.Completion{Err: errClosedInFlight})
 			}
 			for _, p := range n.props.take() {
 				if p.done != nil {
@@ -360,6 +381,11 @@ func (n *Node) drive() {
 			return
 		case <-n.view.changed:
 			n.engMu.Lock()
+			n.eng.Clock(time.Now())
+			for _, l := range n.view.takeLeft() {
+				n.logger.Info("fero: node: server left the configuration", "id", l.ID)
+				n.eng.Leave(l.ID, l.Incarnation)
+			}
 			m, clients := n.view.current()
 			if prev := n.eng.Map(); prev != nil {
 				// Wait out failure detection after a server leaves (rule 9).
@@ -380,10 +406,12 @@ func (n *Node) drive() {
 			n.forgetGone(m, clients)
 		case in := <-n.inbox:
 			n.engMu.Lock()
+			n.eng.Clock(time.Now())
 			n.step(in)
 			n.batch()
 		case <-n.props.ready:
 			n.engMu.Lock()
+			n.eng.Clock(time.Now())
 			n.takeProps()
 			n.batch()
 		case q := <-n.queries:
@@ -654,6 +682,36 @@ func (n *Node) Status(ctx context.Context) ([]partition.Status, error) {
 		}
 		out <- st
 	}
+	select {
+	case n.queries <- q:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrClosed
+	}
+	return <-out, nil
+}
+
+// Forget removes server id, gone for good, from the cluster's
+// configuration (partition.Engine.Forget); the change reaches the other
+// servers with the next heartbeats.
+func (n *Node) Forget(ctx context.Context, id string) error {
+	out := make(chan error, 1)
+	q := func(e *partition.Engine) { out <- e.Forget(id) }
+	select {
+	case n.queries <- q:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
+	return <-out
+}
+
+// Voters returns the cluster's configuration as this node knows it.
+func (n *Node) Voters(ctx context.Context) ([]partition.Voter, error) {
+	out := make(chan []partition.Voter, 1)
+	q := func(e *partition.Engine) { out <- e.Voters() }
 	select {
 	case n.queries <- q:
 	case <-ctx.Done():

@@ -57,8 +57,17 @@ func testLogger(t *testing.T) *slog.Logger { return testkit.Logger(t, slog.Level
 // bounded by ctx.
 func write(ctx context.Context, n *Node, c doc.Change, wait partition.Wait) error {
 	for {
-		_, err := n.Write(ctx, c, wait, 0)
-		if err == nil || errs.CodeOf(err) != errs.Unavailable {
+		// Each try gets a deadline of its own: a write in flight to an
+		// owner that dies ends only at its deadline (rule 11).
+		try, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := n.Write(try, c, wait, 0)
+		cancel()
+		// Retrying an indefinite failure is safe here: every write sets a
+		// key to a value, and a write that failed took effect before its
+		// answer or never (rule 11), so it cannot land after its retry.
+		indefinite := errors.Is(err, partition.ErrTimeout) || errors.Is(err, partition.ErrOwnershipLost) ||
+			(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		if err == nil || (errs.CodeOf(err) != errs.Unavailable && !indefinite) {
 			return err
 		}
 		select {

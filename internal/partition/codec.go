@@ -3,6 +3,7 @@ package partition
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -22,7 +23,7 @@ import (
 //
 //	Commit        [partition, term, owner, first offset, [[type, key, value]…]]
 //	CommitAck     [partition, term, owner, offset]
-//	Forward       [partition, id, hops, type, key, value, wait, k]
+//	Forward       [partition, id, hops, type, key, value, wait, k, term, owner, deadline]
 //	ForwardReply  [partition, id, term, owner, offset, code, msg, owner hint]
 //	FetchReply    [partition, id, term, owner, offset, start, [entry…]]
 //	EpochStart    [partition, term, owner, start, prev term, prev owner, last]
@@ -43,11 +44,13 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		b = wire.AppendUint(b, uint64(m.Partition))
 		return appendPosition(b, m.Position), nil
 	case *Forward:
-		b = wire.AppendArrayHeader(b, 8)
+		b = wire.AppendArrayHeader(b, 11)
 		b = appendUints(b, uint64(m.Partition), m.ID, uint64(m.Hops), uint64(m.Type))
 		b = wire.AppendStr(b, m.Key)
 		b = wire.AppendBin(b, m.Value)
-		return appendUints(b, uint64(m.Wait), uint64(m.K)), nil
+		b = appendUints(b, uint64(m.Wait), uint64(m.K), m.Epoch.Term)
+		b = wire.AppendStr(b, m.Epoch.Owner)
+		return wire.AppendUint(b, uint64(max(m.Deadline, 0))), nil
 	case *ForwardReply:
 		b = wire.AppendArrayHeader(b, 8)
 		b = appendUints(b, uint64(m.Partition), m.ID)
@@ -248,7 +251,7 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 		m.Partition = c.Uint32("partition")
 		m.Position = d.position()
 	case *Forward:
-		c.Array("forward", 8)
+		c.Array("forward", 11)
 		m.Partition = c.Uint32("partition")
 		m.ID = c.Uint("id")
 		m.Hops = c.Uint8("hops")
@@ -257,6 +260,8 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 		m.Value = d.value()
 		m.Wait = Wait(c.Uint8("wait"))
 		m.K = c.Uint8("k")
+		m.Epoch = d.epoch()
+		m.Deadline = int64(min(c.Uint("deadline"), math.MaxInt64))
 	case *ForwardReply:
 		c.Array("forward reply", 8)
 		m.Partition = c.Uint32("partition")

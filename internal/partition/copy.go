@@ -49,14 +49,8 @@ type part struct {
 	queue     []queued
 	backoff   time.Time // no sync before this, after yielding to a rival
 
-	group []string // owner and replicas by the current map
-	// prevGroups are the replica groups the partition had, by this node's
-	// maps, since the last epoch it saw start: a write acked by a majority
-	// of any of them may exist, so a sync reads a majority of each (rule
-	// 4). Failure detection removes the members of a split one by one, so
-	// the owner may change several times before anyone writes again.
-	prevGroups [][]string
-	prevOwner  string
+	group     []string // owner and replicas by the current map
+	prevOwner string   // the owner by the map before the last owner change
 }
 
 func (pt *part) position() Position { return Position{Epoch: pt.logEpoch, Offset: pt.log.last()} }
@@ -75,17 +69,25 @@ type write struct {
 	value []byte
 	wait  Wait
 	k     int
+	// epoch is the epoch a forwarded write was sent under (zero for a
+	// local write, or a sender that knew none); deadline is when its
+	// caller may be answered without the owner's word, in Unix
+	// nanoseconds (rule 1).
+	epoch    Epoch
+	deadline int64
 }
 
 type queued struct {
 	write
-	origin   origin
-	deadline time.Time
+	origin origin
 }
 
 type wait struct {
-	pos      Position
-	k        int
+	pos Position
+	k   int
+	// voters: count acks from every server of the configuration (a
+	// Majority write), not only the replica group's.
+	voters   bool
 	origin   origin
 	deadline time.Time
 }
@@ -105,7 +107,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 	}
 	if pt.active || pt.sync != nil {
 		if pt.active {
-			e.stepDown(pt, ErrOwnershipLost)
+			e.stepDown(pt)
 		}
 		pt.sync = nil
 		e.event(Event{Kind: EventFenced, Partition: pt.p, Epoch: ep})
@@ -244,9 +246,6 @@ func (e *Engine) stepEpochStart(pt *part, from string, m *EpochStart) {
 	if pt.active {
 		return
 	}
-	if !pt.started {
-		pt.prevGroups = nil // the new owner synced past them
-	}
 	pt.started = true
 	pt.knownLast = max(pt.knownLast, m.Last)
 	if pt.logEpoch != m.Epoch && pt.log.last() == m.Start {
@@ -271,7 +270,7 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 		return
 	}
 	e.adopt(pt, m.Epoch)
-	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1})
+	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Voters: e.Voters()})
 }
 
 // maybeFetch asks for what the copy lacks: during sync, from the node with

@@ -56,28 +56,33 @@
 // stop the old owner from getting a write majority-acked after the new
 // owner read the positions, and rule 6 would then truncate that write.
 //
-// Whom a sync waits for. Rule 4 waits for a majority of the new replica
-// group and the previous owner if alive; that intersects the copies that
-// acked a write only when the old and new groups share a majority. The
-// engine also waits for a majority of the previous group (the group before
-// the owner last changed in this node's maps), counting members that left
-// within the quorum window, and for every previous writer it hears of (its
-// previous map's owner, the owners of the epochs copies report) while
-// alive. The price: a partition whose previous group lost its majority (a
-// split that leaves that majority on the other side, or a crash in a
-// two-server group) is not writable until the split heals or the departed
-// members age out of the quorum window.
+// Whom a sync waits for. A would-be owner asks every live server and
+// waits for promises from a quorum of the configuration ([Voter]) and from
+// every previous writer it hears of (its previous map's owner, the owners
+// of the epochs copies report) while alive. Majority writes are acked by a
+// majority of the same configuration, so any quorum of promises meets
+// them (rule 5); an earlier design read a majority of every replica group
+// the partition had had instead, which an owner cut off with one replica
+// could defeat.
 //
-// Quorum. Quorum is a majority of the largest server count seen within
-// QuorumWindow (default 5 minutes; [WithQuorum] fixes it). Below quorum an
-// owner steps down and no sync starts, so a minority never starts an epoch
-// that would fence the majority's history when the split heals: a
-// minority refuses writes with [ErrNoQuorum]. Writes it committed before
-// it noticed the split (acked to the owner alone) are dropped on heal with
-// dropped events. A minority isolated for longer than the window sees
-// itself as the whole cluster and accepts writes again; those may be lost
-// when the split heals. Operators who prefer refusing to losing fix the
-// quorum.
+// Quorum. Quorum is a majority of the configuration: every server that
+// joined and has not left by a graceful leave or [Engine.Forget]
+// ([WithQuorum] fixes it instead). Nothing ages out, so a minority never
+// takes itself for the whole cluster, however long a split lasts. Servers
+// exchange the configuration with heartbeats ([Voters]) and in position
+// replies, so a newcomer on the minority side learns of the servers beyond
+// it. Below quorum an owner steps down and no sync starts: a minority
+// refuses writes with [ErrNoQuorum]. Writes it committed before it noticed
+// the split (acked to the owner alone) are dropped on heal with dropped
+// events.
+//
+// Deadlines. Every write carries a deadline (the caller's, or
+// WriteTimeout); nothing commits it later, and a forwarded write only while
+// its deadline is more than ClockSkew away. A forwarded write carries the
+// epoch its sender knew and commits only in that epoch or the one that
+// continued it. A forwarding node answers its caller without the owner's
+// word only at the deadline. So a write takes effect before its caller is
+// answered, or never (docs/engine.md, rule 11).
 //
 // Catch-up and truncation. There is no separate snapshot request: a
 // [Fetch] describes the asker's log (its base and epoch runs), the server
@@ -98,13 +103,15 @@
 // take turns, until membership converges.
 //
 // Waiting. Propose returns refusals at once (invalid, no quorum, no owner,
-// sync queue full); only accepted writes that wait for something produce a
-// [Completion]. WaitReplicas counts acks from replicas of the current
-// group in the current epoch (more than the group has fails with
-// [ErrReplicas]); WaitMajority is a majority of the group, owner included.
-// Every wait is bounded by WriteTimeout so that callers that gave up cost
-// no memory; an owner that loses the partition fails its waiting writes
-// with [ErrOwnershipLost] (the write may still survive).
+// sync queue full, expired); only accepted writes that wait for something
+// produce a [Completion]. WaitReplicas counts acks from replicas of the
+// current group in the current epoch (more than the group has fails with
+// [ErrReplicas]); WaitMajority is a majority of the configuration, owner
+// included. Every wait is bounded by the write's deadline; an owner that
+// loses the partition fails its waiting writes with [ErrOwnershipLost]
+// (the write may still survive). Errors are definite (Unavailable and the
+// refusals before commit: the write never takes effect) or indefinite
+// (DeadlineExceeded, Aborted: it may have, before the answer).
 //
 // History. Each partition keeps at most HistoryMax entries (default
 // 10,000; the original kept all of them forever).

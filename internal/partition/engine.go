@@ -27,12 +27,21 @@ var (
 	ErrNoOwner = errs.New(errs.Unavailable, "no server owns the partition")
 	// ErrSyncQueueFull: the owner is syncing and its bounded queue is full.
 	ErrSyncQueueFull = errs.New(errs.Unavailable, "sync queue full")
-	// ErrOwnershipLost: the owner stopped owning the partition before the
-	// write was acknowledged as asked; the write may or may not survive.
-	ErrOwnershipLost = errs.New(errs.Unavailable, "ownership lost before the write was acknowledged")
-	// ErrTimeout: the write waited longer than the write timeout (in the
-	// sync queue, for replica acks, or for a forward reply).
-	ErrTimeout = errs.New(errs.Unavailable, "write timed out in the partition engine")
+	// ErrOwnershipLost: the owner committed the write, then stopped owning
+	// the partition before the write was acknowledged as asked; the write
+	// may or may not survive. Indefinite (Aborted).
+	ErrOwnershipLost = errs.New(errs.Aborted, "ownership lost before the write was acknowledged")
+	// ErrTimeout: the write's deadline passed while it waited for replica
+	// acks or for a forwarded write's reply; it may have been committed,
+	// but no node commits it any more. Indefinite (DeadlineExceeded).
+	ErrTimeout = errs.New(errs.DeadlineExceeded, "write timed out in the partition engine")
+	// ErrExpired: the write's deadline passed (less the clock-skew margin)
+	// before any node committed it; it never will be. Definite.
+	ErrExpired = errs.New(errs.Unavailable, "write deadline passed before it was committed")
+	// ErrEpochChanged: a forwarded write reached its owner in an epoch
+	// other than the one it was sent under (or the one continuing it); it
+	// was not committed. Definite: retry.
+	ErrEpochChanged = errs.New(errs.Unavailable, "partition epoch changed since the write was sent")
 	// ErrReplicas: the write asks for more replica acks than the replica
 	// group has.
 	ErrReplicas = errs.New(errs.FailedPrecondition, "more replica acks asked than the replica group has")
@@ -52,8 +61,10 @@ type Engine struct {
 	alive  map[string]bool      // live servers by the current map
 	seen   map[string]time.Time // servers: when last seen alive
 	copies []string             // live servers and clients but this node, sorted
-	counts []sample             // server counts replaced within the quorum window
 	parts  []*part
+
+	voters        map[string]Voter // the configuration (rule 9), left servers included
+	votersPresent int              // voters that have not left; -1 when unknown
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -76,7 +87,9 @@ type Engine struct {
 	warmed    uint64   // the sum of what Warm loaded, kept so its loads stay
 }
 
-// forwarded is a write this node sent to an owner and waits to hear about.
+// forwarded is a write this node sent to an owner and waits to hear about,
+// until the write's deadline: only then may it answer its caller without
+// the owner's word (rule 1).
 type forwarded struct {
 	token     uint64
 	partition int
@@ -111,7 +124,7 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 		id:    id,
 		st:    st,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
-		seen: map[string]time.Time{},
+		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1,
 	}, nil
 }
 
@@ -132,9 +145,6 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 		}
 	} else if m.Partitions() != len(e.parts) {
 		return errs.Errorf(errs.InvalidArgument, "ring map has %d partitions, engine has %d", m.Partitions(), len(e.parts))
-	}
-	if e.m != nil {
-		e.counts = append(e.counts, sample{count: len(e.m.Members()), until: e.now})
 	}
 	prev := e.m
 	e.m = m
@@ -161,6 +171,7 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 		}
 		e.alive[s.ID] = true
 		e.seen[s.ID] = e.now
+		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
 		if s.ID != e.id {
 			e.copies = append(e.copies, s.ID)
 		}
@@ -172,7 +183,6 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	}
 	slices.Sort(e.copies)
 	e.copies = slices.Compact(e.copies)
-	e.pruneCounts()
 
 	changed := prev == nil || prev.Version() != m.Version()
 	for _, pt := range e.parts {
@@ -187,12 +197,9 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 			}
 		}
 	}
-	for id, f := range e.fwd.All() {
-		if !e.alive[f.to] {
-			e.fwd.Take(id)
-			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrOwnershipLost})
-		}
-	}
+	// Forwards to a server that left the map keep waiting until their
+	// deadline: the write may still sit in that server's socket, and it
+	// could commit it up to the deadline (rule 1).
 	return nil
 }
 
@@ -208,32 +215,23 @@ func (e *Engine) remap(pt *part, prev *ring.Map) {
 	if prev != nil && oldOwner != owner {
 		pt.prevOwner = oldOwner
 	}
-	group := make([]string, 0, 1+len(pt.group))
+	group := pt.group[:0]
 	if owner != "" {
 		group = append(group, owner)
 		for _, r := range e.m.Replicas(pt.p) {
 			group = append(group, r.ID)
 		}
 	}
-	if prev != nil && len(pt.group) > 0 && !slices.Equal(group, pt.group) &&
-		!slices.ContainsFunc(pt.prevGroups, func(g []string) bool { return slices.Equal(g, pt.group) }) {
-		// The group that may hold acked writes of the current history
-		// (rule 4); the owner and its replicas may change one by one.
-		if len(pt.prevGroups) == maxPrevGroups {
-			pt.prevGroups = slices.Delete(pt.prevGroups, 0, 1)
-		}
-		pt.prevGroups = append(pt.prevGroups, slices.Clone(pt.group))
-	}
 	pt.group = group
 	if pt.active && !e.hasQuorum() {
 		// Without quorum the other side may take the partition (rule 9);
 		// holding on to the epoch would serve a history that may be stale
 		// when the split heals. Sync again once quorum is back.
-		e.stepDown(pt, ErrNoQuorum)
+		e.stepDown(pt)
 	}
 	if owner != e.id || e.cfg.client {
 		if pt.active {
-			e.stepDown(pt, ErrOwnershipLost)
+			e.stepDown(pt)
 		}
 		pt.sync = nil
 		e.failQueue(pt, ErrNotOwner)
@@ -262,26 +260,13 @@ func (e *Engine) ownerOf(p int) string {
 	return o.ID
 }
 
-func (e *Engine) pruneCounts() {
-	i := 0
-	for i < len(e.counts) && e.now.Sub(e.counts[i].until) > e.cfg.quorumWindow {
-		i++
-	}
-	e.counts = e.counts[i:]
-}
-
-// quorum returns the live servers needed to accept writes (rule 9).
+// quorum returns the live servers needed to accept writes (rule 9): a
+// majority of the configuration, or the operator's fixed number.
 func (e *Engine) quorum() int {
 	if e.cfg.quorum > 0 {
 		return e.cfg.quorum
 	}
-	n := len(e.m.Members())
-	for _, s := range e.counts {
-		if e.now.Sub(s.until) <= e.cfg.quorumWindow {
-			n = max(n, s.count)
-		}
-	}
-	return n/2 + 1
+	return e.majority()
 }
 
 func (e *Engine) hasQuorum() bool {
@@ -323,17 +308,6 @@ func (e *Engine) declaredDead(id string) bool {
 // heartbeat intervals.
 func (e *Engine) lease() time.Duration { return 3 * e.cfg.probeInterval }
 
-// recent reports whether server id is alive or left within the quorum
-// window; such a member still counts when a sync asks for a majority of
-// the previous replica group.
-func (e *Engine) recent(id string) bool {
-	if e.alive[id] {
-		return true
-	}
-	t, ok := e.seen[id]
-	return ok && e.now.Sub(t) <= e.cfg.quorumWindow
-}
-
 // Tick advances the engine's clock: timeouts, retries and lag probes
 // fire from here. now must not go backwards.
 func (e *Engine) Tick(now time.Time) {
@@ -346,12 +320,13 @@ func (e *Engine) Tick(now time.Time) {
 	for id := range e.alive {
 		e.seen[id] = now
 	}
-	e.pruneCounts()
 	if !e.cfg.client && now.Sub(e.beat) >= e.cfg.probeInterval {
 		e.beat = now
+		vs := &Voters{List: e.Voters()}
 		for _, s := range e.m.Members() {
 			if s.ID != e.id {
 				e.send(s.ID, &Heartbeat{})
+				e.send(s.ID, vs)
 			}
 		}
 	}
@@ -360,17 +335,32 @@ func (e *Engine) Tick(now time.Time) {
 			if pt.active {
 				// Cut off from the majority: the other side will take the
 				// partition once it has declared this node dead (rule 9).
-				e.stepDown(pt, ErrNoQuorum)
+				e.stepDown(pt)
 			}
 		}
 	}
 	for _, pt := range e.parts {
 		e.tickPart(pt)
 	}
-	// Deadlines grow with ids: the expired forwards are the oldest.
+	// Most deadlines grow with ids (a write's is at most the write timeout
+	// away), so the expired forwards are mostly the oldest; one with a
+	// shorter deadline behind a longer one is answered late here, but its
+	// caller's own context has answered it already.
 	for id, f, ok := e.fwd.Oldest(); ok && !now.Before(f.deadline); id, f, ok = e.fwd.Oldest() {
 		e.fwd.Take(id)
 		e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrTimeout})
+	}
+}
+
+// Clock moves the engine's clock forward without a tick's work; the driver
+// calls it at the start of each round, so the deadline and lease checks of
+// a write never read a clock that stood still while the process was
+// paused. now must not go backwards (an earlier time is ignored).
+func (e *Engine) Clock(now time.Time) {
+	if now.After(e.now) {
+		e.now = now
+		e.quorumKnown = false
+		e.heardFrom = ""
 	}
 }
 
@@ -385,10 +375,10 @@ func (e *Engine) tickPart(pt *part) {
 	if len(pt.queue) > 0 {
 		kept := pt.queue[:0]
 		for _, q := range pt.queue {
-			if e.now.Before(q.deadline) {
+			if !e.expired(q.write, q.origin) {
 				kept = append(kept, q)
 			} else {
-				e.complete(pt, q.origin, Position{}, ErrTimeout)
+				e.complete(pt, q.origin, Position{}, ErrExpired)
 			}
 		}
 		clear(pt.queue[len(kept):])
@@ -427,7 +417,16 @@ func (e *Engine) Propose(req Request) error {
 	}
 	pt := e.parts[req.Partition]
 	o := origin{token: req.Token, wants: req.Wait != WaitNone}
-	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K}
+	// Every write has a deadline, NoWait ones too: no node commits it
+	// later (rule 1).
+	deadline := e.now.Add(e.cfg.writeTimeout)
+	if !req.Deadline.IsZero() && req.Deadline.Before(deadline) {
+		deadline = req.Deadline
+	}
+	if !e.now.Before(deadline) {
+		return ErrExpired
+	}
+	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K, deadline: deadline.UnixNano()}
 	owner := e.ownerOf(pt.p)
 	if owner == "" {
 		return ErrNoOwner
@@ -436,14 +435,27 @@ func (e *Engine) Propose(req Request) error {
 		// One hop to the owner by this node's map (rule 10).
 		var id uint64
 		if o.wants {
-			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: e.now.Add(e.cfg.writeTimeout)})
+			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: deadline})
 		}
 		f := take(&e.out.forwards)
-		*f = Forward{Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k)}
+		*f = Forward{Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),
+			Epoch: pt.accepted, Deadline: w.deadline}
 		e.send(owner, f)
 		return nil
 	}
 	return e.write(pt, w, o)
+}
+
+// expired reports whether w's deadline has passed for committing it. A
+// write forwarded from another node is held to its deadline less the
+// clock-skew margin: the sender answers its caller at the deadline by its
+// own clock, and the commit must come before that (rule 1).
+func (e *Engine) expired(w write, o origin) bool {
+	now := e.now.UnixNano()
+	if o.node != "" {
+		now += int64(e.cfg.clockSkew)
+	}
+	return now >= w.deadline
 }
 
 func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k int) error {
@@ -473,7 +485,17 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 	if !e.hasQuorum() {
 		return ErrNoQuorum
 	}
+	if e.expired(w, o) {
+		return ErrExpired
+	}
 	if pt.active {
+		// A forwarded write commits only in the epoch it was sent under,
+		// or in the one that continued that epoch's history: a write sent
+		// to an owner that was paused past its tenure is refused, not
+		// committed in the owner's next epoch (rule 1).
+		if w.epoch != (Epoch{}) && w.epoch != pt.accepted && w.epoch != pt.startPrev {
+			return ErrEpochChanged
+		}
 		return e.commit(pt, w, o)
 	}
 	if len(pt.queue) >= e.cfg.queueMax {
@@ -482,7 +504,7 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 	// Held past this step: a copy of its own, not a message's bytes (see
 	// Decoder.DecodeShared).
 	w.key, w.value = strings.Clone(w.key), bytes.Clone(w.value)
-	pt.queue = append(pt.queue, queued{write: w, origin: o, deadline: e.now.Add(e.cfg.writeTimeout)})
+	pt.queue = append(pt.queue, queued{write: w, origin: o})
 	if pt.sync == nil {
 		e.maybeStartSync(pt)
 	}
@@ -513,8 +535,13 @@ func (e *Engine) Step(from string, msg Message) error {
 			}
 		}
 	}
-	switch msg.(type) {
+	switch m := msg.(type) {
 	case *Heartbeat:
+		return nil
+	case *Voters:
+		if !e.cfg.client {
+			e.mergeVoters(m.List)
+		}
 		return nil
 	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced:
 		if e.declaredDead(from) {
@@ -568,7 +595,8 @@ func (e *Engine) stepForward(pt *part, from string, m *Forward) error {
 		e.complete(pt, o, Position{}, ErrNotOwner)
 		return nil
 	}
-	if err := e.write(pt, write{typ: m.Type, key: m.Key, value: m.Value, wait: m.Wait, k: int(m.K)}, o); err != nil {
+	w := write{typ: m.Type, key: m.Key, value: m.Value, wait: m.Wait, k: int(m.K), epoch: m.Epoch, deadline: m.Deadline}
+	if err := e.write(pt, w, o); err != nil {
 		e.complete(pt, o, Position{}, err)
 	}
 	return nil
@@ -707,9 +735,6 @@ func (e *Engine) ackTarget(pt *part) string {
 	}
 	return pt.accepted.Owner
 }
-
-// maxPrevGroups bounds the groups a partition remembers between epochs.
-const maxPrevGroups = 8
 
 // inMap reports whether server id is a member of m (false for a nil m).
 func inMap(m *ring.Map, id string) bool {

@@ -364,9 +364,10 @@ func TestOwnerCrash(t *testing.T) {
 func TestOwnerCrashMajorityWriteSurvives(t *testing.T) {
 	n, p, o, _ := crashSetup(t)
 	_, reps := groupOf(n.nodes[o].e.m, p)
-	// Acked by the owner and one replica only: a majority of three.
+	// Acked by the owner and its two replicas only: a majority of the four
+	// servers.
 	tok, _ := n.propose(o, p, "k", "v", WaitMajority)
-	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to != reps[0] })
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && !slices.Contains(reps, e.to) })
 	n.deliverAll()
 	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
 		t.Fatal(c.Err)
@@ -669,7 +670,8 @@ func TestSyncQueueTimeout(t *testing.T) {
 	for range 11 {
 		n.tick(time.Second)
 	}
-	if c := mustDone(t, n.nodes["c"], tok); !errors.Is(c.Err, ErrTimeout) {
+	// Never committed: a definite error (rule 2).
+	if c := mustDone(t, n.nodes["c"], tok); !errors.Is(c.Err, ErrExpired) || errs.CodeOf(c.Err) != errs.Unavailable {
 		t.Fatalf("queued write: %+v", c)
 	}
 	n.heal()
@@ -869,11 +871,14 @@ func TestSyncWaitsForLivePreviousOwner(t *testing.T) {
 	}
 }
 
-// When a split leaves the previous replica group's majority on the other
-// side, the new owner must not start from the copies it can reach: a write
-// that group acked would be lost. It waits (until the split heals or the
-// departed members age out of the quorum window).
-func TestSyncNeedsMajorityOfPreviousGroup(t *testing.T) {
+// TestCutOffOwnerGetsNoMajority (rule 4): an owner cut off with one of its
+// replicas still holds its lease for a moment, and its replica acks what
+// it commits. Those two are a majority of the replica group but not of the
+// cluster: the write must not be reported Majority-acked, because the
+// other side takes the partition over without it. (Counting acks against
+// the replica group, as the engine once did, completes the write here and
+// loses it on heal.) The other side keeps writing meanwhile.
+func TestCutOffOwnerGetsNoMajority(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e"}
 	n := newNetwork(t, 32, ids)
 	n.settle()
@@ -882,28 +887,40 @@ func TestSyncNeedsMajorityOfPreviousGroup(t *testing.T) {
 	o, reps := groupOf(full, p)
 	side := []string{o, reps[0]}
 	rest := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return slices.Contains(side, s) })
-	tok, _ := n.propose(o, p, "k", "v", WaitMajority)
-	// Acked by the owner and its first replica only.
-	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to != reps[0] })
-	n.deliverAll()
-	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
-		t.Fatal(c.Err)
-	}
 	n.isolate(side, rest)
+	tok, err := n.propose(o, p, "k", "minority", WaitMajority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverAll()
+	if _, ok := n.nodes[o].done[tok]; ok {
+		t.Fatal("a write acked by two of five servers completed as Majority")
+	}
 	n.setMap(side, side...)
 	n.setMap(rest, rest...)
 	n.settle()
+	if c := mustDone(t, n.nodes[o], tok); !errors.Is(c.Err, ErrOwnershipLost) || errs.CodeOf(c.Err) != errs.Aborted {
+		t.Fatalf("the cut-off owner's write ended with %+v, want ownership lost (indefinite)", c)
+	}
 	no, _ := groupOf(n.buildMap(rest), p)
-	if s := n.nodes[no].e.Status(p); s.Role != RoleSyncing {
-		t.Fatalf("partition %d: %s took over without the previous group's majority: %+v", p, no, s)
+	if s := n.nodes[no].e.Status(p); s.Role != RoleOwner {
+		t.Fatalf("partition %d: %s did not take over on the majority side: %+v", p, no, s)
+	}
+	tok, err = n.propose(no, p, "k", "majority", WaitMajority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[no], tok); c.Err != nil {
+		t.Fatal(c.Err)
 	}
 	n.heal()
 	n.setMap(ids, ids...)
 	n.settle()
 	n.converged()
 	for _, id := range ids {
-		if n.nodes[id].st.kv[p]["k"] != "v" {
-			t.Fatalf("%s lost the write acked by the previous group", id)
+		if v := n.nodes[id].st.kv[p]["k"]; v != "majority" {
+			t.Fatalf("%s holds k=%q after the heal, want the Majority-acked write", id, v)
 		}
 	}
 }
@@ -1061,9 +1078,9 @@ func TestMessagesBoundedInBytes(t *testing.T) {
 func TestMinorityPairRegainsOwnership(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e"}
 	const parts = 16
-	// A fixed quorum keeps the minority from writing however long the
+	// The configuration keeps the minority from writing however long the
 	// split lasts (rule 9).
-	n := newNetwork(t, parts, ids, WithQuorum(3))
+	n := newNetwork(t, parts, ids)
 	n.settle()
 	full := n.buildMap(ids)
 	p, owner, mate := -1, "", ""
@@ -1099,9 +1116,9 @@ func TestMinorityPairRegainsOwnership(t *testing.T) {
 	n.isolate(minor, major)
 	n.setMap(major, major...)
 	n.setMap(minor, minor...)
-	// Two of the partition's previous group are on the other side; they
-	// count until the quorum window has passed (rule 4).
-	n.tick(DefaultQuorumWindow + time.Second)
+	// Two of the partition's previous group are on the other side; the
+	// majority side's promises are a quorum of the configuration, which
+	// meets every Majority write (rule 4), so it takes the partition.
 	n.settle()
 	x := n.owner(p)
 	if !slices.Contains(major, x) {

@@ -20,6 +20,7 @@ const (
 	KindForward       MsgKind = 10
 	KindForwardReply  MsgKind = 11
 	KindHeartbeat     MsgKind = 12
+	KindVoters        MsgKind = 13
 )
 
 // Message is one of the pointer types below. Messages are shared: the
@@ -78,6 +79,10 @@ type PosReply struct {
 	Epoch     Epoch    `msgpack:"e"`
 	Position  Position `msgpack:"s"`
 	Oldest    uint64   `msgpack:"o"`
+	// Voters is the configuration as the copy knows it: a syncing owner
+	// merges it before it counts its quorum, so a node that joined late
+	// learns of servers it never saw (rule 9).
+	Voters []Voter `msgpack:"v"`
 }
 
 // Fetch asks for entries from From on. It describes the asker's log (its
@@ -129,6 +134,16 @@ type Forward struct {
 	Value     []byte          `msgpack:"v"`
 	Wait      Wait            `msgpack:"w"`
 	K         uint8           `msgpack:"n"`
+	// Epoch is the partition's epoch as the sender knew it: the owner
+	// commits the write only in that epoch or in the one that continues
+	// its history (rule 1), so a write held up in a paused owner's socket
+	// cannot come back in the owner's next tenure.
+	Epoch Epoch `msgpack:"e"`
+	// Deadline is when the sender answers its caller if it has heard
+	// nothing, in Unix nanoseconds: no node commits the write after it
+	// (less the clock-skew margin), so a write takes effect before its
+	// caller is answered, or never (rule 1).
+	Deadline int64 `msgpack:"d"`
 }
 
 // ForwardReply ends a forwarded write: Code 0 with its Position, or a coded
@@ -150,6 +165,15 @@ type Heartbeat struct {
 	Partition uint32 `msgpack:"p"`
 }
 
+// Voters spreads the configuration (see [Voter]): servers send it to each
+// other with their heartbeats, and each merges what it receives, so a
+// graceful leave or a Forget reaches every server and a newcomer learns of
+// servers that are down. Partition is always 0.
+type Voters struct {
+	Partition uint32  `msgpack:"p"`
+	List      []Voter `msgpack:"l"`
+}
+
 // Kind implements Message.
 func (*Commit) Kind() MsgKind        { return KindCommit }
 func (*CommitAck) Kind() MsgKind     { return KindCommitAck }
@@ -163,6 +187,7 @@ func (*SnapshotReply) Kind() MsgKind { return KindSnapshotReply }
 func (*Forward) Kind() MsgKind       { return KindForward }
 func (*ForwardReply) Kind() MsgKind  { return KindForwardReply }
 func (*Heartbeat) Kind() MsgKind     { return KindHeartbeat }
+func (*Voters) Kind() MsgKind        { return KindVoters }
 
 // Part implements Message.
 func (m *Commit) Part() uint32        { return m.Partition }
@@ -177,6 +202,7 @@ func (m *SnapshotReply) Part() uint32 { return m.Partition }
 func (m *Forward) Part() uint32       { return m.Partition }
 func (m *ForwardReply) Part() uint32  { return m.Partition }
 func (m *Heartbeat) Part() uint32     { return m.Partition }
+func (m *Voters) Part() uint32        { return m.Partition }
 
 // NewMessage returns a zero message of kind k for a decoder to fill, or nil
 // for an unknown kind.
@@ -206,6 +232,8 @@ func NewMessage(k MsgKind) Message {
 		return new(ForwardReply)
 	case KindHeartbeat:
 		return new(Heartbeat)
+	case KindVoters:
+		return new(Voters)
 	}
 	return nil
 }

@@ -19,12 +19,15 @@ const (
 	DefaultGapBufferMax  = 1024
 	DefaultSyncQueueMax  = 1024
 	DefaultFetchMax      = 1024
-	DefaultQuorumWindow  = 5 * time.Minute
 	DefaultSyncTimeout   = 2 * time.Second
 	DefaultFetchRetry    = 500 * time.Millisecond
 	DefaultProbeInterval = time.Second
 	DefaultFenceBackoff  = time.Second
 	DefaultWriteTimeout  = 10 * time.Second
+	// DefaultClockSkew is the margin by which an owner's clock may differ
+	// from a forwarding node's: the owner commits a forwarded write only
+	// while its deadline is more than this away (rule 1).
+	DefaultClockSkew = 100 * time.Millisecond
 	// DefaultMaxEntry bounds one write's key plus value, in bytes.
 	DefaultMaxEntry = 1 << 20
 	// DefaultMaxMessage bounds the entries' bytes in one Commit or
@@ -65,15 +68,19 @@ func WithSyncQueueMax(n int) Option { return optionFunc(func(c *config) { c.queu
 func WithFetchMax(n int) Option { return optionFunc(func(c *config) { c.fetchMax = n }) }
 
 // WithQuorum fixes the number of live servers an owner needs to accept
-// writes (rule 9). 0, the default, means a majority of the largest server
-// count seen within the quorum window.
+// writes (rule 9). 0, the default, means a majority of the configuration
+// (see [Voter]). A fixed quorum below that majority trades safety for
+// availability: two sides of a split may then both write, and one side's
+// Majority-acked writes may be lost on heal.
 func WithQuorum(n int) Option { return optionFunc(func(c *config) { c.quorum = n }) }
 
-// WithQuorumWindow sets how long a server count is remembered for the
-// default quorum, and how long a departed replica-group member still counts
-// when a new owner syncs (default [DefaultQuorumWindow]).
-func WithQuorumWindow(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.quorumWindow = d })
+// WithClockSkew sets the most two servers' wall clocks may differ by
+// (default [DefaultClockSkew]). A forwarded write carries its deadline; the
+// owner commits it only while the deadline is more than this away, so the
+// forwarding node, which answers its caller at the deadline by its own
+// clock, never answers before the commit (rule 1).
+func WithClockSkew(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.clockSkew = d })
 }
 
 // WithSyncTimeout sets how long a sync may wait for positions and entries
@@ -141,7 +148,7 @@ type config struct {
 	queueMax      int
 	fetchMax      int
 	quorum        int
-	quorumWindow  time.Duration
+	clockSkew     time.Duration
 	syncTimeout   time.Duration
 	fetchRetry    time.Duration
 	probeInterval time.Duration
@@ -155,7 +162,7 @@ func newConfig(opts []Option) (config, error) {
 		gapMax:        DefaultGapBufferMax,
 		queueMax:      DefaultSyncQueueMax,
 		fetchMax:      DefaultFetchMax,
-		quorumWindow:  DefaultQuorumWindow,
+		clockSkew:     DefaultClockSkew,
 		syncTimeout:   DefaultSyncTimeout,
 		fetchRetry:    DefaultFetchRetry,
 		probeInterval: DefaultProbeInterval,
@@ -183,8 +190,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad("max entry %d must be at least 1 and at most max message %d", c.maxEntry, c.maxMessage)
 	case c.quorum < 0:
 		return bad("quorum %d negative", c.quorum)
-	case c.quorumWindow < 0:
-		return bad("quorum window %v negative", c.quorumWindow)
+	case c.clockSkew < 0:
+		return bad("clock skew %v negative", c.clockSkew)
 	case c.settle < 0:
 		return bad("settle delay %v negative", c.settle)
 	case c.syncTimeout <= 0, c.fetchRetry <= 0, c.probeInterval <= 0, c.fenceBackoff < 0, c.writeTimeout <= 0:

@@ -10,14 +10,13 @@ import (
 // collects positions (each reply a promise to refuse older epochs), then
 // fetches from the best one (target) before starting the epoch.
 type syncState struct {
-	epoch      Epoch
-	started    time.Time
-	replies    []reply
-	asked      map[string]bool
-	prevGroups [][]string
-	writers    []string // previous writers; each is waited for while alive
-	target     string
-	targetPos  Position
+	epoch     Epoch
+	started   time.Time
+	replies   []reply
+	asked     map[string]bool
+	writers   []string // previous writers; each is waited for while alive
+	target    string
+	targetPos Position
 }
 
 type reply struct {
@@ -42,8 +41,7 @@ func (e *Engine) maybeStartSync(pt *part) {
 }
 
 // startSync proposes a new epoch, one term above any this node has heard
-// of, and asks the previous and the new replica group (and every previous
-// writer) for their positions.
+// of, and asks every live server for its position.
 func (e *Engine) startSync(pt *part) {
 	var writers []string
 	if pt.sync != nil {
@@ -59,23 +57,19 @@ func (e *Engine) startSync(pt *part) {
 	clear(pt.gap)
 	pt.fetch = fetchState{}
 	s := &syncState{
-		epoch:      ep,
-		started:    e.now,
-		asked:      map[string]bool{},
-		prevGroups: slices.Clone(pt.prevGroups),
-		writers:    writers,
+		epoch:   ep,
+		started: e.now,
+		asked:   map[string]bool{},
+		writers: writers,
 	}
 	pt.sync = s
-	for _, ids := range append([][]string{pt.group, s.writers}, s.prevGroups...) {
-		for _, id := range ids {
-			e.ask(pt, id)
-		}
+	// Every live server: the sync needs promises from a majority of the
+	// configuration, and the first to answer may be any of them.
+	for _, m := range e.m.Members() {
+		e.ask(pt, m.ID)
 	}
-	if len(s.asked)+1 < e.quorum() {
-		// The groups are too small to make a quorum of servers: ask them all.
-		for _, m := range e.m.Members() {
-			e.ask(pt, m.ID)
-		}
+	for _, w := range s.writers {
+		e.ask(pt, w)
 	}
 	e.checkSync(pt)
 }
@@ -95,6 +89,9 @@ func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
 		return
 	}
 	s.replies = append(s.replies, reply{from: from, pos: m.Position})
+	// Servers this node never saw (it joined while they were down) count
+	// toward the majority too (rule 9).
+	e.mergeVoters(m.Voters)
 	// A writer this node did not know of (the previous owner in the
 	// cluster's history, not just in this node's maps) is waited for too.
 	if w := m.Position.Epoch.Owner; w != "" && w != e.id && !slices.Contains(s.writers, w) {
@@ -104,43 +101,27 @@ func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
 	e.checkSync(pt)
 }
 
-// syncReady reports whether the positions collected satisfy rule 4: a
-// majority of the new replica group, a majority of the previous group
-// (members that left within the quorum window still count, so a split
-// cannot hide the copies that acked a write), and every previous writer
-// that is alive.
+// syncReady reports whether the positions collected satisfy rule 4:
+// promises from a quorum of the configuration's servers (replies, not map
+// entries: a node cut off from the majority may still count enough
+// servers in its map before failure detection removes them, but it cannot
+// reach them), and every previous writer that is alive. A Majority write
+// was acked by a majority of the configuration, which shares a server
+// with any quorum of promises, so the best position collected includes it
+// (rule 5).
 func (e *Engine) syncReady(pt *part) bool {
 	s := pt.sync
-	// Promises from a quorum of servers, not just a quorum in this node's
-	// map: a node cut off from the majority may still count enough servers
-	// before failure detection removes them, but it cannot reach them.
-	if len(s.replies)+1 < e.quorum() {
-		return false
-	}
 	n := 0
-	for _, id := range pt.group {
-		if s.has(e.id, id) {
+	if e.isVoter(e.id) {
+		n++
+	}
+	for _, r := range s.replies {
+		if e.isVoter(r.from) {
 			n++
 		}
 	}
-	if n < len(pt.group)/2+1 {
+	if n < e.quorum() {
 		return false
-	}
-	for _, g := range s.prevGroups {
-		size, n := 0, 0
-		for _, id := range g {
-			if e.recent(id) {
-				size++
-				if s.has(e.id, id) {
-					n++
-				}
-			}
-		}
-		// Enough to meet every majority of the group: size - size/2 (for
-		// an even size one less than a majority).
-		if n < size-size/2 {
-			return false
-		}
 	}
 	for _, w := range s.writers {
 		if e.alive[w] && !s.has(e.id, w) {
@@ -187,7 +168,6 @@ func (e *Engine) startEpoch(pt *part) {
 	pt.sync = nil
 	start := pt.log.last()
 	pt.logEpoch, pt.logStart, pt.started = s.epoch, start, true
-	pt.prevGroups = nil // synced past them
 	pt.startPrev = pt.log.lastEpoch()
 	pt.active = true
 	pt.sent = start
@@ -213,15 +193,21 @@ func (e *Engine) startEpoch(pt *part) {
 // commit assigns the next offset to a write and applies it (rule 1: only
 // the epoch's owner gets here).
 func (e *Engine) commit(pt *part, w write, o origin) error {
-	k := 0
+	k, voters := 0, false
 	switch w.wait {
 	case WaitReplicas:
 		k = w.k
+		if k > len(pt.group)-1 {
+			return ErrReplicas
+		}
 	case WaitMajority:
-		k = len(pt.group) / 2
-	}
-	if k > len(pt.group)-1 {
-		return ErrReplicas
+		// A majority of the configuration, this node included: the same
+		// servers whose promises a sync needs, so the two always meet
+		// (rule 5), whichever servers the ring makes replicas.
+		k, voters = e.majority()-1, true
+		if !e.isVoter(e.id) {
+			k++
+		}
 	}
 	ent := Entry{Epoch: pt.accepted, Offset: pt.log.last() + 1, Type: w.typ, Key: w.key, Value: w.value}
 	ca, oneStep := e.st.(CheckApplier)
@@ -251,7 +237,7 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	case w.wait == WaitAck || k == 0:
 		e.complete(pt, o, pos, nil)
 	default:
-		pt.waits = append(pt.waits, wait{pos: pos, k: k, origin: o, deadline: e.now.Add(e.cfg.writeTimeout)})
+		pt.waits = append(pt.waits, wait{pos: pos, k: k, voters: voters, origin: o, deadline: time.Unix(0, w.deadline)})
 	}
 	return nil
 }
@@ -284,9 +270,17 @@ func (e *Engine) checkWaits(pt *part) {
 	kept := pt.waits[:0]
 	for _, w := range pt.waits {
 		n := 0
-		for _, r := range pt.group[1:] {
-			if pr := pt.peers[r]; pr != nil && pr.pos.Epoch == pt.accepted && pr.pos.Offset >= w.pos.Offset {
-				n++
+		if w.voters {
+			for id, pr := range pt.peers {
+				if pr.pos.Epoch == pt.accepted && pr.pos.Offset >= w.pos.Offset && e.isVoter(id) {
+					n++
+				}
+			}
+		} else {
+			for _, r := range pt.group[1:] {
+				if pr := pt.peers[r]; pr != nil && pr.pos.Epoch == pt.accepted && pr.pos.Offset >= w.pos.Offset {
+					n++
+				}
 			}
 		}
 		if n >= w.k {
@@ -340,11 +334,13 @@ func (e *Engine) probe(pt *part) {
 }
 
 // stepDown ends this node's epoch as writer: waiting writes fail, because
-// whether they survive is no longer this node's to say.
-func (e *Engine) stepDown(pt *part, err error) {
+// whether they survive is no longer this node's to say. They were
+// committed here, so the error is indefinite whatever the reason (no
+// quorum, the ring moved, a rival's epoch): rule 2.
+func (e *Engine) stepDown(pt *part) {
 	pt.active = false
 	for _, w := range pt.waits {
-		e.complete(pt, w.origin, Position{}, err)
+		e.complete(pt, w.origin, Position{}, ErrOwnershipLost)
 	}
 	pt.waits = nil
 	pt.peers = nil

@@ -97,6 +97,10 @@ type Request struct {
 	Wait  Wait
 	// K is the replica count for WaitReplicas.
 	K int
+	// Deadline bounds the write's life: no node commits it afterwards, so
+	// its caller may be told it failed once the deadline has passed (rule
+	// 1). Zero, or anything later, means the write timeout from now.
+	Deadline time.Time
 }
 
 // Completion reports how a waited-for request ended.
@@ -270,11 +274,4 @@ type State interface {
 // Check then Apply, which for a document store decodes each value twice.
 type CheckApplier interface {
 	CheckApply(partition int, e Entry) error
-}
-
-// sample is a server count that held until a moment; the quorum rule takes
-// the largest count seen within the window.
-type sample struct {
-	count int
-	until time.Time
 }

@@ -209,7 +209,9 @@ func (c *Conn) lost(cause error) error {
 	if errors.Is(cause, io.EOF) {
 		cause = errors.New("closed by peer")
 	}
-	return errs.Errorf(errs.Unavailable, "%w: %s: %w", ErrConnLost, c.nc.RemoteAddr(), cause)
+	// Aborted, not Unavailable: a call in flight may have been carried
+	// out by the peer (docs/engine.md, rule 12).
+	return errs.Errorf(errs.Aborted, "%w: %s: %w", ErrConnLost, c.nc.RemoteAddr(), cause)
 }
 
 func (c *Conn) readLoop() {

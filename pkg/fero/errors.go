@@ -44,3 +44,17 @@ func Errorf(code Code, format string, args ...any) *Error { return errs.Errorf(c
 // CodeCanceled or CodeDeadlineExceeded for context errors, CodeOK for nil
 // and CodeUnknown for anything else.
 func CodeOf(err error) Code { return errs.CodeOf(err) }
+
+// Definite reports whether err, returned by a write, says for certain that
+// the write was not applied and never will be, so retrying it is safe:
+// CodeUnavailable (no quorum, not the owner, its deadline passed before any
+// node committed it, …) and the refusals before commit (CodeInvalidArgument,
+// CodeFailedPrecondition, CodeAlreadyExists, CodeNotFound, …). Any other
+// error is indefinite: the write may have taken effect, but only before the
+// error was returned — no node applies a write after its caller has an
+// answer. CodeDeadlineExceeded, CodeAborted (the owner lost the partition
+// after committing; the node closed; the connection broke) and
+// CodeCanceled are indefinite. A canceled context is the one exception to
+// "before the answer": a write whose context is canceled before its
+// deadline may still take effect until that deadline.
+func Definite(err error) bool { return errs.Definite(err) }

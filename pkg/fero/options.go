@@ -234,22 +234,29 @@ func WithHistoryMax(n int) Option {
 }
 
 // WithQuorum fixes how many live servers an owner must see to accept
-// writes. 0, the default, means a majority of the most servers seen within
-// the quorum window: a node on the minority side of a split refuses writes
-// with CodeUnavailable.
+// writes. 0, the default, means a majority of the cluster's configuration:
+// every server that has joined and not left gracefully (or been removed
+// with Resource.Forget). A node on the minority side of a split refuses
+// writes with CodeUnavailable however long the split lasts. A fixed quorum
+// below that majority lets both sides of a split write, and one side's
+// Majority-acked writes may then be lost on heal.
 func WithQuorum(n int) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithQuorum(n)) }
 }
 
-// WithQuorumWindow sets how long a server count is remembered for the
-// default quorum (default 5 minutes).
-func WithQuorumWindow(d time.Duration) Option {
-	return func(c *config) { c.engine = append(c.engine, partition.WithQuorumWindow(d)) }
+// WithClockSkew sets how far apart two servers' wall clocks may be
+// (default 100ms). A write carries its deadline; an owner commits a write
+// forwarded from another node only while the deadline is more than this
+// away, so the forwarding node, which answers at the deadline by its own
+// clock, never answers before the write took effect.
+func WithClockSkew(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithClockSkew(d)) }
 }
 
-// WithWriteTimeout bounds how long the engine keeps a write waiting (for
-// sync, replica acks or a forwarded reply) before failing it with
-// CodeUnavailable (default 10s).
+// WithWriteTimeout bounds every write's life (default 10s): a write whose
+// context has no earlier deadline gets this one. No node commits a write
+// after its deadline, so a caller told CodeDeadlineExceeded at the
+// deadline knows the write took effect before, or never will.
 func WithWriteTimeout(d time.Duration) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithWriteTimeout(d)) }
 }

@@ -419,3 +419,39 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 	}
 	return r.n.RequestAsync(ctx, verb, key, b, func(reply []byte, err error) { done(reply, err) })
 }
+
+// Forget removes a server that is gone for good (its machine is lost, and
+// it will never come back with its ID) from the cluster's configuration:
+// the servers whose majority makes a quorum and acknowledges a Majority
+// write. A server that leaves gracefully (Close) leaves the configuration
+// by itself; one that crashed stays in it, so that a minority cut off by a
+// split, however long, never takes itself for the whole cluster. When
+// crashed servers leave the rest without a majority of the configuration,
+// writes fail with CodeUnavailable ("no quorum") until they come back or
+// are forgotten. Forget refuses a server this node sees alive
+// (CodeFailedPrecondition) and an ID that is not in the configuration
+// (CodeNotFound).
+// The change reaches the other servers with the next heartbeats. Forget
+// only servers you know to be dead: a forgotten server that is merely cut
+// off could, with the rest of its side, make a second majority.
+func (r *Resource) Forget(ctx context.Context, id string) error { return r.n.Forget(ctx, id) }
+
+// Servers returns the cluster's configuration as this node knows it: each
+// server's ID, and whether it has left (gracefully, or by Forget).
+func (r *Resource) Servers(ctx context.Context) ([]ServerEntry, error) {
+	vs, err := r.n.Voters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ServerEntry, len(vs))
+	for i, v := range vs {
+		out[i] = ServerEntry{ID: v.ID, Left: v.Left}
+	}
+	return out, nil
+}
+
+// ServerEntry is one server of the cluster's configuration.
+type ServerEntry struct {
+	ID   string
+	Left bool
+}

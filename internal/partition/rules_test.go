@@ -1,0 +1,303 @@
+package partition
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+)
+
+// holdForward takes the forward from one node to another out of the
+// network's queue, as a paused owner's socket holds it.
+func holdForward(t *testing.T, n *network, from, to string) envelope {
+	t.Helper()
+	for i, env := range n.queue {
+		if _, ok := env.msg.(*Forward); ok && env.from == from && env.to == to {
+			n.queue = slices.Delete(n.queue, i, i+1)
+			return env
+		}
+	}
+	t.Fatalf("no forward from %s to %s in flight", from, to)
+	return envelope{}
+}
+
+// otherServer returns a server of ids other than not.
+func otherServer(ids []string, not string) string {
+	for _, id := range ids {
+		if id != not {
+			return id
+		}
+	}
+	return ""
+}
+
+// TestHeldForwardIsNotCommittedInALaterEpoch (rule 1): the paused-owner
+// case. A write forwarded to the owner sits in its socket while it is
+// paused; the others take the partition over and commit newer Majority
+// writes; the owner comes back and takes the partition again in a new
+// epoch; only then does it read the write. It must refuse it (the write
+// was sent under an epoch that ended), not commit it on top of the newer
+// writes. The forwarder, meanwhile, does not answer its caller before the
+// write's deadline, though the owner left its map: the write could still
+// have been committed until then.
+func TestHeldForwardIsNotCommittedInALaterEpoch(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	// A long write timeout: this test is about the epoch, not the deadline.
+	n := newNetwork(t, 8, ids, WithWriteTimeout(time.Hour))
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	f := otherServer(ids, o)
+	tok, err := n.propose(f, p, "k", "held", WaitMajority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdForward(t, n, f, o)
+	heldEpoch := held.msg.(*Forward).Epoch
+
+	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+	n.isolate([]string{o}, others)
+	n.setMap(others, others...)
+	n.settle()
+	no := ""
+	for _, id := range others {
+		if n.nodes[id].e.parts[p].active {
+			no = id
+		}
+	}
+	if no == "" {
+		t.Fatalf("nobody took partition %d over: %s", p, n.statusLine())
+	}
+	newer, err := n.propose(no, p, "k", "newer", WaitMajority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[no], newer); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	if c, ok := n.nodes[f].done[tok]; ok {
+		t.Fatalf("the forwarder answered %+v before the write's deadline; the paused owner could still commit it", c)
+	}
+
+	n.heal()
+	n.setMap(ids, ids...)
+	n.settle()
+	if pt := n.nodes[o].e.parts[p]; !pt.active || !heldEpoch.Less(pt.accepted) {
+		t.Fatalf("%s should own partition %d again in a later epoch than %v: %s", o, p, heldEpoch, n.statusLine())
+	}
+	n.queue = append(n.queue, held)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if v := n.nodes[id].st.kv[p]["k"]; v != "newer" {
+			t.Fatalf("%s holds k=%q: the held write came back over a newer Majority write", id, v)
+		}
+	}
+	c := mustDone(t, n.nodes[f], tok)
+	if !errors.Is(c.Err, ErrEpochChanged) || errs.CodeOf(c.Err) != errs.Unavailable {
+		t.Fatalf("the held write ended with %+v, want the definite epoch-changed refusal", c)
+	}
+}
+
+// TestExpiredForwardIsNotCommitted (rule 1): the forwarder answers its
+// caller at the write's deadline; a forward that reaches the owner after
+// that (or within the clock-skew margin of it) is refused, never
+// committed.
+func TestExpiredForwardIsNotCommitted(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	f := otherServer(ids, o)
+	tok, err := n.propose(f, p, "k", "late", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdForward(t, n, f, o)
+	// The cluster carries on (heartbeats keep the owner's lease): up to
+	// the deadline, no answer; at the deadline, the indefinite timeout.
+	deadline := n.now.Add(DefaultWriteTimeout)
+	for n.now.Add(DefaultClockSkew).Before(deadline) {
+		n.deliverAll()
+		n.tick(DefaultClockSkew)
+		if c, ok := n.nodes[f].done[tok]; ok && n.now.Before(deadline) {
+			t.Fatalf("answered %+v before the deadline", c)
+		}
+	}
+	n.tick(DefaultClockSkew)
+	c := mustDone(t, n.nodes[f], tok)
+	if !errors.Is(c.Err, ErrTimeout) || errs.CodeOf(c.Err) != errs.DeadlineExceeded {
+		t.Fatalf("the forwarder answered %+v, want the indefinite timeout", c)
+	}
+	if !n.nodes[o].e.parts[p].active {
+		t.Fatalf("%s lost partition %d while the cluster was whole: %s", o, p, n.statusLine())
+	}
+	n.queue = append(n.queue, held)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if v, ok := n.nodes[id].st.kv[p]["k"]; ok {
+			t.Fatalf("%s holds k=%q: a write was committed after its caller was answered", id, v)
+		}
+	}
+}
+
+// TestForwardWithinTheSkewMarginIsRefused (rule 1): an owner whose clock
+// may be ahead of the forwarder's by up to the skew margin refuses a write
+// whose deadline is that close.
+func TestForwardWithinTheSkewMarginIsRefused(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	f := otherServer(ids, o)
+	n.token++
+	err := n.nodes[f].e.Propose(Request{Partition: p, Type: 2, Key: "k", Value: val("v"), Token: n.token, Wait: WaitAck,
+		Deadline: n.now.Add(DefaultClockSkew / 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := n.token
+	n.collect(n.nodes[f])
+	n.deliverAll()
+	c := mustDone(t, n.nodes[f], tok)
+	if !errors.Is(c.Err, ErrExpired) {
+		t.Fatalf("a write due within the skew margin ended with %+v", c)
+	}
+	if _, ok := n.nodes[o].st.kv[p]["k"]; ok {
+		t.Fatal("the owner committed a write due within the skew margin")
+	}
+}
+
+// TestMinorityNeverWrites (rule 3): however long a split lasts, the side
+// without a majority of the configuration refuses writes and starts no
+// epoch, so on heal it cannot replace the majority's history. (With a
+// quorum counted over a window of recent server counts, the engine once
+// let a node cut off for longer than the window write again, and its
+// history won on heal.)
+func TestMinorityNeverWrites(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	minor, major := []string{"c"}, []string{"a", "b"}
+	n.isolate(minor, major)
+	n.setMap(minor, minor...)
+	n.setMap(major, major...)
+	for range 24 {
+		n.tick(time.Hour)
+		n.deliverAll()
+	}
+	n.settle()
+	for p := range 8 {
+		if n.nodes["c"].e.parts[p].active {
+			t.Fatalf("c owns partition %d after a day alone", p)
+		}
+		if _, err := n.propose("c", p, "k", "minority", WaitAck); !errors.Is(err, ErrNoQuorum) {
+			t.Fatalf("c, alone for a day, answered %v to a write, want no quorum", err)
+		}
+		o := ""
+		for _, id := range major {
+			if n.nodes[id].e.parts[p].active {
+				o = id
+			}
+		}
+		tok, err := n.propose(o, p, "k", "majority", WaitMajority)
+		if err != nil {
+			t.Fatalf("partition %d on the majority side: %v", p, err)
+		}
+		n.deliverAll()
+		if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+	}
+	n.heal()
+	n.setMap(ids, ids...)
+	n.settle()
+	n.converged()
+	for p := range 8 {
+		if v := n.nodes["c"].st.kv[p]["k"]; v != "majority" {
+			t.Fatalf("partition %d: k=%q after the heal", p, v)
+		}
+	}
+}
+
+// TestGracefulLeavesShrinkTheConfiguration (rule 3): the configuration
+// shrinks only by an explicit change. Two of three servers that leave
+// gracefully leave a survivor that writes alone; two that crash leave one
+// that refuses, until an operator forgets them.
+func TestGracefulLeavesShrinkTheConfiguration(t *testing.T) {
+	for _, leave := range []bool{true, false} {
+		ids := []string{"a", "b", "c"}
+		n := newNetwork(t, 4, ids)
+		n.settle()
+		for _, id := range []string{"b", "c"} {
+			n.crash(id)
+			if leave {
+				n.nodes["a"].e.Leave(id, 1)
+			}
+		}
+		n.setMap([]string{"a"}, "a")
+		n.settle()
+		_, err := n.propose("a", 0, "k", "v", WaitMajority)
+		if leave && err != nil {
+			t.Fatalf("after two graceful leaves the survivor refused a write: %v", err)
+		}
+		if !leave {
+			if !errors.Is(err, ErrNoQuorum) {
+				t.Fatalf("after two crashes the survivor answered %v, want no quorum", err)
+			}
+			if err := n.nodes["a"].e.Forget("a"); !errors.Is(err, ErrForgetLive) {
+				t.Fatalf("forgetting itself: %v", err)
+			}
+			for _, id := range []string{"b", "c"} {
+				if err := n.nodes["a"].e.Forget(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := n.nodes["a"].e.Forget("b"); !errors.Is(err, ErrNotVoter) {
+				t.Fatalf("forgetting twice: %v", err)
+			}
+			n.settle()
+			if _, err := n.propose("a", 0, "k", "v", WaitMajority); err != nil {
+				t.Fatalf("after forgetting the crashed servers: %v", err)
+			}
+		}
+		n.deliverAll()
+		if c := mustDone(t, n.nodes["a"], n.token); c.Err != nil {
+			t.Fatalf("leave=%v: %v", leave, c.Err)
+		}
+	}
+}
+
+// TestNewcomerLearnsTheConfiguration (rule 3): a server that joins the
+// minority side of a split never saw the servers on the other side; it
+// learns them from the configuration its peers send, and so does not take
+// the minority for the whole cluster.
+func TestNewcomerLearnsTheConfiguration(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	n.isolate([]string{"a", "d"}, []string{"b", "c"})
+	n.add("d", false)
+	n.setMap([]string{"a"}, "a")
+	n.setMap([]string{"b", "c"}, "b", "c")
+	n.setMap([]string{"a", "d"}, "a", "d")
+	n.settle()
+	if got := len(n.nodes["d"].e.Voters()); got != 4 {
+		t.Fatalf("d knows %d servers of the configuration, want 4: %+v", got, n.nodes["d"].e.Voters())
+	}
+	for p := range 8 {
+		if n.nodes["d"].e.parts[p].active || n.nodes["a"].e.parts[p].active {
+			t.Fatalf("partition %d is owned on the minority side: %s", p, n.statusLine())
+		}
+	}
+	n.heal()
+	n.setMap([]string{"a", "b", "c", "d"}, "a", "b", "c", "d")
+	n.settle()
+	n.converged()
+}

@@ -1,0 +1,121 @@
+package partition
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/fero-go/fero/internal/errs"
+)
+
+// Voter is one server of the cluster's configuration: the servers whose
+// majority makes a quorum (rule 9) and acknowledges a Majority write (rule
+// 5). A server joins the configuration the first time any node sees it in
+// a map, and leaves it only by an explicit change: a graceful leave, or an
+// operator's Forget. Nothing ages out, so a minority cut off for any
+// length of time still counts the servers it cannot reach, and never
+// decides that it is the whole cluster.
+//
+// Inc is the server's incarnation (its process's start stamp): a newer
+// incarnation replaces an older one's entry, so a server that left and
+// comes back is a voter again; within one incarnation, Left wins.
+type Voter struct {
+	ID   string `msgpack:"i"`
+	Inc  uint64 `msgpack:"n"`
+	Left bool   `msgpack:"l"`
+}
+
+// newer reports whether v should replace cur in the configuration.
+func (v Voter) newer(cur Voter) bool {
+	return v.Inc > cur.Inc || (v.Inc == cur.Inc && v.Left && !cur.Left)
+}
+
+// ErrNotVoter: Forget named a server that is not in the configuration.
+var ErrNotVoter = errs.New(errs.NotFound, "not a server of the configuration")
+
+// ErrForgetLive: Forget named a server this node sees alive; only a server
+// that is gone for good may be removed by hand.
+var ErrForgetLive = errs.New(errs.FailedPrecondition, "cannot forget a live server")
+
+// mergeVoter adds v to the configuration if it is news, and reports whether
+// it was.
+func (e *Engine) mergeVoter(v Voter) bool {
+	if v.ID == "" {
+		return false
+	}
+	cur, ok := e.voters[v.ID]
+	if ok && !v.newer(cur) {
+		return false
+	}
+	e.voters[v.ID] = v
+	e.votersPresent = -1
+	e.quorumKnown = false
+	return true
+}
+
+// mergeVoters merges a configuration a peer sent (in a [Voters] message or
+// a [PosReply]).
+func (e *Engine) mergeVoters(vs []Voter) {
+	for _, v := range vs {
+		e.mergeVoter(v)
+	}
+}
+
+// Leave records that server id, incarnation inc, left the cluster
+// gracefully: it no longer counts toward quorum or Majority acks. The
+// driver calls it when gossip reports a graceful leave.
+func (e *Engine) Leave(id string, inc uint64) {
+	e.mergeVoter(Voter{ID: id, Inc: inc, Left: true})
+}
+
+// Forget removes a server that is gone for good (its machine is lost, it
+// will never restart with its ID) from the configuration, as an operator
+// asks. It refuses a server this node sees alive. The change spreads to the
+// other servers with the next heartbeats.
+func (e *Engine) Forget(id string) error {
+	cur, ok := e.voters[id]
+	switch {
+	case !ok || cur.Left:
+		return ErrNotVoter
+	case e.alive[id]:
+		return ErrForgetLive
+	}
+	e.mergeVoter(Voter{ID: id, Inc: cur.Inc, Left: true})
+	return nil
+}
+
+// Voters returns the configuration, sorted by ID, left servers included.
+func (e *Engine) Voters() []Voter {
+	vs := make([]Voter, 0, len(e.voters))
+	for _, v := range e.voters {
+		vs = append(vs, v)
+	}
+	slices.SortFunc(vs, func(a, b Voter) int { return strings.Compare(a.ID, b.ID) })
+	return vs
+}
+
+// isVoter reports whether id is a server of the configuration that has not
+// left.
+func (e *Engine) isVoter(id string) bool {
+	v, ok := e.voters[id]
+	return ok && !v.Left
+}
+
+// present is the number of voters that have not left.
+func (e *Engine) present() int {
+	if e.votersPresent < 0 {
+		n := 0
+		for _, v := range e.voters {
+			if !v.Left {
+				n++
+			}
+		}
+		e.votersPresent = n
+	}
+	return e.votersPresent
+}
+
+// majority is a majority of the configuration: the servers whose acks make
+// a Majority write, and whose promises let a sync start an epoch. Any two
+// majorities of one configuration share a server, which is what rule 5's
+// proof needs.
+func (e *Engine) majority() int { return e.present()/2 + 1 }
