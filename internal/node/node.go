@@ -387,10 +387,12 @@ func (n *Node) drive() {
 				n.eng.Leave(l.ID, l.Incarnation)
 			}
 			m, clients := n.view.current()
-			if prev := n.eng.Map(); prev != nil {
-				// Wait out failure detection after a server leaves (rule 9).
-				n.eng.SetSettleDelay(n.ms.DetectionTime(len(prev.Members())))
-			}
+			// After a server leaves, wait one probe interval before any new
+			// epoch, so that a burst of departures (a split seen member by
+			// member) starts one round of syncs, not several. Safety does
+			// not rest on it: a sync needs promises from a majority of the
+			// configuration (rule 9).
+			n.eng.SetSettleDelay(n.ms.ProbeInterval())
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
 			if err := n.eng.SetMap(m, clients); err != nil {
 				n.logger.Error("fero: node: engine refused the map", "err", err)
