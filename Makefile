@@ -12,6 +12,17 @@ STATICCHECK_VERSION := v0.7.0
 FUZZTIME_SHORT ?= 30000x
 FUZZTIME       ?= 3000000x
 TEST_TIMEOUT   ?= 20m
+# The fault suite (cmd/fero-chaos; needs root, iproute2, nftables). A full
+# run is bounded by CHAOS_MAX_TIME: seeds left out fail it. Each seed's
+# output goes to .chaos/<run>/seed-<seed>-n<servers>.
+CHAOS_SEEDS    ?= 1-250
+CHAOS_NODES    ?= 3,5
+CHAOS_CLIENTS  ?= 2
+CHAOS_DURATION ?= 18s
+CHAOS_SETTLE   ?= 6s
+CHAOS_MAX_TIME ?= 2h
+CHAOS_ARGS     ?=
+CHAOS_OUT      ?= .chaos/$(shell date +%Y%m%d-%H%M%S)
 
 .DEFAULT_GOAL := help
 
@@ -35,6 +46,16 @@ test-long: vet ## The full suite with -race, including the large cluster and sca
 .PHONY: test-multicast
 test-multicast: ## Real UDP multicast discovery in a network namespace of its own (needs root, iproute2).
 	./scripts/multicast-test.sh
+
+.PHONY: chaos
+chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespaces (needs root, ip, nft, tc).
+	./scripts/chaos.sh full --seeds $(CHAOS_SEEDS) --nodes $(CHAOS_NODES) --clients $(CHAOS_CLIENTS) \
+		--duration $(CHAOS_DURATION) --settle $(CHAOS_SETTLE) --max-time $(CHAOS_MAX_TIME) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+
+.PHONY: chaos-short
+chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
+	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s \
+		--max-time 150s --out .chaos/short-$(shell date +%Y%m%d-%H%M%S) $(CHAOS_ARGS)
 
 .PHONY: vet
 vet: ## go vet over every package.

@@ -43,7 +43,6 @@ type Membership struct {
 	subs      map[*Subscription]struct{}
 
 	probe time.Duration // memberlist's probe interval, once created
-
 }
 
 type peer struct {
