@@ -203,6 +203,35 @@ func newStatus() *cobra.Command {
 	return cmd
 }
 
+func newForget() *cobra.Command {
+	var f remoteFlags
+	cmd := &cobra.Command{
+		Use:   "forget SERVER-ID",
+		Short: "Remove a server that is gone for good from the cluster's configuration",
+		Long: `forget removes a server that will never come back with its ID (its
+machine is lost) from the configuration: the servers whose majority makes a
+quorum. Crashed and departed servers stay in it, so that a minority cut off
+by a split never takes itself for the whole cluster; when too many are gone,
+writes fail with "no quorum" until they return or are forgotten.
+
+Forget one server at a time, once the others have caught up (status shows
+every node's digest). A forgotten server that is in fact alive but cut off
+could, with the rest of its side, make a second majority.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				if err := rc.Forget(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
+				return nil
+			})
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
 func printStatus(w io.Writer, st *fero.NodeStatus) error {
 	role := "server"
 	if st.Client {
@@ -227,6 +256,15 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 		roles = append(roles, fmt.Sprintf("%s %d", r, n))
 	}
 	sort.Strings(roles)
+	var cfg []string
+	for _, c := range st.Configuration {
+		if !c.Forgotten {
+			cfg = append(cfg, c.ID)
+		}
+	}
+	if len(cfg) > 0 {
+		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), len(cfg)/2+1)
+	}
 	fmt.Fprintf(w, "\nthis node: %d keys, digest %016x; partitions: %s\n", st.Keys, st.Digest, strings.Join(roles, ", "))
 	s := st.Stats
 	fmt.Fprintf(w, "since start: %d committed, %d applied, %d dropped, %d restored, %d ownerships gained, %d lost\n",

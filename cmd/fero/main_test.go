@@ -191,6 +191,13 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, text, "MEMBER")
 	assert.Contains(t, text, "n3")
+	assert.Contains(t, text, "configuration: 3 servers (n1, n2, n3), a quorum is 2")
+
+	// forget refuses a live server and an unknown one.
+	_, err = run(ctx, "forget", "--addr", a.data, "n2")
+	assert.ErrorContains(t, err, "cannot forget a live server")
+	_, err = run(ctx, "forget", "--addr", a.data, "n9")
+	assert.ErrorContains(t, err, "not a server of the configuration")
 
 	_, err = run(ctx, "get", "k")
 	if os.Getenv("FERO_ADDR") == "" {

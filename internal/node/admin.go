@@ -22,6 +22,9 @@ const (
 	// OpTail (stream) streams this node's change stream as TailRecords
 	// until the caller cancels.
 	OpTail uint32 = 6
+	// OpForget (call) removes the server whose ID is the payload from the
+	// cluster's configuration (Node.Forget); it answers nothing.
+	OpForget uint32 = 7
 )
 
 // StatusReport is one node's view of its cluster.
@@ -39,6 +42,15 @@ type StatusReport struct {
 	Keys   int            `msgpack:"keys" json:"keys"`
 	Digest uint64         `msgpack:"digest" json:"digest"`
 	Stats  Stats          `msgpack:"stats" json:"stats"`
+	// Configuration is the servers whose majority makes a quorum, as this
+	// node knows them (docs/engine.md, rule 9).
+	Configuration []ConfigEntry `msgpack:"configuration" json:"configuration"`
+}
+
+// ConfigEntry is one server of the configuration in a StatusReport.
+type ConfigEntry struct {
+	ID        string `msgpack:"id" json:"id"`
+	Forgotten bool   `msgpack:"forgotten,omitempty" json:"forgotten,omitempty"`
 }
 
 // MemberReport is one member in a StatusReport.
@@ -64,6 +76,13 @@ func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
 	}
 	for _, s := range st {
 		rep.Roles[s.Role.String()]++
+	}
+	vs, err := n.Voters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		rep.Configuration = append(rep.Configuration, ConfigEntry{ID: v.ID, Forgotten: v.Left})
 	}
 	m := n.Map()
 	if m != nil {
@@ -103,6 +122,24 @@ func (n *Node) serveStatus(r *transport.Request) {
 			return
 		}
 		_ = r.Reply(b)
+	}) {
+		_ = r.Fail(ErrClosed)
+	}
+}
+
+// serveForget answers OpForget. Like every operator op it takes no
+// credentials yet; the hostile-peers work puts them on all of them.
+func (n *Node) serveForget(r *transport.Request) {
+	id := string(r.Payload())
+	if !n.spawn(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := n.Forget(ctx, id); err != nil {
+			_ = r.Fail(err)
+			return
+		}
+		n.logger.Warn("fero: node: server forgotten by an operator", "id", id)
+		_ = r.Reply(nil)
 	}) {
 		_ = r.Fail(ErrClosed)
 	}

@@ -186,6 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpEngine, n.serveEngine)
 	mux.HandleFunc(OpRequest, n.serveRequest)
 	mux.HandleFunc(OpStatus, n.serveStatus)
+	mux.HandleFunc(OpForget, n.serveForget)
 	mux.HandleFunc(OpTail, n.serveTail)
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
@@ -382,10 +383,6 @@ func (n *Node) drive() {
 		case <-n.view.changed:
 			n.engMu.Lock()
 			n.eng.Clock(time.Now())
-			for _, l := range n.view.takeLeft() {
-				n.logger.Info("fero: node: server left the configuration", "id", l.ID)
-				n.eng.Leave(l.ID, l.Incarnation)
-			}
 			m, clients := n.view.current()
 			// After a server leaves, wait one probe interval before any new
 			// epoch, so that a burst of departures (a split seen member by

@@ -25,8 +25,7 @@ type view struct {
 	cur     *ring.Map
 	clients []string
 	addrs   map[string]string // live member ID → data address
-	left    []ring.Member     // servers that left gracefully, not yet handed to the engine
-	changed chan struct{}     // capacity 1: the map, the client list or left changed
+	changed chan struct{}     // capacity 1: the map or the client list changed
 }
 
 func newView(r *ring.Ring, ms *membership.Membership, logger *slog.Logger) *view {
@@ -85,19 +84,9 @@ func (v *view) run(ctx context.Context) {
 	v.refresh()
 	for {
 		select {
-		case ev, ok := <-sub.Events():
+		case _, ok := <-sub.Events():
 			if !ok {
 				return
-			}
-			if ev.Member.Status == membership.StatusRemoved && ev.Member.Role != membership.RoleClient {
-				// A graceful leave changes the configuration (rule 9).
-				v.mu.Lock()
-				v.left = append(v.left, ring.Member{ID: ev.Member.ID, Incarnation: ev.Member.Boot})
-				v.mu.Unlock()
-				select {
-				case v.changed <- struct{}{}:
-				default:
-				}
 			}
 			v.refresh()
 		case <-ctx.Done():
@@ -111,15 +100,6 @@ func (v *view) current() (*ring.Map, []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.cur, v.clients
-}
-
-// takeLeft returns the servers that left gracefully since the last call.
-func (v *view) takeLeft() []ring.Member {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	l := v.left
-	v.left = nil
-	return l
 }
 
 // addr returns a live member's data address.

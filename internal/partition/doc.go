@@ -66,7 +66,7 @@
 // could defeat.
 //
 // Quorum. Quorum is a majority of the configuration: every server that
-// joined and has not left by a graceful leave or [Engine.Forget]
+// joined and has not been removed by [Engine.Forget]
 // ([WithQuorum] fixes it instead). Nothing ages out, so a minority never
 // takes itself for the whole cluster, however long a split lasts. Servers
 // exchange the configuration with heartbeats ([Voters]) and in position

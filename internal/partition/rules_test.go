@@ -226,51 +226,41 @@ func TestMinorityNeverWrites(t *testing.T) {
 	}
 }
 
-// TestGracefulLeavesShrinkTheConfiguration (rule 3): the configuration
-// shrinks only by an explicit change. Two of three servers that leave
-// gracefully leave a survivor that writes alone; two that crash leave one
-// that refuses, until an operator forgets them.
-func TestGracefulLeavesShrinkTheConfiguration(t *testing.T) {
-	for _, leave := range []bool{true, false} {
-		ids := []string{"a", "b", "c"}
-		n := newNetwork(t, 4, ids)
-		n.settle()
-		for _, id := range []string{"b", "c"} {
-			n.crash(id)
-			if leave {
-				n.nodes["a"].e.Leave(id, 1)
-			}
+// TestForgetShrinksTheConfiguration (rule 3): the configuration shrinks
+// only by an explicit change. The survivor of two servers that crashed (or
+// left) refuses writes however long it waits, until an operator forgets
+// them; then it writes alone.
+func TestForgetShrinksTheConfiguration(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids)
+	n.settle()
+	n.crash("b")
+	n.crash("c")
+	n.setMap([]string{"a"}, "a")
+	n.tick(24 * time.Hour)
+	n.settle()
+	if _, err := n.propose("a", 0, "k", "v", WaitMajority); !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("after two crashes the survivor answered %v, want no quorum", err)
+	}
+	if err := n.nodes["a"].e.Forget("a"); !errors.Is(err, ErrForgetLive) {
+		t.Fatalf("forgetting itself: %v", err)
+	}
+	for _, id := range []string{"b", "c"} {
+		if err := n.nodes["a"].e.Forget(id); err != nil {
+			t.Fatal(err)
 		}
-		n.setMap([]string{"a"}, "a")
-		n.settle()
-		_, err := n.propose("a", 0, "k", "v", WaitMajority)
-		if leave && err != nil {
-			t.Fatalf("after two graceful leaves the survivor refused a write: %v", err)
-		}
-		if !leave {
-			if !errors.Is(err, ErrNoQuorum) {
-				t.Fatalf("after two crashes the survivor answered %v, want no quorum", err)
-			}
-			if err := n.nodes["a"].e.Forget("a"); !errors.Is(err, ErrForgetLive) {
-				t.Fatalf("forgetting itself: %v", err)
-			}
-			for _, id := range []string{"b", "c"} {
-				if err := n.nodes["a"].e.Forget(id); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := n.nodes["a"].e.Forget("b"); !errors.Is(err, ErrNotVoter) {
-				t.Fatalf("forgetting twice: %v", err)
-			}
-			n.settle()
-			if _, err := n.propose("a", 0, "k", "v", WaitMajority); err != nil {
-				t.Fatalf("after forgetting the crashed servers: %v", err)
-			}
-		}
-		n.deliverAll()
-		if c := mustDone(t, n.nodes["a"], n.token); c.Err != nil {
-			t.Fatalf("leave=%v: %v", leave, c.Err)
-		}
+	}
+	if err := n.nodes["a"].e.Forget("b"); !errors.Is(err, ErrNotVoter) {
+		t.Fatalf("forgetting twice: %v", err)
+	}
+	n.settle()
+	tok, err := n.propose("a", 0, "k", "v", WaitMajority)
+	if err != nil {
+		t.Fatalf("after forgetting the crashed servers: %v", err)
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes["a"], tok); c.Err != nil {
+		t.Fatal(c.Err)
 	}
 }
 

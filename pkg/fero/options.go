@@ -235,8 +235,7 @@ func WithHistoryMax(n int) Option {
 
 // WithQuorum fixes how many live servers an owner must see to accept
 // writes. 0, the default, means a majority of the cluster's configuration:
-// every server that has joined and not left gracefully (or been removed
-// with Resource.Forget). A node on the minority side of a split refuses
+// every server that has joined and not been removed with Resource.Forget. A node on the minority side of a split refuses
 // writes with CodeUnavailable however long the split lasts. A fixed quorum
 // below that majority lets both sides of a split write, and one side's
 // Majority-acked writes may then be lost on heal.

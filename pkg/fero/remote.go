@@ -104,6 +104,14 @@ func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
 	return &st, nil
 }
 
+// Forget removes server id, gone for good, from the cluster's
+// configuration, through the node this Remote talks to (see
+// [Resource.Forget]).
+func (c *Remote) Forget(ctx context.Context, id string) error {
+	_, err := c.peer.Call(ctx, node.OpForget, []byte(id))
+	return err
+}
+
 // Tail yields the changes the node applies to its copy, from now on, until
 // ctx ends, the loop breaks, or the stream fails (the error is yielded
 // last). The node holds up to 4,096 changes for a slow reader and then

@@ -423,12 +423,14 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 // Forget removes a server that is gone for good (its machine is lost, and
 // it will never come back with its ID) from the cluster's configuration:
 // the servers whose majority makes a quorum and acknowledges a Majority
-// write. A server that leaves gracefully (Close) leaves the configuration
-// by itself; one that crashed stays in it, so that a minority cut off by a
-// split, however long, never takes itself for the whole cluster. When
-// crashed servers leave the rest without a majority of the configuration,
-// writes fail with CodeUnavailable ("no quorum") until they come back or
-// are forgotten. Forget refuses a server this node sees alive
+// write. A server stays in it when it crashes and when it closes, so that
+// a minority cut off by a split, however long, never takes itself for the
+// whole cluster, and so that two servers leaving in a row cannot take the
+// only copies of a Majority write with them. When departed servers leave
+// the rest without a majority of the configuration, writes fail with
+// CodeUnavailable ("no quorum") until they come back or are forgotten.
+// Forget one server at a time, once the others have caught up (fero
+// status shows every node's digest). Forget refuses a server this node sees alive
 // (CodeFailedPrecondition) and an ID that is not in the configuration
 // (CodeNotFound).
 // The change reaches the other servers with the next heartbeats. Forget
@@ -437,7 +439,7 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 func (r *Resource) Forget(ctx context.Context, id string) error { return r.n.Forget(ctx, id) }
 
 // Servers returns the cluster's configuration as this node knows it: each
-// server's ID, and whether it has left (gracefully, or by Forget).
+// server's ID, and whether it has been forgotten.
 func (r *Resource) Servers(ctx context.Context) ([]ServerEntry, error) {
 	vs, err := r.n.Voters(ctx)
 	if err != nil {
