@@ -42,6 +42,7 @@ type part struct {
 	// Owner side.
 	active    bool
 	startPrev Epoch  // epoch of the entry at logStart, for EpochStart
+	continued Epoch  // the log epoch this owner's epoch continued (rule 11)
 	sent      uint64 // last offset put in a Commit message
 	peers     map[string]*peer
 	waits     []wait

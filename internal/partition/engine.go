@@ -493,7 +493,7 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 		// or in the one that continued that epoch's history: a write sent
 		// to an owner that was paused past its tenure is refused, not
 		// committed in the owner's next epoch (rule 1).
-		if w.epoch != (Epoch{}) && w.epoch != pt.accepted && w.epoch != pt.startPrev {
+		if w.epoch != (Epoch{}) && w.epoch != pt.accepted && w.epoch != pt.continued {
 			return ErrEpochChanged
 		}
 		return e.commit(pt, w, o)

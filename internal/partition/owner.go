@@ -167,6 +167,7 @@ func (e *Engine) startEpoch(pt *part) {
 	s := pt.sync
 	pt.sync = nil
 	start := pt.log.last()
+	pt.continued = pt.logEpoch
 	pt.logEpoch, pt.logStart, pt.started = s.epoch, start, true
 	pt.startPrev = pt.log.lastEpoch()
 	pt.active = true

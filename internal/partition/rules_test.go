@@ -291,3 +291,49 @@ func TestNewcomerLearnsTheConfiguration(t *testing.T) {
 	n.settle()
 	n.converged()
 }
+
+// TestForwardUnderThePreviousEpochCommits (rule 11): a client that has not
+// yet heard of a new owner's epoch forwards a write tagged with the epoch
+// the new owner continued. The new owner commits it, even when that epoch
+// wrote nothing (its start is not the epoch of any entry): the fault suite
+// found every write refused with "epoch changed" after an owner came back
+// from a pause, because the check compared against the last entry's epoch.
+func TestForwardUnderThePreviousEpochCommits(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.add("cl", true)
+	n.setMap(ids, "a", "b", "c", "cl")
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	old := n.nodes["cl"].e.parts[p].accepted
+	if old.Owner != o {
+		t.Fatalf("the client accepted %v, want %s's epoch", old, o)
+	}
+	rest := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+	n.crash(o)
+	// Nothing of the new owner's epoch reaches the client.
+	n.isolate([]string{"cl"}, rest)
+	n.setMap(rest, append(slices.Clone(rest), "cl")...)
+	n.settle()
+	n.heal()
+	x := n.owner(p)
+	if x == "" || x == o {
+		t.Fatalf("nobody took partition %d over: %s", p, n.statusLine())
+	}
+	if got := n.nodes["cl"].e.parts[p].accepted; got != old {
+		t.Fatalf("the client learned of %v; the test needs it to know only %v", got, old)
+	}
+	tok, err := n.propose("cl", p, "k", "v", WaitAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.deliverWhere(func(e envelope) bool {
+		_, fwd := e.msg.(*Forward)
+		_, rep := e.msg.(*ForwardReply)
+		return fwd || rep
+	})
+	if c := mustDone(t, n.nodes["cl"], tok); c.Err != nil {
+		t.Fatalf("a write tagged with the epoch the owner continued: %v", c.Err)
+	}
+}
