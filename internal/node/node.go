@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -119,6 +120,10 @@ type inbound struct {
 type proposal struct {
 	req  partition.Request
 	done func(partition.Completion) // nil: nobody waits; runs on the driver
+	// read, when set, makes this a linearizable read of req.Key (rule 13)
+	// instead of a write: the driver reads the value as it proposes the
+	// read, and hands it to read once the engine confirms it.
+	read func([]byte, error)
 }
 
 // ErrClosed is returned by calls on a closed node.
@@ -374,7 +379,10 @@ func (n *Node) drive() {
 				w(partition.Completion{Err: errClosedInFlight})
 			}
 			for _, p := range n.props.take() {
-				if p.done != nil {
+				switch {
+				case p.read != nil:
+					p.read(nil, ErrClosed)
+				case p.done != nil:
 					p.done(partition.Completion{Err: ErrClosed})
 				}
 			}
@@ -516,6 +524,10 @@ func (n *Node) step(in inbound) {
 }
 
 func (n *Node) propose(p proposal) {
+	if p.read != nil {
+		n.proposeRead(p)
+		return
+	}
 	if p.done != nil {
 		p.req.Token = n.waiters.Add(p.done)
 	}
@@ -525,6 +537,44 @@ func (n *Node) propose(p proposal) {
 			p.done(partition.Completion{Err: err})
 		}
 	}
+}
+
+// proposeRead reads the value now, under the engine lock, so it is the
+// state at the log offset the engine records for the read, and answers
+// with it once the engine has confirmed the read.
+func (n *Node) proposeRead(p proposal) {
+	b, _ := n.store.GetBytes(p.req.Key)
+	b = bytes.Clone(b)
+	done := p.read
+	tok := n.waiters.Add(func(c partition.Completion) {
+		if c.Err != nil {
+			done(nil, c.Err)
+			return
+		}
+		done(b, nil)
+	})
+	if err := n.eng.ProposeRead(partition.ReadRequest{Partition: p.req.Partition, Token: tok, Deadline: p.req.Deadline}); err != nil {
+		n.waiters.Take(tok)
+		done(nil, err)
+	}
+}
+
+// readAsync proposes a linearizable read of key on this node, which must
+// own the key's partition; done gets the value (nil if there is none) or
+// an error, on the driver goroutine. It reports false when the node is
+// closed.
+func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, error)) bool {
+	req := partition.Request{Partition: n.store.PartitionOf(key), Key: key}
+	req.Deadline, _ = ctx.Deadline()
+	n.spawnMu.RLock()
+	defer n.spawnMu.RUnlock()
+	if n.spawnClosed {
+		return false
+	}
+	if err := n.props.push(ctx, n.ctx, proposal{req: req, read: done}); err != nil {
+		done(nil, err)
+	}
+	return true
 }
 
 // process acts on what the engine asks: events to this node's streams,

@@ -87,9 +87,10 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 	case VerbRemove:
 		t = wire.RecordRemove
 	case VerbGet:
-		b, _ := n.store.GetBytes(req.Key)
-		done(b, nil)
-		return true
+		// Through the engine, not from the local state: a node the map
+		// names owner may have been deposed while it was paused, and even
+		// a current owner holds writes a crash could still lose (rule 13).
+		return n.readAsync(ctx, req.Key, done)
 	default:
 		done(nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb))
 		return true

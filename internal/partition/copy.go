@@ -43,6 +43,10 @@ type part struct {
 	active    bool
 	startPrev Epoch  // epoch of the entry at logStart, for EpochStart
 	continued Epoch  // the log epoch this owner's epoch continued (rule 11)
+	reads     []read // reads waiting for confirmation (rule 13)
+	readSeq   uint64 // the probe the newest read waits for
+	readSent  uint64 // the last probe sent
+	readAcks  map[string]readAck
 	sent      uint64 // last offset put in a Commit message
 	peers     map[string]*peer
 	waits     []wait

@@ -368,6 +368,7 @@ func (e *Engine) tickPart(pt *part) {
 	if pt.active {
 		e.probe(pt)
 		e.expireWaits(pt)
+		e.endReads(pt, ErrTimeout, true)
 	}
 	if e.cfg.client {
 		e.sendAck(pt)
@@ -543,7 +544,7 @@ func (e *Engine) Step(from string, msg Message) error {
 			e.mergeVoters(m.List)
 		}
 		return nil
-	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced:
+	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced, *ReadProbe, *ReadAck:
 		if e.declaredDead(from) {
 			return nil // no promise to it, none of its epochs adopted (rule 9)
 		}
@@ -574,6 +575,10 @@ func (e *Engine) Step(from string, msg Message) error {
 		err = e.stepForward(pt, from, m)
 	case *ForwardReply:
 		e.stepForwardReply(from, m)
+	case *ReadProbe:
+		e.stepReadProbe(pt, from, m)
+	case *ReadAck:
+		e.stepReadAck(pt, from, m)
 	default:
 		return errs.Errorf(errs.InvalidArgument, "unknown message %T", msg)
 	}
@@ -665,7 +670,7 @@ func (e *Engine) HasReady() bool {
 		return true
 	}
 	for _, p := range e.dirty {
-		if pt := e.parts[p]; (pt.active && pt.sent < pt.log.last()) || (pt.ackDirty && !e.cfg.client && e.ackTarget(pt) != "") {
+		if pt := e.parts[p]; (pt.active && (pt.sent < pt.log.last() || pt.readSeq > pt.readSent)) || (pt.ackDirty && !e.cfg.client && e.ackTarget(pt) != "") {
 			return true
 		}
 	}
@@ -691,6 +696,7 @@ func (e *Engine) Ready() Ready {
 			}
 			pt.sent = to
 		}
+		e.sendReadProbe(pt)
 		if !e.cfg.client {
 			e.sendAck(pt)
 		}

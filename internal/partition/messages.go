@@ -21,6 +21,8 @@ const (
 	KindForwardReply  MsgKind = 11
 	KindHeartbeat     MsgKind = 12
 	KindVoters        MsgKind = 13
+	KindReadProbe     MsgKind = 14
+	KindReadAck       MsgKind = 15
 )
 
 // Message is one of the pointer types below. Messages are shared: the
@@ -174,6 +176,25 @@ type Voters struct {
 	List      []Voter `msgpack:"l"`
 }
 
+// ReadProbe asks a server whether it still accepts the owner's Epoch, for
+// the reads the owner holds (see [Engine.ProposeRead]): a read completes
+// once a majority of the configuration answered a probe sent after it
+// arrived, each at a position that holds what the read saw.
+type ReadProbe struct {
+	Partition uint32 `msgpack:"p"`
+	Epoch     Epoch  `msgpack:"e"`
+	Seq       uint64 `msgpack:"s"`
+}
+
+// ReadAck answers a ReadProbe: the copy has promised no later epoch, and
+// holds Position.
+type ReadAck struct {
+	Partition uint32   `msgpack:"p"`
+	Epoch     Epoch    `msgpack:"e"`
+	Seq       uint64   `msgpack:"s"`
+	Position  Position `msgpack:"o"`
+}
+
 // Kind implements Message.
 func (*Commit) Kind() MsgKind        { return KindCommit }
 func (*CommitAck) Kind() MsgKind     { return KindCommitAck }
@@ -188,6 +209,8 @@ func (*Forward) Kind() MsgKind       { return KindForward }
 func (*ForwardReply) Kind() MsgKind  { return KindForwardReply }
 func (*Heartbeat) Kind() MsgKind     { return KindHeartbeat }
 func (*Voters) Kind() MsgKind        { return KindVoters }
+func (*ReadProbe) Kind() MsgKind     { return KindReadProbe }
+func (*ReadAck) Kind() MsgKind       { return KindReadAck }
 
 // Part implements Message.
 func (m *Commit) Part() uint32        { return m.Partition }
@@ -203,6 +226,8 @@ func (m *Forward) Part() uint32       { return m.Partition }
 func (m *ForwardReply) Part() uint32  { return m.Partition }
 func (m *Heartbeat) Part() uint32     { return m.Partition }
 func (m *Voters) Part() uint32        { return m.Partition }
+func (m *ReadProbe) Part() uint32     { return m.Partition }
+func (m *ReadAck) Part() uint32       { return m.Partition }
 
 // NewMessage returns a zero message of kind k for a decoder to fill, or nil
 // for an unknown kind.
@@ -234,6 +259,10 @@ func NewMessage(k MsgKind) Message {
 		return new(Heartbeat)
 	case KindVoters:
 		return new(Voters)
+	case KindReadProbe:
+		return new(ReadProbe)
+	case KindReadAck:
+		return new(ReadAck)
 	}
 	return nil
 }

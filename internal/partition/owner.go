@@ -176,6 +176,7 @@ func (e *Engine) startEpoch(pt *part) {
 	clear(pt.gap)
 	pt.fetch = fetchState{}
 	pt.peers = make(map[string]*peer, len(e.copies))
+	pt.readAcks = nil
 	es := &EpochStart{Partition: uint32(pt.p), Epoch: s.epoch, Start: start, PrevEpoch: pt.startPrev, Last: start}
 	for _, c := range e.copies {
 		pt.peers[c] = &peer{probed: e.now}
@@ -340,6 +341,7 @@ func (e *Engine) probe(pt *part) {
 // quorum, the ring moved, a rival's epoch): rule 2.
 func (e *Engine) stepDown(pt *part) {
 	pt.active = false
+	e.endReads(pt, ErrOwnershipLost, false)
 	for _, w := range pt.waits {
 		e.complete(pt, w.origin, Position{}, ErrOwnershipLost)
 	}

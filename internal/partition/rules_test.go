@@ -337,3 +337,107 @@ func TestForwardUnderThePreviousEpochCommits(t *testing.T) {
 		t.Fatalf("a write tagged with the epoch the owner continued: %v", c.Err)
 	}
 }
+
+// proposeRead proposes a read at node id and returns its token.
+func proposeRead(n *network, id string, p int) (uint64, error) {
+	n.t.Helper()
+	n.token++
+	nd := n.nodes[id]
+	err := nd.e.ProposeRead(ReadRequest{Partition: p, Token: n.token})
+	n.collect(nd)
+	return n.token, err
+}
+
+// TestReadConfirmedByAMajority (rule 13): a read on the owner completes
+// only once a majority of the configuration answered a probe sent after
+// it arrived, at the position the read saw.
+func TestReadConfirmedByAMajority(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	w, _ := n.propose(o, p, "k", "v", WaitAck)
+	tok, err := proposeRead(n, o, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := n.nodes[o].done[tok]; ok {
+		t.Fatalf("the read completed (%+v) before any server confirmed it", c)
+	}
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], w); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	c := mustDone(t, n.nodes[o], tok)
+	if c.Err != nil || c.Position.Offset != mustDone(t, n.nodes[o], w).Position.Offset {
+		t.Fatalf("read: %+v, want it confirmed at the write's offset", c)
+	}
+	other := otherServer(ids, o)
+	if _, err := proposeRead(n, other, p); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("a read on a non-owner: %v", err)
+	}
+}
+
+// TestDeposedOwnerReadNeverCompletes (rule 13): the paused-owner case for
+// reads. An owner paused past failure detection still holds its epoch
+// when it resumes; the others have taken the partition over and committed
+// a newer Majority write. A read on the old owner must not complete with
+// what it holds. (Answering GET from the local state, as the node once
+// did, returned the value from before the pause for as long as the old
+// owner kept its map.)
+func TestDeposedOwnerReadNeverCompletes(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	before, _ := n.propose(o, p, "k", "before", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], before); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	// A read before the pause leaves the others' confirmations behind; they
+	// must not count for a read that arrives later.
+	first, _ := proposeRead(n, o, p)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], first); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+	n.isolate([]string{o}, others)
+	n.setMap(others, others...)
+	for range 40 { // o is paused: no tick reaches it
+		n.deliverAll()
+		n.now = n.now.Add(250 * time.Millisecond)
+		for _, id := range others {
+			n.nodes[id].e.Tick(n.now)
+			n.collect(n.nodes[id])
+		}
+	}
+	x := ""
+	for _, id := range others {
+		if n.nodes[id].e.parts[p].active {
+			x = id
+		}
+	}
+	after, _ := n.propose(x, p, "k", "after", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[x], after); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	// o resumes with its old map and epoch and takes a read at once, before
+	// any tick; the others see it again.
+	n.heal()
+	n.setMap(ids, others...)
+	if !n.nodes[o].e.parts[p].active {
+		t.Fatal("the test needs the old owner still active when it resumes")
+	}
+	tok, err := proposeRead(n, o, p)
+	if err == nil {
+		n.settle()
+		if c := mustDone(t, n.nodes[o], tok); c.Err == nil {
+			t.Fatalf("the deposed owner confirmed a read at %+v, before the newer Majority write", c.Position)
+		}
+	}
+}
