@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fero-go/fero/internal/chaos"
+)
+
+func TestParseSeeds(t *testing.T) {
+	got, err := parseSeeds("1-3, 7,2,10-11")
+	if err != nil || !slices.Equal(got, []uint64{1, 2, 3, 7, 10, 11}) {
+		t.Fatalf("parseSeeds = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "x", "5-2", "1-", "1-200000"} {
+		if _, err := parseSeeds(bad); err == nil {
+			t.Errorf("parseSeeds(%q) accepted", bad)
+		}
+	}
+}
+
+// TestWorkloadFlags: the flags the runner gives a workload process are
+// the ones the workload command reads, with the same values.
+func TestWorkloadFlags(t *testing.T) {
+	cfg := chaos.Config{Seed: 7, Servers: 5, Keys: 3, Rate: 12.5, Out: "/tmp/x"}
+	args := chaos.WorkloadArgs(cfg, []string{"10.201.1.1:7946", "10.201.1.2:7946"}, "c2", "10.201.1.8", 2, 25*time.Second)
+	cmd := newWorkload()
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("workload flags %q: %v", args, err)
+	}
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	for name, want := range map[string]string{
+		"resource": "chaos", "seeds": "[10.201.1.1:7946,10.201.1.2:7946]",
+		"bind": "10.201.1.8:7946", "listen": "10.201.1.8:7400", "id": "c2", "proc": "2",
+		"keys": "[k0,k1,k2]", "rate": "12.5", "duration": "25s", "seed": "7002", "servers": "5",
+		"out": "/tmp/x/c2.history.jsonl",
+	} {
+		if got := get(name); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestReplayCommand(t *testing.T) {
+	f := &runFlags{clients: 2, duration: 18 * time.Second, settle: 6 * time.Second, gap: 2 * time.Second,
+		rate: 40, keys: 16, kinds: "kill,pause", args: []string{"--quorum=2"}}
+	got := replay(f, 17, 5)
+	want := "go run ./cmd/fero-chaos run --seed 17 --nodes 5 --clients 2 --duration 18s --settle 6s --gap 2s --rate 40 --keys 16 --kinds kill,pause --server-arg=--quorum=2"
+	if got != want {
+		t.Fatalf("replay:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	var s summary
+	s.add(&chaos.Result{Seed: 1, Servers: 3, Ops: 100, Injected: map[chaos.Kind]int{chaos.KindKill: 2, chaos.KindPartition: 1}})
+	s.add(&chaos.Result{Seed: 2, Servers: 5, Ops: 50, Injected: map[chaos.Kind]int{chaos.KindKill: 1},
+		Anomalies: []chaos.Anomaly{{Kind: "majority-write-lost", Key: "k1"}}})
+	var b bytes.Buffer
+	s.print(&b, "/out")
+	out := b.String()
+	for _, want := range []string{"2      3,5       4         150          1", "kill       3", "majority-write-lost  1", "failed seeds: 2(n5)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fero-go/fero/internal/chaos"
+)
+
+type runFlags struct {
+	seeds    string
+	seed     uint64
+	nodes    []int
+	clients  int
+	duration time.Duration
+	settle   time.Duration
+	gap      time.Duration
+	kinds    string
+	noSpare  bool
+	rate     float64
+	keys     int
+	out      string
+	fero     string
+	converge time.Duration
+	args     []string
+	verbose  bool
+	maxTime  time.Duration
+}
+
+func newRun() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run one schedule per seed and print a summary table",
+		Long: `run builds fero once, then for each seed: builds the network, starts the
+servers and the client workloads, runs the seed's fault schedule, heals,
+waits for every server's copy to agree, stops the clients and checks their
+histories. Each seed's schedule, logs, histories and result go to
+OUT/seed-<seed>-n<servers>. It prints a line per seed, the details of every
+failed seed, and a summary table; it exits non-zero on any anomaly or
+harness error.
+
+With --nodes 3,5, seed s runs with the (s mod 2)th count: seed 1 with 5
+servers, seed 2 with 3. A failed seed prints the command that replays it.`,
+		Example: `  fero-chaos run --seeds 1-250 --nodes 3,5 --out .chaos/full
+  fero-chaos run --seed 17 --nodes 5
+  fero-chaos run --seed 3 --server-arg=--quorum=2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd.Context(), cmd, &f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.seeds, "seeds", "1", "seeds to run: a list of numbers and ranges, like 1-250 or 1,5,9-12")
+	fl.Uint64Var(&f.seed, "seed", 0, "run (replay) this one seed; overrides --seeds")
+	fl.IntSliceVar(&f.nodes, "nodes", []int{3}, "servers per run; with several, seed s uses the (s mod count)th")
+	fl.IntVar(&f.clients, "clients", 2, "workload client processes per run")
+	fl.DurationVar(&f.duration, "duration", 20*time.Second, "how long faults are injected, per seed")
+	fl.DurationVar(&f.settle, "settle", 8*time.Second, "how long the healed cluster runs before the copies are compared")
+	fl.DurationVar(&f.gap, "gap", 2*time.Second, "mean time between fault starts")
+	fl.StringVar(&f.kinds, "kinds", "", "fault kinds to draw from, comma-separated (default all the kernel supports): "+kindList())
+	fl.BoolVar(&f.noSpare, "no-spare", false, "no spare server, so no join faults")
+	fl.Float64Var(&f.rate, "rate", 40, "operations per second of each client")
+	fl.IntVar(&f.keys, "keys", 16, "keys the clients share")
+	fl.StringVar(&f.out, "out", "", "output directory (default .chaos/<date>-<time>)")
+	fl.StringVar(&f.fero, "fero", "", "a fero binary to run (default: go build ./cmd/fero into OUT/bin)")
+	fl.DurationVar(&f.converge, "converge", time.Minute, "how long to wait after the heal for every server's copy to agree")
+	fl.StringArrayVar(&f.args, "server-arg", nil, "an extra `fero serve` flag, like --server-arg=--quorum=2 (repeatable)")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print every step and process event as it happens")
+	fl.DurationVar(&f.maxTime, "max-time", 0, "start no seed after this long (0: no limit); seeds left out fail the run")
+	return cmd
+}
+
+func kindList() string {
+	s := make([]string, len(chaos.AllKinds))
+	for i, k := range chaos.AllKinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ",")
+}
+
+func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
+	w := cmd.OutOrStdout()
+	if err := chaos.Preflight(); err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(f.seeds)
+	if err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("seed") {
+		seeds = []uint64{f.seed}
+	}
+	if len(f.nodes) == 0 {
+		return errors.New("--nodes: give at least one server count")
+	}
+	for _, n := range f.nodes {
+		if n < 1 || n > 9 {
+			return fmt.Errorf("--nodes: %d servers: want 1 to 9", n)
+		}
+	}
+	var kinds []chaos.Kind
+	if f.kinds != "" {
+		if kinds, err = chaos.ParseKinds(f.kinds); err != nil {
+			return err
+		}
+	}
+	if f.out == "" {
+		f.out = filepath.Join(".chaos", time.Now().Format("20060102-150405"))
+	}
+	if f.out, err = filepath.Abs(f.out); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return err
+	}
+	// Output never belongs in git: "*" ignores the directory's every file,
+	// itself included.
+	if err := os.WriteFile(filepath.Join(f.out, ".gitignore"), []byte("*\n"), 0o644); err != nil {
+		return err
+	}
+	feroBin := f.fero
+	if feroBin == "" {
+		if feroBin, err = buildFero(ctx, filepath.Join(f.out, "bin")); err != nil {
+			return err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable (to run workloads): %w", err)
+	}
+	fmt.Fprintf(w, "fero-chaos: %d seeds, output in %s\n", len(seeds), f.out)
+
+	var sum summary
+	began := time.Now()
+	for _, seed := range seeds {
+		if ctx.Err() != nil {
+			break
+		}
+		if f.maxTime > 0 && time.Since(began) > f.maxTime {
+			fmt.Fprintf(w, "--max-time %v reached: %d seeds not run\n", f.maxTime, len(seeds)-sum.runs)
+			break
+		}
+		servers := f.nodes[int(seed%uint64(len(f.nodes)))]
+		cfg := chaos.Config{
+			Seed: seed, Servers: servers, Clients: f.clients, Spare: !f.noSpare,
+			Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds,
+			Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
+			Rate: f.rate, Keys: f.keys, Converge: f.converge,
+			Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
+			Check: runCheck,
+		}
+		if f.verbose {
+			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(w, "  "+format+"\n", args...) }
+		}
+		res := chaos.Run(ctx, cfg)
+		sum.add(res)
+		fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs\n",
+			seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds())
+		for _, n := range res.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+		if res.Failed() {
+			printFailure(w, res, replay(f, seed, servers))
+		}
+	}
+	sum.print(w, f.out)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %d of %d seeds", sum.runs, len(seeds))
+	}
+	if len(sum.failed) > 0 {
+		return fmt.Errorf("%d of %d seeds failed", len(sum.failed), sum.runs)
+	}
+	if sum.runs < len(seeds) {
+		return fmt.Errorf("ran %d of %d seeds within --max-time %v", sum.runs, len(seeds), f.maxTime)
+	}
+	return nil
+}
+
+// buildFero builds ./cmd/fero of the module fero-chaos runs in.
+func buildFero(ctx context.Context, dir string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("build fero: run fero-chaos inside fero's module, or give --fero (go env GOMOD: %q, %v)", mod, err)
+	}
+	bin := filepath.Join(dir, "fero")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fero")
+	build.Dir = filepath.Dir(mod)
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/fero: %w\n%s", err, b)
+	}
+	return bin, nil
+}
+
+// parseSeeds reads "1-250" or "1,5,9-12".
+func parseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--seeds: %q: want a number or a range like 1-250", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
+				return nil, fmt.Errorf("--seeds: %q: want a range like 1-250", part)
+			}
+		}
+		if b-a >= 100000 {
+			return nil, fmt.Errorf("--seeds: %q: more than 100000 seeds", part)
+		}
+		for x := a; x <= b; x++ {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+	}
+	return out, nil
+}
+
+func status(r *chaos.Result) string {
+	switch {
+	case r.Err != nil:
+		return "HARNESS-ERROR"
+	case len(r.Anomalies) > 0:
+		return "ANOMALIES"
+	}
+	return "ok"
+}
+
+func total(c map[chaos.Kind]int) int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// replay is the command line that runs seed again, the same way.
+func replay(f *runFlags, seed uint64, servers int) string {
+	s := fmt.Sprintf("go run ./cmd/fero-chaos run --seed %d --nodes %d --clients %d --duration %v --settle %v --gap %v --rate %v --keys %d",
+		seed, servers, f.clients, f.duration, f.settle, f.gap, f.rate, f.keys)
+	if f.kinds != "" {
+		s += " --kinds " + f.kinds
+	}
+	if f.noSpare {
+		s += " --no-spare"
+	}
+	for _, a := range f.args {
+		s += " --server-arg=" + a
+	}
+	return s
+}
+
+// printFailure prints what a failed seed needs to be understood: the
+// error or anomalies with their history slices, the schedule, where the
+// logs are, and how to replay it.
+func printFailure(w io.Writer, r *chaos.Result, replay string) {
+	fmt.Fprintf(w, "\n=== seed %d (%d servers) FAILED\n", r.Seed, r.Servers)
+	if r.Err != nil {
+		fmt.Fprintf(w, "harness error: %v\n", r.Err)
+	}
+	shown := map[string]int{}
+	for _, a := range r.Anomalies {
+		if shown[a.Kind]++; shown[a.Kind] <= 3 {
+			fmt.Fprintf(w, "\n%s", a)
+		}
+	}
+	for k, n := range shown {
+		if n > 3 {
+			fmt.Fprintf(w, "(%d more %s)\n", n-3, k)
+		}
+	}
+	if r.Schedule != nil {
+		fmt.Fprintf(w, "\n%s", r.Schedule)
+	}
+	fmt.Fprintf(w, "\nlogs, histories and result.txt: %s\n  (n*.log: servers, c*.log: clients, harness.log: every step)\n", r.Dir)
+	fmt.Fprintf(w, "replay: %s\n\n", replay)
+}
+
+// summary adds up the runs.
+type summary struct {
+	runs, ops, errs, notes int
+	servers                []int
+	faults                 map[chaos.Kind]int
+	anomalies              map[string]int
+	failed                 []string
+	elapsed                time.Duration
+}
+
+func (s *summary) add(r *chaos.Result) {
+	if s.faults == nil {
+		s.faults, s.anomalies = map[chaos.Kind]int{}, map[string]int{}
+	}
+	s.runs++
+	s.ops += r.Ops
+	s.elapsed += r.Elapsed
+	s.notes += len(r.Notes)
+	if !slices.Contains(s.servers, r.Servers) {
+		s.servers = append(s.servers, r.Servers)
+	}
+	for k, v := range r.Injected {
+		s.faults[k] += v
+	}
+	for _, a := range r.Anomalies {
+		s.anomalies[a.Kind]++
+	}
+	if r.Err != nil {
+		s.errs++
+	}
+	if r.Failed() {
+		s.failed = append(s.failed, fmt.Sprintf("%d(n%d)", r.Seed, r.Servers))
+	}
+}
+
+func (s *summary) print(w io.Writer, out string) {
+	slices.Sort(s.servers)
+	ns := make([]string, len(s.servers))
+	for i, n := range s.servers {
+		ns[i] = strconv.Itoa(n)
+	}
+	nAnom := 0
+	for _, v := range s.anomalies {
+		nAnom += v
+	}
+	fmt.Fprintf(w, "\nsummary\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "schedules\tservers\tfaults\toperations\tanomalies\tharness errors\tnotes\ttime\t")
+	fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t\n", s.runs, strings.Join(ns, ","), total(s.faults), s.ops, nAnom, s.errs, s.notes, s.elapsed.Round(time.Second))
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nfaults injected by kind\n")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, k := range chaos.AllKinds {
+		if s.faults[k] > 0 {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, s.faults[k])
+		}
+	}
+	_ = tw.Flush()
+	if nAnom > 0 {
+		fmt.Fprintf(w, "\nanomalies by kind\n")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		kinds := make([]string, 0, len(s.anomalies))
+		for k := range s.anomalies {
+			kinds = append(kinds, k)
+		}
+		slices.Sort(kinds)
+		for _, k := range kinds {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, s.anomalies[k])
+		}
+		_ = tw.Flush()
+	}
+	if len(s.failed) > 0 {
+		fmt.Fprintf(w, "\nfailed seeds: %s\n", strings.Join(s.failed, " "))
+	} else {
+		fmt.Fprintf(w, "\nno seed failed\n")
+	}
+	fmt.Fprintf(w, "output: %s\n", out)
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fero-go/fero/internal/chaos/workload"
+)
+
+// newWorkload is the hidden command the runner starts in each client's
+// namespace (with ip netns exec): one workload process. Its flags are the
+// ones chaos.Config's runner passes.
+func newWorkload() *cobra.Command {
+	var cfg workload.Config
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:    "workload",
+		Short:  "Run one workload client process (started by fero-chaos run)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			return workload.Run(cmd.Context(), cfg)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Resource, "resource", "chaos", "resource name")
+	fl.StringSliceVar(&cfg.Seeds, "seeds", nil, "gossip addresses of the servers")
+	fl.StringVar(&cfg.Bind, "bind", "", "this client node's gossip address ip:port")
+	fl.StringVar(&cfg.Listen, "listen", "", "this client node's data address ip:port")
+	fl.StringVar(&cfg.ID, "id", "", "node ID")
+	fl.IntVar(&cfg.Proc, "proc", 0, "process number, unique in the run")
+	fl.StringSliceVar(&cfg.Keys, "keys", nil, "keys to operate on")
+	fl.Float64Var(&cfg.Rate, "rate", 40, "operations per second")
+	fl.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long to invoke operations")
+	fl.Uint64Var(&cfg.Seed, "seed", 0, "seed of the operation mix")
+	fl.StringVar(&cfg.Out, "out", "", "history file (…"+".history.jsonl); the trace goes beside it")
+	fl.IntVar(&cfg.Servers, "servers", 1, "servers to wait for before the first operation")
+	fl.StringVar(&logLevel, "log-level", "info", "the client node's log level on stderr")
+	return cmd
+}
