@@ -31,8 +31,11 @@
 // most two hops away. The last argument says what to wait for: [NoWait]
 // (fire and forget; nothing is allocated to wait), [Ack] (the owner
 // committed; the default), [Replicas](k) (k replicas applied it) or
-// [Majority] (a majority of the replica group applied it, which survives
-// any owner change). Every call that waits takes a context.
+// [Majority] (a majority of the cluster's servers applied it, which
+// survives any owner change, crash, pause or split). Every call that waits
+// takes a context, and every write has a deadline: the context's, or the
+// write timeout (10s). A write takes effect before its caller is answered,
+// or never: no node applies it after its deadline.
 //
 // [Resource.SetAsync] and [Resource.CallAsync] keep many writes or requests
 // in flight from one goroutine and report each through a callback.
@@ -100,9 +103,17 @@
 //
 // Every error fero returns for a cluster condition is an [*Error] with a
 // [Code] that crosses the wire; check it with [CodeOf] or errors.Is.
-// CodeUnavailable means "not now" (no owner yet, an owner syncing after a
-// membership change, a node on the minority side of a split): retrying
-// later is the right response.
+// [Definite] tells whether a failed write certainly did not happen.
+// CodeUnavailable means "not now, and not applied" (no owner yet, an owner
+// syncing after a membership change, a node on the minority side of a
+// split, a deadline that passed before any node committed the write):
+// retrying is safe. CodeDeadlineExceeded and CodeAborted mean the write
+// may have taken effect (before the error was returned, never after).
+//
+// A GET request ([Resource.Call] with VerbGet) is a linearizable read: the
+// owner confirms with a majority of the servers that it still owns the
+// partition and that what it read is durable. [Resource.Get] reads this
+// node's copy: fast, not linearizable.
 //
 // The design behind these guarantees is docs/engine.md.
 package fero

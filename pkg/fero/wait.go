@@ -25,12 +25,14 @@ var (
 	// reported.
 	NoWait = Wait{kind: partition.WaitNone}
 	// Ack: the owner committed the write (it has an offset in the log).
-	// The write survives an orderly owner change, not the owner's crash
-	// before any replica applied it.
+	// The write survives an orderly owner change, not the owner's crash,
+	// nor an owner cut off or paused past failure detection, before a
+	// replica applied it.
 	Ack = Wait{kind: partition.WaitAck}
-	// Majority: a majority of the partition's replica group (owner
-	// included) applied the write, which makes it survive any owner change
-	// or crash of a minority of the group.
+	// Majority: a majority of the cluster's configuration (every server
+	// that joined and was not forgotten, the owner included) applied the
+	// write, which makes it survive any owner change, the crash or pause
+	// of a minority, and a split of any length.
 	Majority = Wait{kind: partition.WaitMajority}
 )
 
