@@ -63,8 +63,10 @@ type Engine struct {
 	copies []string             // live servers and clients but this node, sorted
 	parts  []*part
 
-	voters        map[string]Voter // the configuration (rule 9), left servers included
-	votersPresent int              // voters that have not left; -1 when unknown
+	voters        map[string]Voter  // the configuration (rule 9), left servers included
+	votersPresent int               // voters that have not left; -1 when unknown
+	liveInc       map[string]uint64 // servers: the incarnation the map last showed
+	inc           uint64            // this node's incarnation, by its map
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -124,7 +126,7 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 		id:    id,
 		st:    st,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
-		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1,
+		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1, liveInc: map[string]uint64{},
 	}, nil
 }
 
@@ -171,7 +173,7 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 		}
 		e.alive[s.ID] = true
 		e.seen[s.ID] = e.now
-		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
+		e.mapVoter(s, len(m.Members()))
 		if s.ID != e.id {
 			e.copies = append(e.copies, s.ID)
 		}
@@ -330,6 +332,7 @@ func (e *Engine) Tick(now time.Time) {
 			}
 		}
 	}
+	e.maybeTakeVote()
 	if !e.reachesQuorum() {
 		for _, pt := range e.parts {
 			if pt.active {

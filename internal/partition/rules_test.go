@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
 )
 
 // holdForward takes the forward from one node to another out of the
@@ -438,6 +439,85 @@ func TestDeposedOwnerReadNeverCompletes(t *testing.T) {
 		n.settle()
 		if c := mustDone(t, n.nodes[o], tok); c.Err == nil {
 			t.Fatalf("the deposed owner confirmed a read at %+v, before the newer Majority write", c.Position)
+		}
+	}
+}
+
+// setMapInc is setMap with incarnations: a server restarted with nothing
+// comes back with a new one.
+func (n *network) setMapInc(members []string, inc map[string]uint64, on ...string) {
+	n.t.Helper()
+	ms := make([]ring.Member, len(members))
+	for i, id := range members {
+		ms[i] = ring.Member{ID: id, Incarnation: max(inc[id], 1)}
+	}
+	m, err := n.ring.Build(ms)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, id := range on {
+		if nd := n.nodes[id]; !nd.dead {
+			if err := nd.e.SetMap(m, nil); err != nil {
+				n.t.Fatal(err)
+			}
+			n.collect(nd)
+		}
+	}
+}
+
+// TestRestartedServerVotesOnlyOnceCaughtUp (rule 9): a server that
+// restarts with nothing (no disk) is not the voter it was. A Majority
+// write acked by the owner and one replica, then that replica restarts
+// empty while the owner is cut off: the restarted replica and the third
+// server must not make a majority and start an epoch without the write
+// (the fault suite lost Majority writes this way when a killed server
+// came back with its ID). Once the owner is back, the write survives, and
+// the restarted server takes its vote again when it has caught up.
+func TestRestartedServerVotesOnlyOnceCaughtUp(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o, reps := groupOf(n.buildMap(ids), p)
+	r := reps[0]
+	third := reps[1]
+	tok, _ := n.propose(o, p, "k", "acked", WaitMajority)
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to == third })
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	if _, ok := n.nodes[third].st.kv[p]["k"]; ok {
+		t.Fatal("the test needs the third server without the write")
+	}
+
+	// The replica restarts empty while the owner is cut off.
+	n.isolate([]string{o}, []string{r, third})
+	n.add(r, false)
+	inc := map[string]uint64{r: 2}
+	n.setMapInc([]string{r, third}, inc, r, third)
+	n.settle()
+	for _, id := range []string{r, third} {
+		if n.nodes[id].e.parts[p].active {
+			t.Fatalf("%s took partition %d over with the restarted replica's vote: %s", id, p, n.statusLine())
+		}
+	}
+	if n.nodes[r].e.isVoter(r) || n.nodes[third].e.isVoter(r) {
+		t.Fatal("the restarted replica counts as a voter before catching up")
+	}
+
+	n.heal()
+	n.setMapInc(ids, inc, ids...)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if v := n.nodes[id].st.kv[p]["k"]; v != "acked" {
+			t.Fatalf("%s holds k=%q after the owner came back, want the Majority write", id, v)
+		}
+	}
+	for _, id := range ids {
+		if !n.nodes[id].e.isVoter(r) {
+			t.Fatalf("%s does not count the restarted replica once it caught up: %+v", id, n.nodes[id].e.Voters())
 		}
 	}
 }

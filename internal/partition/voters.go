@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
 )
 
 // Voter is one server of the cluster's configuration: the servers whose
@@ -61,6 +62,51 @@ func (e *Engine) mergeVoter(v Voter) bool {
 	return true
 }
 
+// mapVoter notes server s of a map of n servers. A server new to the
+// configuration joins it at once. A newer incarnation of a voter does not
+// take the voter's place: it restarted with nothing (a server keeps no
+// disk yet), and its promises and acks count for nothing until it has
+// caught up and takes the vote itself (maybeTakeVote). This node adds
+// itself only when it is alone: in a cluster, it learns its own entry from
+// its peers, so that after a restart it does not count its empty copy as
+// the vote it had.
+func (e *Engine) mapVoter(s ring.Member, n int) {
+	if s.ID == e.id {
+		e.inc = s.Incarnation
+		if _, ok := e.voters[s.ID]; !ok && n == 1 {
+			e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
+		}
+		return
+	}
+	if e.liveInc[s.ID] != s.Incarnation {
+		e.liveInc[s.ID] = s.Incarnation
+		e.quorumKnown = false
+	}
+	if _, ok := e.voters[s.ID]; !ok {
+		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
+	}
+}
+
+// maybeTakeVote makes a restarted server a voter again once its copy of
+// every partition has caught up with its owner's epoch: from then on its
+// copy holds every write a majority acknowledged before (the owner's log
+// has them, and it fetched that log as the owner told of it after the
+// restart), so its promises may stand for the vote its previous life held.
+// The entry, with the new incarnation, spreads with the next heartbeats.
+func (e *Engine) maybeTakeVote() {
+	v, ok := e.voters[e.id]
+	if !ok || v.Inc >= e.inc || e.cfg.client {
+		return
+	}
+	for _, pt := range e.parts {
+		if !pt.active && !(pt.started && pt.logEpoch == pt.accepted && pt.accepted.Term > 0 &&
+			len(pt.gap) == 0 && pt.log.last() >= pt.knownLast) {
+			return
+		}
+	}
+	e.mergeVoter(Voter{ID: e.id, Inc: e.inc, Left: false})
+}
+
 // mergeVoters merges a configuration a peer sent (in a [Voters] message or
 // a [PosReply]).
 func (e *Engine) mergeVoters(vs []Voter) {
@@ -95,11 +141,19 @@ func (e *Engine) Voters() []Voter {
 	return vs
 }
 
-// isVoter reports whether id is a server of the configuration that has not
-// left.
+// isVoter reports whether id's promises and acks count: a server of the
+// configuration that has not been forgotten, in the incarnation that holds
+// its vote (a restarted server's do not count until it takes the vote).
 func (e *Engine) isVoter(id string) bool {
 	v, ok := e.voters[id]
-	return ok && !v.Left
+	if !ok || v.Left {
+		return false
+	}
+	if id == e.id {
+		return v.Inc == e.inc
+	}
+	inc, ok := e.liveInc[id]
+	return !ok || inc == v.Inc
 }
 
 // present is the number of voters that have not left.
