@@ -28,7 +28,7 @@ CHAOS_OUT      ?= .chaos/$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: help
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
 demo: ## Quick start: a three-process fero cluster on loopback replicates writes to every node.
@@ -51,6 +51,15 @@ test-multicast: ## Real UDP multicast discovery in a network namespace of its ow
 chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespaces (needs root, ip, nft, tc).
 	./scripts/chaos.sh full --seeds $(CHAOS_SEEDS) --nodes $(CHAOS_NODES) --clients $(CHAOS_CLIENTS) \
 		--duration $(CHAOS_DURATION) --settle $(CHAOS_SETTLE) --max-time $(CHAOS_MAX_TIME) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+
+.PHONY: chaos-scenarios
+chaos-scenarios: ## Issue 16's regression cases on real processes: paused-owner 50 runs, long-split 20 (needs root, ip, nft, tc).
+	@out=.chaos/scenarios-$$(date +%Y%m%d-%H%M%S); rc=0; \
+	./scripts/chaos.sh full --scenario paused-owner --seeds 1-50 --nodes 3 --clients 2 --settle 6s \
+		--max-time 45m --out $$out/paused-owner $(CHAOS_ARGS) || rc=1; \
+	./scripts/chaos.sh full --scenario long-split --seeds 1-20 --nodes 3 --clients 2 --settle 6s --converge 2m \
+		--max-time 45m --out $$out/long-split $(CHAOS_ARGS) || rc=1; \
+	exit $$rc
 
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.

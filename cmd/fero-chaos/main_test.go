@@ -68,3 +68,12 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayScenario(t *testing.T) {
+	f := &runFlags{scenario: "long-split", clients: 2, duration: 20 * time.Second, settle: 6 * time.Second, rate: 40, keys: 16}
+	got := replay(f, 9, 3)
+	want := "go run ./cmd/fero-chaos run --scenario long-split --seed 9 --nodes 3 --clients 2 --settle 6s --rate 40 --keys 16"
+	if got != want {
+		t.Fatalf("replay:\n got %s\nwant %s", got, want)
+	}
+}

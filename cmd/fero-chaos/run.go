@@ -28,6 +28,7 @@ type runFlags struct {
 	settle   time.Duration
 	gap      time.Duration
 	kinds    string
+	scenario string
 	noSpare  bool
 	rate     float64
 	keys     int
@@ -53,10 +54,18 @@ failed seed, and a summary table; it exits non-zero on any anomaly or
 harness error.
 
 With --nodes 3,5, seed s runs with the (s mod 2)th count: seed 1 with 5
-servers, seed 2 with 3. A failed seed prints the command that replays it.`,
+servers, seed 2 with 3. A failed seed prints the command that replays it.
+
+With --scenario, every seed runs that fixed schedule instead of a random
+one; the seed varies only the workload (its keys and operations):
+  paused-owner  SIGSTOP of the server owning the most partitions for 6s,
+                past the dead timeout, then SIGCONT and 8s more of writes
+  long-split    that server and client c1 cut off from the rest for 65s,
+                both sides writing, then the heal`,
 		Example: `  fero-chaos run --seeds 1-250 --nodes 3,5 --out .chaos/full
   fero-chaos run --seed 17 --nodes 5
-  fero-chaos run --seed 3 --server-arg=--quorum=2`,
+  fero-chaos run --seed 3 --server-arg=--quorum=2
+  fero-chaos run --scenario paused-owner --seeds 1-50`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), cmd, &f)
@@ -71,6 +80,7 @@ servers, seed 2 with 3. A failed seed prints the command that replays it.`,
 	fl.DurationVar(&f.settle, "settle", 8*time.Second, "how long the healed cluster runs before the copies are compared")
 	fl.DurationVar(&f.gap, "gap", 2*time.Second, "mean time between fault starts")
 	fl.StringVar(&f.kinds, "kinds", "", "fault kinds to draw from, comma-separated (default all the kernel supports): "+kindList())
+	fl.StringVar(&f.scenario, "scenario", "", "run this fixed schedule for every seed instead of a random one: "+strings.Join(chaos.Scenarios, ", "))
 	fl.BoolVar(&f.noSpare, "no-spare", false, "no spare server, so no join faults")
 	fl.Float64Var(&f.rate, "rate", 40, "operations per second of each client")
 	fl.IntVar(&f.keys, "keys", 16, "keys the clients share")
@@ -111,6 +121,18 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 			return fmt.Errorf("--nodes: %d servers: want 1 to 9", n)
 		}
 	}
+	if f.scenario != "" {
+		if !slices.Contains(chaos.Scenarios, f.scenario) {
+			return fmt.Errorf("--scenario %q: want one of %s", f.scenario, strings.Join(chaos.Scenarios, ", "))
+		}
+		for _, name := range []string{"duration", "gap", "kinds"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s: a scenario has its own schedule", name)
+			}
+		}
+		// A scenario has no joins.
+		f.noSpare = true
+	}
 	var kinds []chaos.Kind
 	if f.kinds != "" {
 		if kinds, err = chaos.ParseKinds(f.kinds); err != nil {
@@ -141,7 +163,12 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 	if err != nil {
 		return fmt.Errorf("find own executable (to run workloads): %w", err)
 	}
-	fmt.Fprintf(w, "fero-chaos: %d seeds, output in %s\n", len(seeds), f.out)
+	if f.scenario != "" {
+		fmt.Fprintf(w, "fero-chaos: scenario %s, ", f.scenario)
+	} else {
+		fmt.Fprint(w, "fero-chaos: ")
+	}
+	fmt.Fprintf(w, "%d seeds, output in %s\n", len(seeds), f.out)
 
 	var sum summary
 	began := time.Now()
@@ -156,7 +183,7 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 		servers := f.nodes[int(seed%uint64(len(f.nodes)))]
 		cfg := chaos.Config{
 			Seed: seed, Servers: servers, Clients: f.clients, Spare: !f.noSpare,
-			Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds,
+			Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds, Scenario: f.scenario,
 			Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
 			Rate: f.rate, Keys: f.keys, Converge: f.converge,
 			Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
@@ -253,6 +280,10 @@ func total(c map[chaos.Kind]int) int {
 
 // replay is the command line that runs seed again, the same way.
 func replay(f *runFlags, seed uint64, servers int) string {
+	if f.scenario != "" {
+		return fmt.Sprintf("go run ./cmd/fero-chaos run --scenario %s --seed %d --nodes %d --clients %d --settle %v --rate %v --keys %d%s",
+			f.scenario, seed, servers, f.clients, f.settle, f.rate, f.keys, serverArgs(f))
+	}
 	s := fmt.Sprintf("go run ./cmd/fero-chaos run --seed %d --nodes %d --clients %d --duration %v --settle %v --gap %v --rate %v --keys %d",
 		seed, servers, f.clients, f.duration, f.settle, f.gap, f.rate, f.keys)
 	if f.kinds != "" {
@@ -261,6 +292,11 @@ func replay(f *runFlags, seed uint64, servers int) string {
 	if f.noSpare {
 		s += " --no-spare"
 	}
+	return s + serverArgs(f)
+}
+
+func serverArgs(f *runFlags) string {
+	var s string
 	for _, a := range f.args {
 		s += " --server-arg=" + a
 	}

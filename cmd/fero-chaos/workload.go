@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fero-go/fero/internal/chaos"
 	"github.com/fero-go/fero/internal/chaos/workload"
 )
 
@@ -28,6 +29,13 @@ func newWorkload() *cobra.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			// The runner waits for every client's op phase to end before
+			// it asks for the final lines (chaos.OpsDoneFile).
+			cfg.OpsDone = func() {
+				if err := os.WriteFile(chaos.OpsDoneFile(cfg.Out), nil, 0o644); err != nil {
+					cfg.Logger.Error("fero-chaos: workload: ops-done marker", "err", err)
+				}
+			}
 			return workload.Run(cmd.Context(), cfg)
 		},
 	}

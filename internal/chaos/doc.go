@@ -19,7 +19,9 @@
 //	         a node restarted into a partition (its joins time out) never
 //	         holds up the schedule
 //	Schedule a list of timed start/stop steps of faults, generated from the
-//	         seed alone (math/rand/v2's PCG), printed as text
+//	         seed alone (math/rand/v2's PCG), printed as text; or a fixed
+//	         scenario (paused-owner, long-split: issue 16's regression
+//	         cases), where the seed varies only the workload's keys and ops
 //	Injector applies each step: drop rules (nftables, in each receiving
 //	         node's namespace), link shaping (tc: netem, or tbf), signals
 //	         (SIGKILL and restart, SIGSTOP and SIGCONT, SIGTERM to leave,

@@ -49,6 +49,12 @@ type Config struct {
 	// Kinds to draw from; nil means DefaultKinds, less the netem kinds on
 	// a kernel without netem.
 	Kinds []Kind
+	// Scenario, if set, runs that fixed schedule (see [Scenarios]) in
+	// place of the seed's random one, for its own duration (Duration and
+	// Gap are not used). The seed then varies the workload: its
+	// operations, and its keys, named after the seed so that each seed
+	// puts them in other partitions.
+	Scenario string
 
 	// Fero is the fero binary; ServerArgs are extra `fero serve` flags.
 	Fero       string
@@ -129,7 +135,7 @@ func (c Config) ScheduleConfig(netem bool) ScheduleConfig {
 	}
 	return ScheduleConfig{
 		Seed: c.Seed, Servers: servers, Spare: spare, Clients: clients,
-		Duration: c.Duration, Settle: c.Settle, Gap: c.Gap, Kinds: kinds,
+		Duration: c.Duration, Settle: c.Settle, Gap: c.Gap, Kinds: kinds, Scenario: c.Scenario,
 	}
 }
 
@@ -171,7 +177,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	switch {
 	case cfg.Servers < 1:
 		return errors.New("chaos: a run needs servers")
-	case cfg.Duration <= 0:
+	case cfg.Duration <= 0 && cfg.Scenario == "":
 		return errors.New("chaos: a run needs a duration")
 	case cfg.Fero == "":
 		return errors.New("chaos: no fero binary")
@@ -233,7 +239,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 
 	// Clients write through the faults and part of the settle, so writes
 	// meet a healed cluster too, and stop before the copies are compared.
-	writeFor := cfg.Duration + cfg.Settle/2
+	writeFor := sched.Config.Duration + cfg.Settle/2
 	t0 := time.Now()
 	wls, err := r.startWorkloads(ctx, nt, cl, clients, writeFor)
 	defer func() { err = errors.Join(err, stopWorkloads(wls, 0)) }()
@@ -258,6 +264,10 @@ func (r *runner) run(ctx context.Context) (err error) {
 		return err
 	}
 
+	// A client that joined late (its first servers were cut off) ends
+	// its operations late: every client's operations end before any
+	// client writes its final copy, or that copy misses the last writes.
+	waitOpsDone(ctx, wls, time.Minute)
 	r.converge(ctx, cl)
 	for _, c := range cl.Crashes() {
 		r.res.Anomalies = append(r.res.Anomalies, Anomaly{Kind: "server-crashed", Message: c})
@@ -415,6 +425,7 @@ type workload struct {
 	node   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
+	out    string // its history file
 	exited chan struct{}
 	err    error
 }
@@ -427,6 +438,10 @@ func WorkloadArgs(cfg Config, seeds []string, node, ip string, proc int, d time.
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
+		if cfg.Scenario != "" {
+			// No '.': the partitioner hashes only what comes before it.
+			keys[i] = fmt.Sprintf("s%d-k%d", cfg.Seed, i)
+		}
 	}
 	return []string{
 		"--resource", "chaos",
@@ -467,7 +482,7 @@ func (r *runner) startWorkloads(ctx context.Context, nt *Net, cl *Cluster, clien
 			return wls, fmt.Errorf("chaos: start workload %s: %w", node, err)
 		}
 		logf.Close()
-		w := &workload{node: node, cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+		w := &workload{node: node, cmd: cmd, stdin: stdin, exited: make(chan struct{}), out: filepath.Join(r.cfg.Out, node+".history.jsonl")}
 		go func() {
 			w.err = cmd.Wait()
 			close(w.exited)
@@ -476,6 +491,29 @@ func (r *runner) startWorkloads(ctx context.Context, nt *Net, cl *Cluster, clien
 		wls = append(wls, w)
 	}
 	return wls, nil
+}
+
+// OpsDoneFile is the marker a workload process writes beside its history
+// (history path out) once its operations have ended.
+func OpsDoneFile(out string) string { return out + ".opsdone" }
+
+// waitOpsDone waits, up to limit, until every workload has ended its
+// operations (its marker exists) or exited.
+func waitOpsDone(ctx context.Context, wls []*workload, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for _, w := range wls {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if _, err := os.Stat(OpsDoneFile(w.out)); err == nil {
+				break
+			}
+			select {
+			case <-w.exited:
+			case <-time.After(50 * time.Millisecond):
+				continue
+			}
+			break
+		}
+	}
 }
 
 // stopWorkloads closes every workload's stdin, which tells it the

@@ -157,6 +157,9 @@ type ScheduleConfig struct {
 	// Gap is the mean time between two fault starts (default 2s); faults
 	// last longer than that on average, so they overlap.
 	Gap time.Duration
+	// Scenario, if set, names a fixed schedule (see [Scenarios]) that
+	// replaces the random one, with its own Duration.
+	Scenario string
 }
 
 // Schedule is a timed list of faults and their undos.
@@ -171,14 +174,18 @@ type Schedule struct {
 // maxFaults bounds a schedule whatever its duration and gap.
 const maxFaults = 500
 
-// NewSchedule generates the schedule for cfg. Faults start at random
-// gaps; each lasts a random time for its kind, and is undone at Duration
-// at the latest. Process faults touch at most a minority of the servers
-// at any moment, and a node has at most one process fault and one link
-// shape at a time.
+// NewSchedule generates the schedule for cfg: the scenario's, if cfg
+// names one (see [Scenarios]), or else a random one. Faults start at
+// random gaps; each lasts a random time for its kind, and is undone at
+// Duration at the latest. Process faults touch at most a minority of the
+// servers at any moment, and a node has at most one process fault and
+// one link shape at a time.
 func NewSchedule(cfg ScheduleConfig) (*Schedule, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("chaos: a schedule needs servers")
+	}
+	if cfg.Scenario != "" {
+		return scenario(cfg)
 	}
 	if cfg.Duration <= 0 {
 		return nil, fmt.Errorf("chaos: schedule duration %v: want more than 0", cfg.Duration)
@@ -222,10 +229,15 @@ func (g *generator) generate() {
 		}
 		t += g.between(cfg.Gap/4, cfg.Gap*7/4)
 	}
-	for i, f := range g.s.Faults {
-		g.s.Steps = append(g.s.Steps, Step{At: f.Start, Fault: i}, Step{At: f.Stop, Undo: true, Fault: i})
+	g.s.steps()
+}
+
+// steps lists the start and the undo of every fault, in time order.
+func (s *Schedule) steps() {
+	for i, f := range s.Faults {
+		s.Steps = append(s.Steps, Step{At: f.Start, Fault: i}, Step{At: f.Stop, Undo: true, Fault: i})
 	}
-	slices.SortStableFunc(g.s.Steps, func(a, b Step) int {
+	slices.SortStableFunc(s.Steps, func(a, b Step) int {
 		if c := cmp.Compare(a.At, b.At); c != 0 {
 			return c
 		}
@@ -435,7 +447,11 @@ func (s *Schedule) Length() time.Duration { return s.Config.Duration + s.Config.
 func (s *Schedule) String() string {
 	c := s.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "schedule seed=%d servers=%s spare=%s clients=%s duration=%v settle=%v gap=%v kinds=%s\n",
+	b.WriteString("schedule ")
+	if c.Scenario != "" {
+		fmt.Fprintf(&b, "scenario=%s ", c.Scenario)
+	}
+	fmt.Fprintf(&b, "seed=%d servers=%s spare=%s clients=%s duration=%v settle=%v gap=%v kinds=%s\n",
 		c.Seed, strings.Join(c.Servers, ","), orNone(c.Spare), orNone(strings.Join(c.Clients, ",")),
 		c.Duration, c.Settle, c.Gap, joinKinds(c.Kinds))
 	for _, st := range s.Steps {
