@@ -265,6 +265,10 @@ func (m *Membership) gossipAddr() string {
 	return ""
 }
 
+// HasSeeds reports whether the member was given seeds to join: it joins an
+// existing cluster rather than founding one.
+func (m *Membership) HasSeeds() bool { return len(m.cfg.seeds) > 0 }
+
 // ProbeInterval is how often the member probes a peer.
 func (m *Membership) ProbeInterval() time.Duration {
 	m.mu.Lock()

@@ -209,6 +209,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.srv.Close()
 		return nil, err
 	}
+	// A node given seeds joins a cluster: alone in its map (its seeds cut
+	// off), it waits rather than found a cluster of one (rule 9).
+	n.eng.SetJoining(n.ms.HasSeeds())
 	if err := n.ms.Start(ctx); err != nil {
 		n.srv.Close()
 		return nil, err

@@ -270,7 +270,10 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 	if m.Epoch.Owner != from {
 		return
 	}
-	if m.Epoch.Less(pt.accepted) {
+	// An epoch this copy has seen start cannot be proposed again by a
+	// sync, except by a restarted node that forgot it used it: refusing
+	// makes that node propose a higher one.
+	if m.Epoch.Less(pt.accepted) || (m.Epoch == pt.accepted && pt.started) {
 		e.send(from, &Fenced{Partition: uint32(pt.p), Epoch: pt.accepted})
 		return
 	}

@@ -67,6 +67,7 @@ type Engine struct {
 	votersPresent int               // voters that have not left; -1 when unknown
 	liveInc       map[string]uint64 // servers: the incarnation the map last showed
 	inc           uint64            // this node's incarnation, by its map
+	heardConfig   bool              // a peer has sent this node the configuration
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -544,7 +545,7 @@ func (e *Engine) Step(from string, msg Message) error {
 		return nil
 	case *Voters:
 		if !e.cfg.client {
-			e.mergeVoters(m.List)
+			e.mergeVoters(from, m.List)
 		}
 		return nil
 	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced, *ReadProbe, *ReadAck:
@@ -562,6 +563,11 @@ func (e *Engine) Step(from string, msg Message) error {
 	case *EpochStart:
 		e.stepEpochStart(pt, from, m)
 	case *Fenced:
+		if pt.sync != nil && m.Epoch == pt.sync.epoch {
+			// The epoch this node proposed was started before, by its
+			// previous life: propose a higher one.
+			pt.sync = nil
+		}
 		e.adopt(pt, m.Epoch)
 		e.maybeStartSync(pt)
 	case *PosRequest:
@@ -749,6 +755,10 @@ func (e *Engine) ackTarget(pt *part) string {
 func inMap(m *ring.Map, id string) bool {
 	return m != nil && slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == id })
 }
+
+// SetJoining changes [WithJoining]; the driver sets it once it knows
+// whether the node was given seeds.
+func (e *Engine) SetJoining(joining bool) { e.cfg.joining = joining }
 
 // SetSettleDelay changes the settle delay (see [WithSettleDelay]); the
 // driver sets it from gossip's detection time for the cluster's size.

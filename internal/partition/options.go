@@ -138,7 +138,14 @@ func WithSettleDelay(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.settle = d })
 }
 
+// WithJoining says the node joins an existing cluster (it was given seeds):
+// alone in its map, it waits for its peers instead of founding a cluster
+// of one, whose epochs, empty, would otherwise compete with the real
+// cluster's when they meet (rule 9).
+func WithJoining() Option { return optionFunc(func(c *config) { c.joining = true }) }
+
 type config struct {
+	joining       bool
 	settle        time.Duration
 	maxEntry      int
 	maxMessage    int

@@ -52,7 +52,18 @@ func (e *Engine) startSync(pt *part) {
 			writers = append(writers, w)
 		}
 	}
-	ep := Epoch{Term: max(pt.accepted.Term, pt.logEpoch.Term) + 1, Owner: e.id}
+	term := max(pt.accepted.Term, pt.logEpoch.Term) + 1
+	if e.heardConfig {
+		// A node keeps nothing across a restart, so it may not remember
+		// the terms its previous life used, and an epoch it started then
+		// may still sit on copies with its entries. Its incarnation (its
+		// start time, larger than any earlier life's) is a floor above all
+		// of them, so no two lives of one node start the same epoch. Only
+		// once a peer has told it the configuration: a node alone that
+		// took itself for a new cluster must not outrank the real one.
+		term = max(term, e.inc)
+	}
+	ep := Epoch{Term: term, Owner: e.id}
 	pt.accepted, pt.started, pt.knownLast = ep, false, 0
 	clear(pt.gap)
 	pt.fetch = fetchState{}
@@ -91,7 +102,7 @@ func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
 	s.replies = append(s.replies, reply{from: from, pos: m.Position})
 	// Servers this node never saw (it joined while they were down) count
 	// toward the majority too (rule 9).
-	e.mergeVoters(m.Voters)
+	e.mergeVoters(from, m.Voters)
 	// A writer this node did not know of (the previous owner in the
 	// cluster's history, not just in this node's maps) is waited for too.
 	if w := m.Position.Epoch.Owner; w != "" && w != e.id && !slices.Contains(s.writers, w) {

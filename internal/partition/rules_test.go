@@ -521,3 +521,86 @@ func TestRestartedServerVotesOnlyOnceCaughtUp(t *testing.T) {
 		}
 	}
 }
+
+// TestJoiningNodeAloneFoundsNothing (rule 9): a server given seeds that
+// finds itself alone (its seeds cut off, say just after a restart) waits
+// for its peers. Founding a cluster of one, it would start epochs that
+// compete with the real cluster's when they meet; the fault suite saw a
+// restarted server do that and its empty epochs replace every other
+// server's history. A server with no seeds founds a cluster, as before.
+func TestJoiningNodeAloneFoundsNothing(t *testing.T) {
+	for _, joining := range []bool{true, false} {
+		var opts []Option
+		if joining {
+			opts = append(opts, WithJoining())
+		}
+		n := newNetwork(t, 4, []string{"x"}, opts...)
+		n.settle()
+		active := 0
+		for p := range 4 {
+			if n.nodes["x"].e.parts[p].active {
+				active++
+			}
+		}
+		if joining && active != 0 {
+			t.Fatalf("a joining server alone owns %d partitions", active)
+		}
+		if !joining && active != 4 {
+			t.Fatalf("a founding server alone owns %d of 4 partitions", active)
+		}
+	}
+}
+
+// TestOnlyAServerMovesItsOwnIncarnation (rule 9): a peer that restarted
+// may have learned another server's new incarnation from its map; what it
+// sends must not make the others count that server, empty, as the voter
+// it was. Only the server itself moves its entry forward, once caught up.
+func TestOnlyAServerMovesItsOwnIncarnation(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids)
+	n.settle()
+	a := n.nodes["a"].e
+	before := a.voters["c"]
+	if err := a.Step("b", &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.voters["c"]; got != before {
+		t.Fatalf("b moved c's entry to %+v", got)
+	}
+	if err := a.Step("c", &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.voters["c"]; got.Inc != before.Inc+5 {
+		t.Fatalf("c's own announcement left its entry at %+v", got)
+	}
+}
+
+// TestStartedEpochIsNotPromisedAgain (rule 4): a restarted server does not
+// remember the epochs its previous life started; proposing one again, it
+// is refused by every copy that saw it start, and proposes a higher one.
+// (Promising it again would let two different histories share an epoch.)
+func TestStartedEpochIsNotPromisedAgain(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	c := otherServer(ids, o)
+	ep := n.nodes[c].e.parts[p].accepted
+	if ep.Owner != o || !n.nodes[c].e.parts[p].started {
+		t.Fatalf("%s has not started %s's epoch: %+v", c, o, ep)
+	}
+	n.queue = nil
+	if err := n.nodes[c].e.Step(o, &PosRequest{Partition: p, Epoch: ep}); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(n.nodes[c])
+	for _, env := range n.queue {
+		if r, ok := env.msg.(*PosReply); ok && env.to == o {
+			t.Fatalf("%s promised the epoch it had seen start again: %+v", c, r)
+		}
+	}
+	if i := slices.IndexFunc(n.queue, func(e envelope) bool { f, ok := e.msg.(*Fenced); return ok && e.to == o && f.Epoch == ep }); i < 0 {
+		t.Fatalf("no refusal sent: %+v", n.queue)
+	}
+}

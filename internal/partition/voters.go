@@ -67,13 +67,15 @@ func (e *Engine) mergeVoter(v Voter) bool {
 // take the voter's place: it restarted with nothing (a server keeps no
 // disk yet), and its promises and acks count for nothing until it has
 // caught up and takes the vote itself (maybeTakeVote). This node adds
-// itself only when it is alone: in a cluster, it learns its own entry from
-// its peers, so that after a restart it does not count its empty copy as
-// the vote it had.
+// itself only when it is alone and founds the cluster (not [WithJoining]):
+// in a cluster, it learns its own entry from its peers, so that after a
+// restart it does not count its empty copy as the vote it had, and a
+// server restarted while cut off from the rest does not take itself for
+// a new cluster of one.
 func (e *Engine) mapVoter(s ring.Member, n int) {
 	if s.ID == e.id {
 		e.inc = s.Incarnation
-		if _, ok := e.voters[s.ID]; !ok && n == 1 {
+		if _, ok := e.voters[s.ID]; !ok && n == 1 && !e.cfg.joining {
 			e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
 		}
 		return
@@ -107,10 +109,18 @@ func (e *Engine) maybeTakeVote() {
 	e.mergeVoter(Voter{ID: e.id, Inc: e.inc, Left: false})
 }
 
-// mergeVoters merges a configuration a peer sent (in a [Voters] message or
-// a [PosReply]).
-func (e *Engine) mergeVoters(vs []Voter) {
+// mergeVoters merges a configuration peer from sent (in a [Voters]
+// message or a [PosReply]). Only a server itself may move its entry to a
+// newer incarnation (it took its vote back): a peer that restarted and
+// learned another server's new incarnation from its map must not spread it.
+func (e *Engine) mergeVoters(from string, vs []Voter) {
+	if len(vs) > 0 {
+		e.heardConfig = true
+	}
 	for _, v := range vs {
+		if cur, ok := e.voters[v.ID]; ok && v.ID != from && v.Inc > cur.Inc {
+			continue
+		}
 		e.mergeVoter(v)
 	}
 }
