@@ -62,9 +62,10 @@ const DefaultMaxRequests = 10000
 
 // Node is one running member of a resource's cluster.
 type Node struct {
-	cfg    Config
-	id     string
-	logger *slog.Logger
+	cfg     Config
+	id      string
+	logger  *slog.Logger
+	started atomic.Bool // Start has set everything up; requests are served
 
 	srv   *transport.Server
 	pool  *pool
@@ -189,10 +190,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
 	mux.HandleFunc(OpHello, n.pool.serveHello)
 	mux.HandleFunc(OpEngine, n.serveEngine)
-	mux.HandleFunc(OpRequest, n.serveRequest)
-	mux.HandleFunc(OpStatus, n.serveStatus)
-	mux.HandleFunc(OpForget, n.serveForget)
-	mux.HandleFunc(OpTail, n.serveTail)
+	mux.HandleFunc(OpRequest, n.whenStarted(n.serveRequest))
+	mux.HandleFunc(OpStatus, n.whenStarted(n.serveStatus))
+	mux.HandleFunc(OpForget, n.whenStarted(n.serveForget))
+	mux.HandleFunc(OpTail, n.whenStarted(n.serveTail))
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
 	}
@@ -220,6 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.view.run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.drive() }()
+	n.started.Store(true)
 	return n, nil
 }
 
@@ -742,6 +744,23 @@ func (n *Node) Status(ctx context.Context) ([]partition.Status, error) {
 		return nil, ErrClosed
 	}
 	return <-out, nil
+}
+
+// errStarting answers a request that arrives while the node starts: the
+// data address listens before membership and the map exist.
+var errStarting = errs.New(errs.Unavailable, "node starting")
+
+// whenStarted refuses requests until Start has set the node up: a request
+// arriving between the listen and the first map once found no view and
+// panicked (recovered by the transport; the fault suite's restarts showed it).
+func (n *Node) whenStarted(h func(*transport.Request)) func(*transport.Request) {
+	return func(r *transport.Request) {
+		if !n.started.Load() {
+			_ = r.Fail(errStarting)
+			return
+		}
+		h(r)
+	}
 }
 
 // Forget removes server id, gone for good, from the cluster's

@@ -62,21 +62,27 @@ func (e *Engine) mergeVoter(v Voter) bool {
 	return true
 }
 
-// mapVoter notes server s of a map of n servers. A server new to the
-// configuration joins it at once. A newer incarnation of a voter does not
-// take the voter's place: it restarted with nothing (a server keeps no
-// disk yet), and its promises and acks count for nothing until it has
-// caught up and takes the vote itself (maybeTakeVote). This node adds
-// itself only when it is alone and founds the cluster (not [WithJoining]):
-// in a cluster, it learns its own entry from its peers, so that after a
-// restart it does not count its empty copy as the vote it had, and a
-// server restarted while cut off from the rest does not take itself for
-// a new cluster of one.
+// mapVoter notes server s of a map of n servers. Before this node has
+// heard the configuration from any peer (a cluster forming), the servers
+// of its map are taken as voters, as guesses: they count, but are not
+// spread, and a peer's word replaces them. Once it has heard the
+// configuration, a server new to it is a learner until it has caught up
+// and announces itself (maybeTakeVote): adding servers from maps then
+// would let two empty newcomers, or two restarted servers that each saw
+// the other in its map, make a majority without the data (raft's
+// learners, for the same reason). A newer incarnation of a voter never
+// takes the voter's place from a map: it restarted with nothing. This node
+// takes itself as a voter from its map only when it is alone and founds
+// the cluster (not [WithJoining]): in a cluster it learns its own entry
+// from its peers, so a restarted node does not count its empty copy as the
+// vote it had, and a server restarted while cut off from the rest does not
+// take itself for a new cluster of one.
 func (e *Engine) mapVoter(s ring.Member, n int) {
 	if s.ID == e.id {
 		e.inc = s.Incarnation
-		if _, ok := e.voters[s.ID]; !ok && n == 1 && !e.cfg.joining {
+		if _, ok := e.voters[s.ID]; !ok && n == 1 && !e.cfg.joining && !e.heardConfig {
 			e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
+			e.guess[s.ID] = true
 		}
 		return
 	}
@@ -84,20 +90,23 @@ func (e *Engine) mapVoter(s ring.Member, n int) {
 		e.liveInc[s.ID] = s.Incarnation
 		e.quorumKnown = false
 	}
-	if _, ok := e.voters[s.ID]; !ok {
+	if _, ok := e.voters[s.ID]; !ok && !e.heardConfig {
 		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
+		e.guess[s.ID] = true
 	}
 }
 
-// maybeTakeVote makes a restarted server a voter again once its copy of
-// every partition has caught up with its owner's epoch: from then on its
-// copy holds every write a majority acknowledged before (the owner's log
-// has them, and it fetched that log as the owner told of it after the
-// restart), so its promises may stand for the vote its previous life held.
-// The entry, with the new incarnation, spreads with the next heartbeats.
+// maybeTakeVote makes this server a confirmed voter once its copy of every
+// partition has caught up with its owner's epoch: a server that restarted
+// (its entry holds an older incarnation), one that joined an existing
+// cluster (no entry), or one whose entry is its own guess (a cluster
+// forming). From then on its copy holds every write a majority
+// acknowledged before (the owner's log has them, and it fetched that log
+// as the owner told of it after it started), so its promises may stand
+// for a vote. The entry spreads with the next heartbeats.
 func (e *Engine) maybeTakeVote() {
 	v, ok := e.voters[e.id]
-	if !ok || v.Inc >= e.inc || e.cfg.client {
+	if e.cfg.client || e.inc == 0 || (ok && v.Inc >= e.inc && !e.guess[e.id]) || (ok && v.Left && v.Inc >= e.inc) {
 		return
 	}
 	for _, pt := range e.parts {
@@ -106,22 +115,35 @@ func (e *Engine) maybeTakeVote() {
 			return
 		}
 	}
-	e.mergeVoter(Voter{ID: e.id, Inc: e.inc, Left: false})
+	e.voters[e.id] = Voter{ID: e.id, Inc: e.inc}
+	delete(e.guess, e.id)
+	e.votersPresent = -1
+	e.quorumKnown = false
 }
 
 // mergeVoters merges a configuration peer from sent (in a [Voters]
-// message or a [PosReply]). Only a server itself may move its entry to a
-// newer incarnation (it took its vote back): a peer that restarted and
-// learned another server's new incarnation from its map must not spread it.
+// message or a [PosReply]): news is added, and replaces a guess. Only a
+// server itself may move its entry to a newer incarnation (it took its
+// vote back): a peer that restarted and saw another server's new
+// incarnation in its map must not spread it.
 func (e *Engine) mergeVoters(from string, vs []Voter) {
 	if len(vs) > 0 {
 		e.heardConfig = true
 	}
 	for _, v := range vs {
-		if cur, ok := e.voters[v.ID]; ok && v.ID != from && v.Inc > cur.Inc {
-			continue
+		cur, ok := e.voters[v.ID]
+		switch {
+		case !ok || e.guess[v.ID]:
+			delete(e.guess, v.ID)
+			if !ok || cur != v {
+				e.voters[v.ID] = v
+				e.votersPresent = -1
+				e.quorumKnown = false
+			}
+		case v.ID != from && v.Inc > cur.Inc:
+		default:
+			e.mergeVoter(v)
 		}
-		e.mergeVoter(v)
 	}
 }
 
@@ -142,10 +164,20 @@ func (e *Engine) Forget(id string) error {
 }
 
 // Voters returns the configuration, sorted by ID, left servers included.
-func (e *Engine) Voters() []Voter {
+func (e *Engine) Voters() []Voter { return e.votersWhere(func(string) bool { return true }) }
+
+// confirmed is the configuration without this node's guesses: what it
+// sends its peers.
+func (e *Engine) confirmed() []Voter {
+	return e.votersWhere(func(id string) bool { return !e.guess[id] })
+}
+
+func (e *Engine) votersWhere(keep func(string) bool) []Voter {
 	vs := make([]Voter, 0, len(e.voters))
-	for _, v := range e.voters {
-		vs = append(vs, v)
+	for id, v := range e.voters {
+		if keep(id) {
+			vs = append(vs, v)
+		}
 	}
 	slices.SortFunc(vs, func(a, b Voter) int { return strings.Compare(a.ID, b.ID) })
 	return vs
