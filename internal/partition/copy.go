@@ -278,7 +278,7 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 		return
 	}
 	e.adopt(pt, m.Epoch)
-	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Voters: e.confirmed()})
+	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Voters: e.Voters()})
 }
 
 // maybeFetch asks for what the copy lacks: during sync, from the node with

@@ -68,7 +68,6 @@ type Engine struct {
 	liveInc       map[string]uint64 // servers: the incarnation the map last showed
 	inc           uint64            // this node's incarnation, by its map
 	heardConfig   bool              // a peer has sent this node the configuration
-	guess         map[string]bool   // entries taken from this node's own map, not yet confirmed
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -128,7 +127,7 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 		id:    id,
 		st:    st,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
-		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1, liveInc: map[string]uint64{}, guess: map[string]bool{},
+		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1, liveInc: map[string]uint64{},
 	}, nil
 }
 
@@ -326,7 +325,7 @@ func (e *Engine) Tick(now time.Time) {
 	}
 	if !e.cfg.client && now.Sub(e.beat) >= e.cfg.probeInterval {
 		e.beat = now
-		vs := &Voters{List: e.confirmed()}
+		vs := &Voters{List: e.Voters()}
 		for _, s := range e.m.Members() {
 			if s.ID != e.id {
 				e.send(s.ID, &Heartbeat{})

@@ -32,6 +32,10 @@ type Voter struct {
 	ID   string `msgpack:"i"`
 	Inc  uint64 `msgpack:"n"`
 	Left bool   `msgpack:"l"`
+	// Guess marks an entry a node took from its own map while the cluster
+	// formed, before the server announced itself: it counts, but never
+	// replaces what a node knows, and the server's announcement replaces it.
+	Guess bool `msgpack:"g,omitempty"`
 }
 
 // newer reports whether v should replace cur in the configuration.
@@ -64,49 +68,43 @@ func (e *Engine) mergeVoter(v Voter) bool {
 
 // mapVoter notes server s of a map of n servers. Before this node has
 // heard the configuration from any peer (a cluster forming), the servers
-// of its map are taken as voters, as guesses: they count, but are not
-// spread, and a peer's word replaces them. Once it has heard the
+// of its map, itself included, are taken as voters, as guesses: they
+// count, but never replace what a peer knows, and each server confirms its
+// own entry once it has caught up (maybeTakeVote). Once it has heard the
 // configuration, a server new to it is a learner until it has caught up
-// and announces itself (maybeTakeVote): adding servers from maps then
-// would let two empty newcomers, or two restarted servers that each saw
-// the other in its map, make a majority without the data (raft's
-// learners, for the same reason). A newer incarnation of a voter never
-// takes the voter's place from a map: it restarted with nothing. This node
-// takes itself as a voter from its map only when it is alone and founds
-// the cluster (not [WithJoining]): in a cluster it learns its own entry
-// from its peers, so a restarted node does not count its empty copy as the
-// vote it had, and a server restarted while cut off from the rest does not
-// take itself for a new cluster of one.
+// and announces itself: adding servers from maps then would let two empty
+// newcomers, or two restarted servers that each saw the other in its map,
+// make a majority without the data (raft's learners, for the same
+// reason). A newer incarnation of a voter never takes the voter's place
+// from a map: it restarted with nothing. A node given seeds (WithJoining)
+// alone in its map takes nothing from it: a server restarted while cut off
+// from the rest must not take itself for a new cluster of one.
 func (e *Engine) mapVoter(s ring.Member, n int) {
 	if s.ID == e.id {
 		e.inc = s.Incarnation
-		if _, ok := e.voters[s.ID]; !ok && n == 1 && !e.cfg.joining && !e.heardConfig {
-			e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
-			e.guess[s.ID] = true
-		}
-		return
-	}
-	if e.liveInc[s.ID] != s.Incarnation {
+	} else if e.liveInc[s.ID] != s.Incarnation {
 		e.liveInc[s.ID] = s.Incarnation
 		e.quorumKnown = false
 	}
-	if _, ok := e.voters[s.ID]; !ok && !e.heardConfig {
-		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation})
-		e.guess[s.ID] = true
+	if e.heardConfig || (n == 1 && e.cfg.joining) {
+		return
+	}
+	if _, ok := e.voters[s.ID]; !ok {
+		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation, Guess: true})
 	}
 }
 
 // maybeTakeVote makes this server a confirmed voter once its copy of every
 // partition has caught up with its owner's epoch: a server that restarted
-// (its entry holds an older incarnation), one that joined an existing
-// cluster (no entry), or one whose entry is its own guess (a cluster
-// forming). From then on its copy holds every write a majority
-// acknowledged before (the owner's log has them, and it fetched that log
-// as the owner told of it after it started), so its promises may stand
-// for a vote. The entry spreads with the next heartbeats.
+// (its entry holds an older incarnation), one that joined a formed cluster
+// (no entry), or one whose entry is a guess (a cluster forming). From then
+// on its copy holds every write a majority acknowledged before (the
+// owner's log has them, and it fetched that log as the owner told of it
+// after it started), so its promises may stand for a vote. The entry
+// spreads with the next heartbeats.
 func (e *Engine) maybeTakeVote() {
 	v, ok := e.voters[e.id]
-	if e.cfg.client || e.inc == 0 || (ok && v.Inc >= e.inc && !e.guess[e.id]) || (ok && v.Left && v.Inc >= e.inc) {
+	if e.cfg.client || e.inc == 0 || (ok && v.Inc > e.inc) || (ok && v.Inc == e.inc && (v.Left || !v.Guess)) {
 		return
 	}
 	for _, pt := range e.parts {
@@ -116,33 +114,58 @@ func (e *Engine) maybeTakeVote() {
 		}
 	}
 	e.voters[e.id] = Voter{ID: e.id, Inc: e.inc}
-	delete(e.guess, e.id)
 	e.votersPresent = -1
 	e.quorumKnown = false
 }
 
 // mergeVoters merges a configuration peer from sent (in a [Voters]
-// message or a [PosReply]): news is added, and replaces a guess. Only a
-// server itself may move its entry to a newer incarnation (it took its
-// vote back): a peer that restarted and saw another server's new
-// incarnation in its map must not spread it.
+// message or a [PosReply]). Once the peer's cluster has formed (its list
+// has confirmed entries), guesses it does not know of are dropped. What
+// this node does not know is added. A
+// confirmed entry replaces a guess; a guess replaces nothing, except that
+// an older incarnation of this node itself, which a peer remembers,
+// replaces its own guess: it has restarted, and does not count until it
+// has caught up. Only a server itself moves its confirmed entry to a newer
+// incarnation (it took its vote back): a peer that restarted and saw
+// another server's new incarnation in its map must not spread it.
 func (e *Engine) mergeVoters(from string, vs []Voter) {
 	if len(vs) > 0 {
 		e.heardConfig = true
 	}
-	for _, v := range vs {
-		cur, ok := e.voters[v.ID]
-		switch {
-		case !ok || e.guess[v.ID]:
-			delete(e.guess, v.ID)
-			if !ok || cur != v {
-				e.voters[v.ID] = v
+	if slices.ContainsFunc(vs, func(v Voter) bool { return !v.Guess }) {
+		// The peer's cluster has formed: a guess it does not know of is a
+		// newcomer (this node, joining late, among them), a learner until
+		// it has caught up.
+		for id, cur := range e.voters {
+			if cur.Guess && !slices.ContainsFunc(vs, func(v Voter) bool { return v.ID == id }) {
+				delete(e.voters, id)
 				e.votersPresent = -1
 				e.quorumKnown = false
 			}
+		}
+	}
+	formed := e.formed()
+	for _, v := range vs {
+		cur, ok := e.voters[v.ID]
+		var take bool
+		switch {
+		case !ok:
+			// A guess about a server this formed cluster does not know is
+			// a newcomer's: a learner.
+			take = !v.Guess || !formed
+		case v.ID == e.id && cur.Guess && v.Inc < cur.Inc:
+			take = true // a peer remembers an earlier life of this node
+		case v.Guess:
+		case cur.Guess:
+			take = true
 		case v.ID != from && v.Inc > cur.Inc:
 		default:
 			e.mergeVoter(v)
+		}
+		if take && cur != v {
+			e.voters[v.ID] = v
+			e.votersPresent = -1
+			e.quorumKnown = false
 		}
 	}
 }
@@ -163,21 +186,22 @@ func (e *Engine) Forget(id string) error {
 	return nil
 }
 
-// Voters returns the configuration, sorted by ID, left servers included.
-func (e *Engine) Voters() []Voter { return e.votersWhere(func(string) bool { return true }) }
-
-// confirmed is the configuration without this node's guesses: what it
-// sends its peers.
-func (e *Engine) confirmed() []Voter {
-	return e.votersWhere(func(id string) bool { return !e.guess[id] })
+// formed reports whether this node knows a confirmed entry: its cluster
+// has formed, and servers new to it are learners.
+func (e *Engine) formed() bool {
+	for _, v := range e.voters {
+		if !v.Guess {
+			return true
+		}
+	}
+	return false
 }
 
-func (e *Engine) votersWhere(keep func(string) bool) []Voter {
+// Voters returns the configuration, sorted by ID, left servers included.
+func (e *Engine) Voters() []Voter {
 	vs := make([]Voter, 0, len(e.voters))
-	for id, v := range e.voters {
-		if keep(id) {
-			vs = append(vs, v)
-		}
+	for _, v := range e.voters {
+		vs = append(vs, v)
 	}
 	slices.SortFunc(vs, func(a, b Voter) int { return strings.Compare(a.ID, b.ID) })
 	return vs
