@@ -131,7 +131,7 @@ func (e *Engine) syncReady(pt *part) bool {
 			n++
 		}
 	}
-	if n < e.quorum() {
+	if n < e.promiseQuorum() {
 		return false
 	}
 	for _, w := range s.writers {

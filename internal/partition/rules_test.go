@@ -612,3 +612,40 @@ func TestStartedEpochIsNotPromisedAgain(t *testing.T) {
 		t.Fatalf("no refusal sent: %+v", n.queue)
 	}
 }
+
+// TestEvenConfigurationSyncsWithHalf (rule 4): with four voters, one dead
+// and one restarted (a learner until it catches up), two can still answer.
+// Two promises meet every three acks of a Majority write, so a sync may
+// start with them; with a majority of promises required, no partition
+// would ever get an owner again, and the restarted server, which catches
+// up from owners, would never vote (the fault suite stalled this way).
+func TestEvenConfigurationSyncsWithHalf(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	for p := range 8 {
+		o := n.owner(p)
+		tok, _ := n.propose(o, p, "k", "v", WaitMajority)
+		n.deliverAll()
+		if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+			t.Fatal(c.Err)
+		}
+	}
+	n.crash("d")
+	n.add("c", false) // restarted with nothing
+	inc := map[string]uint64{"c": 2}
+	live := []string{"a", "b", "c"}
+	n.setMapInc(live, inc, live...)
+	n.settle()
+	for p := range 8 {
+		if n.owner(p) == "" {
+			t.Fatalf("partition %d has no owner: %s", p, n.statusLine())
+		}
+		if v := n.nodes["c"].st.kv[p]["k"]; v != "v" {
+			t.Fatalf("the restarted server holds k=%q in partition %d", v, p)
+		}
+	}
+	if !n.nodes["a"].e.isVoter("c") {
+		t.Fatalf("the restarted server never took its vote back: %+v", n.nodes["a"].e.Voters())
+	}
+}

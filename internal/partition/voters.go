@@ -197,6 +197,27 @@ func (e *Engine) formed() bool {
 	return false
 }
 
+// promiseQuorum is how many voters' promises a sync needs: enough to meet
+// every set of voters that can ack a Majority write, present − majority +
+// 1 (Flexible Paxos: the two quorums need only intersect). For an odd
+// configuration it is a majority; for an even one, half: with six voters,
+// three promises meet every four acks. With a fixed quorum, that number.
+// The difference matters when restarted servers, which do not vote until
+// they have caught up, and dead ones leave exactly half the configuration
+// able to answer: a majority of promises would never come, and no owner
+// would ever start for the restarted servers to catch up from. Only once
+// the node has heard the configuration from a peer: before, its view may
+// be its own guesses, and a majority makes it wait for a peer's word.
+func (e *Engine) promiseQuorum() int {
+	if e.cfg.quorum > 0 {
+		return e.cfg.quorum
+	}
+	if !e.heardConfig {
+		return e.majority()
+	}
+	return max(e.present()-e.majority()+1, 1)
+}
+
 // Voters returns the configuration, sorted by ID, left servers included.
 func (e *Engine) Voters() []Voter {
 	vs := make([]Voter, 0, len(e.voters))
