@@ -82,6 +82,7 @@ type proc struct {
 	ended bool
 	// leaving is when SIGTERM was sent, if it was.
 	leaving time.Time
+	paused  bool // SIGSTOP sent, no SIGCONT yet
 }
 
 // gone reports whether p has exited.
@@ -434,13 +435,23 @@ func (c *Cluster) Kill(ctx context.Context, node string) error {
 
 // Pause stops node with SIGSTOP.
 func (c *Cluster) Pause(node string) error {
-	_, err := c.signal(node, syscall.SIGSTOP)
+	p, err := c.signal(node, syscall.SIGSTOP)
+	if err == nil {
+		c.mu.Lock()
+		p.paused = true
+		c.mu.Unlock()
+	}
 	return err
 }
 
 // Resume continues node with SIGCONT.
 func (c *Cluster) Resume(node string) error {
-	_, err := c.signal(node, syscall.SIGCONT)
+	p, err := c.signal(node, syscall.SIGCONT)
+	if err == nil {
+		c.mu.Lock()
+		p.paused = false
+		c.mu.Unlock()
+	}
 	return err
 }
 
@@ -456,6 +467,42 @@ func (c *Cluster) Leave(node string) error {
 		<-p.exited
 		c.logf("%s: exited %v after SIGTERM (%v)", node, time.Since(p.leaving).Round(time.Millisecond), p.err)
 	})
+	return nil
+}
+
+// Retire stops the spare server node for good, as an operator retires a
+// machine: it leaves gracefully, then, once it has exited, an operator's
+// `fero forget` through a live server removes it from the configuration
+// (a server that left stays in it, docs/engine.md rule 9). It waits up to
+// 15 s in all; a server that cannot be forgotten in that time is noted.
+func (c *Cluster) Retire(ctx context.Context, node string) error {
+	p, err := c.signal(node, syscall.SIGTERM)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		stopProc(p, 0)
+	}
+	for ctx.Err() == nil {
+		for _, s := range c.cfg.Servers {
+			if s == node {
+				continue
+			}
+			if _, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s"); err == nil {
+				c.logf("%s: forgotten through %s", node, s)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	c.note("%s: could not be forgotten within 15s of its retirement", node)
 	return nil
 }
 
@@ -522,6 +569,15 @@ func (c *Cluster) Crashes() []string {
 	return out
 }
 
+// running reports whether node's process runs now: started, not exited,
+// not paused, not leaving.
+func (c *Cluster) running(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.procs[node]
+	return ok && !p.gone() && !p.paused && p.leaving.IsZero()
+}
+
 // PIDs returns the PID of every server that runs now.
 func (c *Cluster) PIDs() map[string]int {
 	c.mu.Lock()
@@ -548,6 +604,40 @@ type Status struct {
 	} `json:"members"`
 	Roles map[string]int `json:"roles"`
 	Stats map[string]any `json:"stats"`
+	// Voting: the server's vote counts (false while a restarted server
+	// catches up).
+	Voting bool `json:"voting"`
+}
+
+// WaitVoting waits, up to limit, until every running server but except
+// reports that its vote counts. Servers keep nothing across a restart, and
+// a restarted one votes again only once it has caught up (docs/engine.md
+// rule 9); a process fault that strikes while earlier ones have not caught
+// up would have a majority of the configuration lose its memory, which no
+// memory-only cluster survives. It notes, and goes on, after limit.
+func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		var behind []string
+		for _, s := range c.cfg.Servers {
+			if s == except || !c.running(s) {
+				continue
+			}
+			if st, _, err := c.Status(ctx, s); err != nil || !st.Voting {
+				behind = append(behind, s)
+			}
+		}
+		if len(behind) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.note("%v had not caught up (voting) %v before the next process fault", behind, limit)
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Status asks node for its status, from inside its namespace.

@@ -198,6 +198,9 @@ func (j *Injector) process(ctx context.Context, f Fault, undo bool) error {
 	if j.cl == nil {
 		return errors.New("no cluster")
 	}
+	if !undo && (f.Kind == KindKill || f.Kind == KindPause || f.Kind == KindLeave) {
+		j.cl.WaitVoting(ctx, f.Node, 20*time.Second)
+	}
 	switch {
 	case f.Kind == KindKill && !undo:
 		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -207,8 +210,12 @@ func (j *Injector) process(ctx context.Context, f Fault, undo bool) error {
 		return j.cl.Pause(f.Node)
 	case f.Kind == KindPause && undo:
 		return j.cl.Resume(f.Node)
-	case f.Kind == KindLeave && !undo, f.Kind == KindJoin && undo:
+	case f.Kind == KindLeave && !undo:
 		return j.cl.Leave(f.Node)
+	case f.Kind == KindJoin && undo:
+		// The spare is retired for good: an operator forgets it, or it
+		// would stay in the configuration as a dead voter.
+		return j.cl.Retire(ctx, f.Node)
 	default: // undo of kill or leave, start of join
 		return j.cl.Restart(f.Node)
 	}

@@ -45,6 +45,9 @@ type StatusReport struct {
 	// Configuration is the servers whose majority makes a quorum, as this
 	// node knows them (docs/engine.md, rule 9).
 	Configuration []ConfigEntry `msgpack:"configuration" json:"configuration"`
+	// Voting says this server's vote counts: false while a restarted or
+	// newly joined server catches up (a learner).
+	Voting bool `msgpack:"voting" json:"voting"`
 }
 
 // ConfigEntry is one server of the configuration in a StatusReport.
@@ -77,10 +80,11 @@ func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
 	for _, s := range st {
 		rep.Roles[s.Role.String()]++
 	}
-	vs, err := n.Voters(ctx)
+	vs, voting, err := n.voters(ctx)
 	if err != nil {
 		return nil, err
 	}
+	rep.Voting = voting
 	for _, v := range vs {
 		rep.Configuration = append(rep.Configuration, ConfigEntry{ID: v.ID, Forgotten: v.Left})
 	}

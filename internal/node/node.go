@@ -781,16 +781,27 @@ func (n *Node) Forget(ctx context.Context, id string) error {
 
 // Voters returns the cluster's configuration as this node knows it.
 func (n *Node) Voters(ctx context.Context) ([]partition.Voter, error) {
-	out := make(chan []partition.Voter, 1)
-	q := func(e *partition.Engine) { out <- e.Voters() }
+	vs, _, err := n.voters(ctx)
+	return vs, err
+}
+
+// voters returns the configuration and whether this node's vote counts.
+func (n *Node) voters(ctx context.Context) ([]partition.Voter, bool, error) {
+	type answer struct {
+		vs     []partition.Voter
+		voting bool
+	}
+	out := make(chan answer, 1)
+	q := func(e *partition.Engine) { out <- answer{e.Voters(), e.Voting()} }
 	select {
 	case n.queries <- q:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case <-n.ctx.Done():
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	return <-out, nil
+	a := <-out
+	return a.vs, a.voting, nil
 }
 
 // Close leaves the cluster gracefully, stops the driver and closes every

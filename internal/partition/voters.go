@@ -186,6 +186,11 @@ func (e *Engine) Forget(id string) error {
 	return nil
 }
 
+// Voting reports whether this node's promises and acks count: a server of
+// the configuration in the incarnation that holds its vote (false for a
+// restarted or newly joined server that has not caught up yet).
+func (e *Engine) Voting() bool { return !e.cfg.client && e.isVoter(e.id) }
+
 // formed reports whether this node knows a confirmed entry: its cluster
 // has formed, and servers new to it are learners.
 func (e *Engine) formed() bool {
