@@ -6,6 +6,7 @@
 //
 //	fero-chaos run --seeds 1-250 --nodes 3,5   # many schedules, a summary table
 //	fero-chaos run --seed 17 --nodes 5         # replay one
+//	fero-chaos failover --runs 5               # failover times per preset (no root)
 package main
 
 import (
@@ -41,6 +42,6 @@ histories. A seed replays its schedule. Needs root, ip, nft and tc.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRun(), newWorkload())
+	root.AddCommand(newRun(), newWorkload(), newFailover())
 	return root
 }

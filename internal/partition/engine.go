@@ -68,6 +68,7 @@ type Engine struct {
 	liveInc       map[string]uint64 // servers: the incarnation the map last showed
 	inc           uint64            // this node's incarnation, by its map
 	heardConfig   bool              // a peer has sent this node the configuration
+	voterOffs     []uint64          // checkWaits' scratch
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -218,7 +219,7 @@ func (e *Engine) remap(pt *part, prev *ring.Map) {
 	if prev != nil && oldOwner != owner {
 		pt.prevOwner = oldOwner
 	}
-	group := pt.group[:0]
+	group := make([]string, 0, 1+len(pt.group))
 	if owner != "" {
 		group = append(group, owner)
 		for _, r := range e.m.Replicas(pt.p) {

@@ -1,9 +1,11 @@
 package partition
 
 import (
-	"github.com/fero-go/fero/internal/errs"
+	"cmp"
 	"slices"
 	"time"
+
+	"github.com/fero-go/fero/internal/errs"
 )
 
 // syncState is a would-be owner's sync (rule 4): it has proposed epoch,
@@ -280,14 +282,25 @@ func (e *Engine) checkWaits(pt *part) {
 	if len(pt.waits) == 0 {
 		return
 	}
+	// The voters' offsets in this epoch, highest first, found once per
+	// call (an ack may complete many writes): a Majority write of offset o
+	// needing k acks is done once the k-th highest is at least o.
+	offs := e.voterOffs[:0]
+	if slices.ContainsFunc(pt.waits, func(w wait) bool { return w.voters }) {
+		for id, pr := range pt.peers {
+			if pr.pos.Epoch == pt.accepted && e.isVoter(id) {
+				offs = append(offs, pr.pos.Offset)
+			}
+		}
+		slices.SortFunc(offs, func(a, b uint64) int { return cmp.Compare(b, a) })
+	}
+	e.voterOffs = offs
 	kept := pt.waits[:0]
 	for _, w := range pt.waits {
 		n := 0
 		if w.voters {
-			for id, pr := range pt.peers {
-				if pr.pos.Epoch == pt.accepted && pr.pos.Offset >= w.pos.Offset && e.isVoter(id) {
-					n++
-				}
+			if w.k == 0 || (w.k <= len(offs) && offs[w.k-1] >= w.pos.Offset) {
+				n = w.k
 			}
 		} else {
 			for _, r := range pt.group[1:] {
