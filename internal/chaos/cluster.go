@@ -492,7 +492,10 @@ func (c *Cluster) Retire(ctx context.Context, node string) error {
 			if s == node {
 				continue
 			}
-			if _, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s"); err == nil {
+			out, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s")
+			if err == nil || strings.Contains(out+err.Error(), "not a server of the configuration") {
+				// Forgotten now, or never a voter (it did not catch up
+				// before it stopped): either way it does not count.
 				c.logf("%s: forgotten through %s", node, s)
 				return nil
 			}
