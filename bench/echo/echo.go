@@ -313,10 +313,6 @@ func (c *Conn) goLocked(flags uint32, payload []byte, done func([]byte, error)) 
 	if c.closed.Load() {
 		return bench.ErrClosed
 	}
-	if !c.reader {
-		c.reader = true
-		go c.readLoop()
-	}
 	// Queue before writing: the reply can only follow the frame.
 	c.qmu.Lock()
 	if err := c.failed; err != nil {
@@ -325,6 +321,10 @@ func (c *Conn) goLocked(flags uint32, payload []byte, done func([]byte, error)) 
 	}
 	c.q.Push(done)
 	c.qmu.Unlock()
+	if !c.reader {
+		c.reader = true
+		go c.readLoop()
+	}
 	if err := c.writeFrame(flags, payload); err != nil {
 		// done is queued, so it must still run once: breaking the
 		// connection makes the reader fail it.
@@ -495,6 +495,9 @@ func (c *Conn) readLoop() {
 		err = fmt.Errorf("echo read: %w", err)
 	}
 	c.qmu.Lock()
+	if c.failed != nil {
+		err = c.failed // the first failure names the cause
+	}
 	c.failed = err
 	pending := c.q.Drain()
 	c.qmu.Unlock()
