@@ -318,7 +318,7 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	a, lo, hi, found := pt.log.agreement(m)
 	var truncate uint64
 	switch {
-	case found && a == cLast:
+	case found && a == cLast && cLast >= pt.log.base:
 		n := uint64(max(1, min(int(m.Max), e.cfg.fetchMax)))
 		to := min(pt.log.last(), cLast+n)
 		if to > cLast {
@@ -331,13 +331,17 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart, Entries: es})
 		return nil
 	case found:
-		truncate = a // the asker holds entries past a that this history lacks
-	case lo > hi && cLast < pt.log.base:
-		truncate = cLast // behind the history cap: its entries cannot be checked
-	case lo > hi:
+		// The asker holds entries past a that this history lacks, or
+		// (a == cLast) agrees but is behind the history cap.
+		truncate = a
+	case m.Base > pt.log.last():
 		// The asker's base is past this log: nothing to give.
 		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart})
 		return nil
+	case lo > hi:
+		// Every entry the asker holds is older than the epochs this log
+		// remembers: none can be checked, so none is kept (rule 8).
+		truncate = m.Base
 	default:
 		truncate = max(lo, 1) - 1 // differs wherever both logs can be compared
 	}
@@ -348,6 +352,7 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	e.send(from, &SnapshotReply{
 		Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart,
 		OffsetEpoch: pt.log.lastEpoch(), TruncateTo: truncate, State: state,
+		Runs: slices.Clone(pt.log.runs),
 	})
 	return nil
 }
@@ -397,7 +402,7 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	for o := max(m.TruncateTo, pt.log.base) + 1; o <= pt.log.last(); o++ {
 		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: pt.log.at(o)})
 	}
-	pt.log.reset(m.Position.Offset, m.OffsetEpoch)
+	pt.log.reset(m.Position.Offset, m.OffsetEpoch, m.Runs)
 	pt.logEpoch, pt.logStart = m.Position.Epoch, m.Start
 	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
 	pt.ackDirty = true

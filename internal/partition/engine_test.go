@@ -1292,3 +1292,64 @@ func TestWarmCoversAWindow(t *testing.T) {
 		t.Errorf("a client warmed %v", c.st.warmed)
 	}
 }
+
+// A copy holding an entry from a cut-off owner's epoch, whose server has
+// since trimmed past that offset, must still learn that the entry is not
+// in the partition's history: the snapshot that catches it up drops it
+// with an event (rule 8). Before the log kept its epoch runs across
+// trimming, the server could not compare and the copy's entry was
+// replaced by the snapshot without one.
+func TestSnapshotCatchUpChecksTrimmedHistory(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids, WithHistoryMax(8), WithFetchMax(3))
+	n.add("d", true)
+	n.setMap(ids, "a", "b", "c", "d")
+	n.settle()
+	var pa []int // partitions a owns
+	for p := range 8 {
+		if n.owner(p) == "a" {
+			pa = append(pa, p)
+		}
+	}
+	if len(pa) == 0 {
+		t.Fatal("a owns nothing")
+	}
+	p := pa[0]
+	n.isolate([]string{"a", "d"}, []string{"b", "c"})
+	// Before failure detection a still owns p: its ack reaches d, on its
+	// side of the split.
+	lost, _ := n.propose("a", p, "lost", "x", WaitAck)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes["a"], lost); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	if n.nodes["d"].st.kv[p]["lost"] != "x" {
+		t.Fatal("the client on a's side did not apply a's write")
+	}
+	n.setMap([]string{"a"}, "a", "d")
+	n.setMap([]string{"b", "c"}, "b", "c")
+	n.settle()
+	// The majority side writes far past the history cap.
+	for i := range 30 {
+		if _, err := n.propose(n.owner(p), p, "k"+string(rune('a'+i%5)), "y", WaitMajority); err != nil {
+			t.Fatal(err)
+		}
+		n.deliverAll()
+	}
+	n.heal()
+	n.setMap(ids, "a", "b", "c", "d")
+	n.settle()
+	n.converged()
+	for _, id := range []string{"a", "d"} {
+		nd := n.nodes[id]
+		if _, ok := nd.st.kv[p]["lost"]; ok {
+			t.Fatalf("%s kept the cut-off owner's write", id)
+		}
+		if len(kinds(nd.events, p, EventRestored)) == 0 {
+			t.Fatalf("%s caught up without a snapshot: the test did not reach the history cap", id)
+		}
+		if d := kinds(nd.events, p, EventDropped); len(d) != 1 || d[0].Entry.Key != "lost" {
+			t.Fatalf("dropped events on %s: %+v", id, d)
+		}
+	}
+}

@@ -26,8 +26,11 @@ type entryLog struct {
 	n         int
 	base      uint64
 	baseEpoch Epoch
-	// runs is the epoch column of base+1 … last, run-length encoded; the
-	// first run may start at or before base after trimming.
+	// runs is the epoch column, run-length encoded, of every offset from
+	// runs[0].First to last: trimming and snapshots drop entries but keep
+	// the epochs of the offsets they held (the newest maxRuns epochs), so a
+	// fetch from a copy far behind the cap can still be checked against
+	// this history (rule 8).
 	runs []Run
 	// blocks hold each entry's key then value, in offset order; an entry
 	// never spans two blocks. blocks[0] is block number firstBlock.
@@ -51,6 +54,9 @@ const (
 	minBlock = 1 << 10
 	maxBlock = 64 << 10
 )
+
+// maxRuns bounds the epoch history a log keeps below its base.
+const maxRuns = 1024
 
 func (l *entryLog) last() uint64 { return l.base + uint64(l.n) }
 
@@ -142,6 +148,9 @@ func (l *entryLog) append(e Entry, limit int) Entry {
 	l.n++
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
+		if len(l.runs) > maxRuns && l.runs[1].First <= l.base+1 {
+			l.runs = l.runs[1:] // the oldest run lies wholly at or below base
+		}
 	}
 	e.Key, e.Value = l.key(sl), l.value(sl)
 	return e
@@ -160,23 +169,49 @@ func (l *entryLog) trimOne() {
 	l.base++
 	l.head = (l.head + 1) % len(l.buf)
 	l.n--
-	for len(l.runs) > 1 && l.runs[1].First <= l.base+1 {
-		l.runs = l.runs[1:]
-	}
 	if l.n == 0 {
-		l.runs = l.runs[:0]
 		l.dropBlocks(l.firstBlock + uint64(len(l.blocks)))
 		return
 	}
 	l.dropBlocks(l.buf[l.head].block)
 }
 
-// reset empties the log at a new base (after restoring a snapshot).
-func (l *entryLog) reset(base uint64, baseEpoch Epoch) {
+// reset empties the log at a new base (after restoring a snapshot), with
+// the epoch history of the offsets up to base (the server's runs; none when
+// unknown or not valid for base and baseEpoch).
+func (l *entryLog) reset(base uint64, baseEpoch Epoch, runs []Run) {
 	l.head, l.n = 0, 0
 	l.dropBlocks(l.firstBlock + uint64(len(l.blocks)))
 	l.base, l.baseEpoch = base, baseEpoch
 	l.runs = l.runs[:0]
+	if validRuns(runs, base, baseEpoch) {
+		l.runs = append(l.runs, runs[max(0, len(runs)-maxRuns):]...)
+	}
+}
+
+// validRuns reports whether runs can be the epoch history of a log whose
+// last offset is last, with epoch lastEpoch: offsets and epochs strictly
+// rising, the last run holding last.
+func validRuns(runs []Run, last uint64, lastEpoch Epoch) bool {
+	if len(runs) == 0 {
+		return false
+	}
+	for i := range runs {
+		if runs[i].First == 0 || (i > 0 && (runs[i].First <= runs[i-1].First || !runs[i-1].Epoch.Less(runs[i].Epoch))) {
+			return false
+		}
+	}
+	r := runs[len(runs)-1]
+	return r.First <= last && r.Epoch == lastEpoch
+}
+
+// describedFrom is the first offset whose epoch the log can tell: its
+// oldest run's start, or its base.
+func (l *entryLog) describedFrom() uint64 {
+	if len(l.runs) > 0 {
+		return min(l.runs[0].First, l.base)
+	}
+	return l.base
 }
 
 // entryOverhead approximates an encoded entry's bytes beyond its key and
@@ -210,21 +245,22 @@ func (l *entryLog) appendRange(dst []Entry, from, to uint64) []Entry {
 	return dst
 }
 
-// span returns the offsets in [base, last] whose entries have epoch e.
-// Because epochs only grow along a log, they form one interval.
+// span returns the offsets the log describes (held or trimmed) whose
+// entries have epoch e. Because epochs only grow along a log, they form
+// one interval.
 func (l *entryLog) span(e Epoch) (lo, hi uint64, ok bool) {
 	i := sort.Search(len(l.runs), func(i int) bool { return !l.runs[i].Epoch.Less(e) })
 	if i < len(l.runs) && l.runs[i].Epoch == e {
-		lo, hi, ok = max(l.runs[i].First, l.base+1), l.last(), true
+		lo, hi, ok = l.runs[i].First, l.last(), true
 		if i+1 < len(l.runs) {
 			hi = l.runs[i+1].First - 1
 		}
 	}
 	if l.baseEpoch == e {
 		if !ok {
-			hi = l.base
+			lo, hi, ok = l.base, l.base, true
 		}
-		lo, ok = l.base, true
+		lo, hi = min(lo, l.base), max(hi, l.base)
 	}
 	return lo, hi, ok
 }
@@ -234,11 +270,16 @@ func (l *entryLog) span(e Epoch) (lo, hi uint64, ok bool) {
 // logs that hold an entry of the same epoch at the same offset agree on
 // everything before it (one writer per epoch, and a copy only extends a
 // prefix of that writer's log), so comparing epochs suffices. It looks only
-// at offsets both logs still describe, [lo, hi]; found is false when they
-// differ at every one of them (or there is none, lo > hi).
+// at offsets whose epochs both logs describe, [lo, hi], whether their
+// entries are still held or were trimmed; found is false when they differ
+// at every one of them (or there is none, lo > hi).
 func (l *entryLog) agreement(f *Fetch) (a, lo, hi uint64, found bool) {
 	cLast := f.From - 1
-	lo, hi = max(f.Base, l.base), min(cLast, l.last())
+	cFrom := f.Base
+	if len(f.Runs) > 0 {
+		cFrom = min(f.Runs[0].First, f.Base)
+	}
+	lo, hi = max(cFrom, l.describedFrom()), min(cLast, l.last())
 	if lo > hi {
 		return 0, lo, hi, false
 	}
@@ -249,7 +290,7 @@ func (l *entryLog) agreement(f *Fetch) (a, lo, hi uint64, found bool) {
 		if j < 0 {
 			e, cLo, cHi = f.BaseEpoch, f.Base, f.Base
 		} else {
-			e, cLo, cHi = f.Runs[j].Epoch, max(f.Runs[j].First, f.Base+1), cLast
+			e, cLo, cHi = f.Runs[j].Epoch, f.Runs[j].First, cLast
 			if j+1 < len(f.Runs) {
 				cHi = f.Runs[j+1].First - 1
 			}

@@ -3,6 +3,7 @@ package partition
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -59,8 +60,48 @@ func TestLogKeepsEntriesItHandedOut(t *testing.T) {
 		assert.Equal(t, entry(e.Offset), e)
 	}
 
-	l.reset(5000, Epoch{Term: 9})
+	l.reset(5000, Epoch{Term: 9}, nil)
 	assert.Empty(t, l.blocks, "a reset log lets its blocks go")
 	l.append(entry(5001), limit)
 	assert.Equal(t, entry(5001), l.at(5001))
+}
+
+// The epoch runs outlive the entries they describe: trimming keeps them,
+// a reset takes the server's, and agreement compares trimmed offsets too.
+func TestLogKeepsEpochHistory(t *testing.T) {
+	e1, e2, e3 := Epoch{Term: 1, Owner: "a"}, Epoch{Term: 2, Owner: "b"}, Epoch{Term: 3, Owner: "a"}
+	var l entryLog
+	for o := uint64(1); o <= 30; o++ {
+		ep := e1
+		switch {
+		case o > 20:
+			ep = e3
+		case o > 10:
+			ep = e2
+		}
+		l.append(Entry{Epoch: ep, Offset: o, Key: "k"}, 4)
+	}
+	require.Equal(t, uint64(26), l.base)
+	require.Equal(t, []Run{{Epoch: e1, First: 1}, {Epoch: e2, First: 11}, {Epoch: e3, First: 21}}, l.runs)
+	lo, hi, ok := l.span(e2)
+	assert.True(t, ok)
+	assert.Equal(t, [2]uint64{11, 20}, [2]uint64{lo, hi}, "a trimmed epoch's span")
+
+	// An asker that stopped at 15 in e2 agrees through 15; one that wrote
+	// 13-15 in an epoch this log never held agrees through 12.
+	a, _, _, found := l.agreement(&Fetch{From: 16, Base: 5, BaseEpoch: e1, Runs: []Run{{Epoch: e1, First: 1}, {Epoch: e2, First: 11}}})
+	assert.True(t, found)
+	assert.Equal(t, uint64(15), a)
+	other := Epoch{Term: 2, Owner: "c"}
+	a, _, _, found = l.agreement(&Fetch{From: 16, Base: 5, BaseEpoch: e1, Runs: []Run{{Epoch: e1, First: 1}, {Epoch: e2, First: 11}, {Epoch: other, First: 13}}})
+	assert.True(t, found)
+	assert.Equal(t, uint64(12), a)
+
+	var c entryLog
+	c.reset(30, e3, slices.Clone(l.runs))
+	assert.Equal(t, l.runs, c.runs, "a restored copy keeps the server's history")
+	c.reset(30, e2, slices.Clone(l.runs))
+	assert.Empty(t, c.runs, "runs that do not end in the base's epoch are refused")
+	c.reset(30, e3, []Run{{Epoch: e2, First: 11}, {Epoch: e1, First: 12}, {Epoch: e3, First: 21}})
+	assert.Empty(t, c.runs, "runs whose epochs fall are refused")
 }

@@ -123,6 +123,9 @@ type SnapshotReply struct {
 	OffsetEpoch Epoch    `msgpack:"oe"`
 	TruncateTo  uint64   `msgpack:"t"`
 	State       []byte   `msgpack:"d"`
+	// Runs is the server's epoch history up to Position.Offset, which the
+	// copy keeps so that it can check others' logs in turn (rule 8).
+	Runs []Run `msgpack:"r"`
 }
 
 // Forward carries a write from the node that received it to the owner by
