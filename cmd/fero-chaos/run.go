@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +39,7 @@ type runFlags struct {
 	args     []string
 	verbose  bool
 	maxTime  time.Duration
+	parallel int
 }
 
 func newRun() *cobra.Command {
@@ -89,6 +91,7 @@ one; the seed varies only the workload (its keys and operations):
 	fl.DurationVar(&f.converge, "converge", time.Minute, "how long to wait after the heal for every server's copy to agree")
 	fl.StringArrayVar(&f.args, "server-arg", nil, "an extra `fero serve` flag, like --server-arg=--quorum=2 (repeatable)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print every step and process event as it happens")
+	fl.IntVar(&f.parallel, "parallel", 1, "seeds run at once, each on a network of its own (lines print as seeds end)")
 	fl.DurationVar(&f.maxTime, "max-time", 0, "start no seed after this long (0: no limit); seeds left out fail the run")
 	return cmd
 }
@@ -170,39 +173,46 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 	}
 	fmt.Fprintf(w, "%d seeds, output in %s\n", len(seeds), f.out)
 
-	var sum summary
+	var (
+		sum     summary
+		mu      sync.Mutex // guards sum, next, skipped and w
+		next    int        // the next seed to start
+		skipped bool
+		wg      sync.WaitGroup
+	)
 	began := time.Now()
-	for _, seed := range seeds {
-		if ctx.Err() != nil {
-			break
+	// take hands a worker the next seed to run, or false when none is
+	// left or the time is up.
+	take := func() (uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil || next >= len(seeds) {
+			return 0, false
 		}
 		if f.maxTime > 0 && time.Since(began) > f.maxTime {
-			fmt.Fprintf(w, "--max-time %v reached: %d seeds not run\n", f.maxTime, len(seeds)-sum.runs)
-			break
+			if !skipped {
+				skipped = true
+				fmt.Fprintf(w, "--max-time %v reached: %d seeds not started\n", f.maxTime, len(seeds)-next)
+			}
+			return 0, false
 		}
-		servers := f.nodes[int(seed%uint64(len(f.nodes)))]
-		cfg := chaos.Config{
-			Seed: seed, Servers: servers, Clients: f.clients, Spare: !f.noSpare,
-			Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds, Scenario: f.scenario,
-			Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
-			Rate: f.rate, Keys: f.keys, Converge: f.converge,
-			Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
-			Check: runCheck,
-		}
-		if f.verbose {
-			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(w, "  "+format+"\n", args...) }
-		}
-		res := chaos.Run(ctx, cfg)
-		sum.add(res)
-		fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs\n",
-			seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds())
-		for _, n := range res.Notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
-		}
-		if res.Failed() {
-			printFailure(w, res, replay(f, seed, servers))
-		}
+		next++
+		return seeds[next-1], true
 	}
+	for range max(1, min(f.parallel, len(seeds))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				seed, ok := take()
+				if !ok {
+					return
+				}
+				runSeed(ctx, w, &mu, &sum, f, seed, feroBin, self, kinds)
+			}
+		}()
+	}
+	wg.Wait()
 	sum.print(w, f.out)
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted after %d of %d seeds", sum.runs, len(seeds))
@@ -214,6 +224,38 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 		return fmt.Errorf("ran %d of %d seeds within --max-time %v", sum.runs, len(seeds), f.maxTime)
 	}
 	return nil
+}
+
+// runSeed runs one seed and reports it under mu.
+func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *runFlags, seed uint64, feroBin, self string, kinds []chaos.Kind) {
+	servers := f.nodes[int(seed%uint64(len(f.nodes)))]
+	cfg := chaos.Config{
+		Seed: seed, Servers: servers, Clients: f.clients, Spare: !f.noSpare,
+		Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds, Scenario: f.scenario,
+		Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
+		Rate: f.rate, Keys: f.keys, Converge: f.converge,
+		Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
+		Check: runCheck,
+	}
+	if f.verbose {
+		cfg.Logf = func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(w, "  "+format+"\n", args...)
+		}
+	}
+	res := chaos.Run(ctx, cfg)
+	mu.Lock()
+	defer mu.Unlock()
+	sum.add(res)
+	fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs\n",
+		seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds())
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if res.Failed() {
+		printFailure(w, res, replay(f, seed, servers))
+	}
 }
 
 // buildFero builds ./cmd/fero of the module fero-chaos runs in.
