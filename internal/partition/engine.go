@@ -68,6 +68,8 @@ type Engine struct {
 	liveInc       map[string]uint64 // servers: the incarnation the map last showed
 	inc           uint64            // this node's incarnation, by its map
 	heardConfig   bool              // a peer has sent this node the configuration
+	recovered     map[string]uint64 // voters that answered Recover, by the incarnation they answered in
+	recoverSent   time.Time         // when Recover last went out
 	voterOffs     []uint64          // checkWaits' scratch
 
 	settleUntil time.Time            // no sync starts before (a server just left)
@@ -549,6 +551,13 @@ func (e *Engine) Step(from string, msg Message) error {
 			e.mergeVoters(from, m.List)
 		}
 		return nil
+	case *Recover:
+		if !e.cfg.client {
+			e.answerRecover(from)
+		}
+		return nil
+	case *RecoverReply:
+		return e.stepRecoverReply(from, m)
 	case *PosRequest, *EpochStart, *Commit, *CommitAck, *Fenced, *ReadProbe, *ReadAck:
 		if e.declaredDead(from) {
 			return nil // no promise to it, none of its epochs adopted (rule 9)

@@ -23,6 +23,8 @@ const (
 	KindVoters        MsgKind = 13
 	KindReadProbe     MsgKind = 14
 	KindReadAck       MsgKind = 15
+	KindRecover       MsgKind = 16
+	KindRecoverReply  MsgKind = 17
 )
 
 // Message is one of the pointer types below. Messages are shared: the
@@ -198,6 +200,22 @@ type ReadAck struct {
 	Position  Position `msgpack:"o"`
 }
 
+// Recover asks a server for the epoch it has accepted in every partition:
+// a server that does not vote yet (restarted with nothing, or new) learns
+// back the promises it may have made before it takes its vote (rule 9).
+// Partition is always 0.
+type Recover struct {
+	Partition uint32 `msgpack:"p"`
+}
+
+// RecoverReply answers Recover: the sender's incarnation, and the epoch it
+// has accepted in each partition, in partition order.
+type RecoverReply struct {
+	Partition uint32  `msgpack:"p"`
+	Inc       uint64  `msgpack:"n"`
+	Accepted  []Epoch `msgpack:"a"`
+}
+
 // Kind implements Message.
 func (*Commit) Kind() MsgKind        { return KindCommit }
 func (*CommitAck) Kind() MsgKind     { return KindCommitAck }
@@ -214,6 +232,8 @@ func (*Heartbeat) Kind() MsgKind     { return KindHeartbeat }
 func (*Voters) Kind() MsgKind        { return KindVoters }
 func (*ReadProbe) Kind() MsgKind     { return KindReadProbe }
 func (*ReadAck) Kind() MsgKind       { return KindReadAck }
+func (*Recover) Kind() MsgKind       { return KindRecover }
+func (*RecoverReply) Kind() MsgKind  { return KindRecoverReply }
 
 // Part implements Message.
 func (m *Commit) Part() uint32        { return m.Partition }
@@ -231,6 +251,8 @@ func (m *Heartbeat) Part() uint32     { return m.Partition }
 func (m *Voters) Part() uint32        { return m.Partition }
 func (m *ReadProbe) Part() uint32     { return m.Partition }
 func (m *ReadAck) Part() uint32       { return m.Partition }
+func (m *Recover) Part() uint32       { return m.Partition }
+func (m *RecoverReply) Part() uint32  { return m.Partition }
 
 // NewMessage returns a zero message of kind k for a decoder to fill, or nil
 // for an unknown kind.
@@ -266,6 +288,10 @@ func NewMessage(k MsgKind) Message {
 		return new(ReadProbe)
 	case KindReadAck:
 		return new(ReadAck)
+	case KindRecover:
+		return new(Recover)
+	case KindRecoverReply:
+		return new(RecoverReply)
 	}
 	return nil
 }

@@ -617,8 +617,11 @@ func TestStartedEpochIsNotPromisedAgain(t *testing.T) {
 // and one restarted (a learner until it catches up), two can still answer.
 // Two promises meet every three acks of a Majority write, so a sync may
 // start with them; with a majority of promises required, no partition
-// would ever get an owner again, and the restarted server, which catches
-// up from owners, would never vote (the fault suite stalled this way).
+// would ever get an owner again (the fault suite stalled this way). The
+// restarted server catches up from those owners, but takes its vote only
+// once it can learn what it may have promised the dead one (rule 9, see
+// TestRestartedServerLearnsItsPromisesBack): when that server is back, or
+// an operator forgets it.
 func TestEvenConfigurationSyncsWithHalf(t *testing.T) {
 	ids := []string{"a", "b", "c", "d"}
 	n := newNetwork(t, 8, ids)
@@ -645,7 +648,99 @@ func TestEvenConfigurationSyncsWithHalf(t *testing.T) {
 			t.Fatalf("the restarted server holds k=%q in partition %d", v, p)
 		}
 	}
+	if n.nodes["a"].e.isVoter("c") {
+		t.Fatal("the restarted server voted without hearing from three others")
+	}
+	for _, id := range live {
+		if err := n.nodes[id].e.Forget("d"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.settle()
 	if !n.nodes["a"].e.isVoter("c") {
 		t.Fatalf("the restarted server never took its vote back: %+v", n.nodes["a"].e.Voters())
+	}
+}
+
+// TestRestartedServerLearnsItsPromisesBack (rule 9): a server that
+// restarts with nothing has forgotten the epochs it promised and the
+// writes it acked. Caught up with an owner that is itself behind (one that
+// kept its lease through a one-sided failure detection while a newer owner,
+// for which the restarted server had acked a Majority write, took over),
+// it must not vote: with that owner it would make a majority that confirms
+// reads without the write and acks writes that the newer history replaces
+// on heal. The fault suite saw the stale read (seed 2). A restarted server
+// votes only once it has heard the epochs accepted by enough voters to
+// learn back every one it may have promised, and accepted them itself.
+func TestRestartedServerLearnsItsPromisesBack(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 1, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	others := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == o })
+	o2, _ := groupOf(n.buildMap(others), p)
+	w := others[0]
+	if w == o2 {
+		w = others[1]
+	}
+	tok, _ := n.propose(o, p, "k", "v1", WaitMajority)
+	n.deliverAll()
+	if err := mustDone(t, n.nodes[o], tok).Err; err != nil {
+		t.Fatal(err)
+	}
+
+	// o2 declares o dead and takes the partition with w's promise; w still
+	// sees o, so o keeps its lease and its epoch. v2 is acked at Majority.
+	n.isolate([]string{o}, []string{o2})
+	n.setMap(others, o2)
+	n.settle()
+	if n.owner(p) != o2 && !n.nodes[o2].e.parts[p].active {
+		t.Fatalf("o2 did not take the partition: %s", n.statusLine())
+	}
+	tok, _ = n.propose(o2, p, "k", "v2", WaitMajority)
+	n.deliverAll()
+	if err := mustDone(t, n.nodes[o2], tok).Err; err != nil {
+		t.Fatal(err)
+	}
+	if !n.nodes[o].e.parts[p].active {
+		t.Fatalf("the test needs the old owner still active: %s", n.statusLine())
+	}
+
+	// w restarts empty, and o2 is cut off from it too. w catches up with o.
+	n.isolate([]string{o2}, []string{w})
+	n.add(w, false)
+	inc := map[string]uint64{w: 2}
+	n.setMapInc(ids, inc, o, w)
+	n.propose(o, p, "other", "x", WaitAck)
+	n.settle()
+	if n.nodes[w].e.isVoter(w) || n.nodes[o].e.isVoter(w) {
+		t.Fatalf("the restarted server votes after catching up with the deposed owner alone: %s", n.statusLine())
+	}
+	if rt, err := proposeRead(n, o, p); err == nil {
+		n.settle()
+		if c := mustDone(t, n.nodes[o], rt); c.Err == nil {
+			t.Fatalf("the deposed owner confirmed a read without the Majority write v2 at %+v", c.Position)
+		}
+	}
+	if tok, err := n.propose(o, p, "k", "v3", WaitMajority); err == nil {
+		n.settle()
+		if c := mustDone(t, n.nodes[o], tok); c.Err == nil {
+			t.Fatal("the deposed owner got a Majority ack with the restarted server's vote")
+		}
+	}
+
+	// Once o2 is back, v2 stands everywhere and w votes again.
+	n.heal()
+	n.setMapInc(ids, inc, ids...)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if v := n.nodes[id].st.kv[p]["k"]; v != "v2" {
+			t.Fatalf("%s holds k=%q, want the Majority write v2", id, v)
+		}
+		if !n.nodes[id].e.isVoter(w) {
+			t.Fatalf("%s does not count the restarted server once it recovered: %+v", id, n.nodes[id].e.Voters())
+		}
 	}
 }

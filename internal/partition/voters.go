@@ -105,6 +105,10 @@ func (e *Engine) mapVoter(s ring.Member, n int) {
 func (e *Engine) maybeTakeVote() {
 	v, ok := e.voters[e.id]
 	if e.cfg.client || e.inc == 0 || (ok && v.Inc > e.inc) || (ok && v.Inc == e.inc && (v.Left || !v.Guess)) {
+		e.recovered = nil
+		return
+	}
+	if !e.recoveredPromises() {
 		return
 	}
 	for _, pt := range e.parts {
@@ -116,6 +120,89 @@ func (e *Engine) maybeTakeVote() {
 	e.voters[e.id] = Voter{ID: e.id, Inc: e.inc}
 	e.votersPresent = -1
 	e.quorumKnown = false
+}
+
+// recoveredPromises reports whether this server, about to take its vote,
+// has learned back the promises it may have made in an earlier life, and
+// asks for them (Recover, once per probe interval) while it has not.
+//
+// A server that restarts with nothing has forgotten the epochs it accepted
+// and the writes it acked. If it voted once caught up with whichever owner
+// it reaches, that owner may be one a newer epoch has deposed, which it
+// had promised before (the newer owner cut off from both): the two would
+// make a majority that confirms stale reads and acks writes the newer
+// history replaces on heal. So it first hears the epoch every partition
+// has accepted from enough voters, min(majority, present − 1) of the
+// others, that at least one answers from every majority it could have
+// been part of (every set that acked a Majority write, and every sync's
+// promises, which meet every such set), and adopts the highest: its
+// catching up then ends in an epoch at least as new as any it promised.
+// (Viewstamped Replication recovers a replica the same way.) A cluster
+// still forming (no confirmed voter) has promised nothing yet; whether it
+// has formed is a peer's word, so a server with peers waits for the
+// configuration from one (it comes with the first heartbeats).
+func (e *Engine) recoveredPromises() bool {
+	if !e.heardConfig {
+		return e.m != nil && len(e.m.Members()) == 1 && !e.cfg.joining
+	}
+	if !e.formed() {
+		return true
+	}
+	others := e.present()
+	if v, ok := e.voters[e.id]; ok && !v.Left {
+		others--
+	}
+	need := min(e.majority(), others)
+	n := 0
+	for id, inc := range e.recovered {
+		if v, ok := e.voters[id]; ok && id != e.id && !v.Left && v.Inc == inc {
+			n++
+		}
+	}
+	if n >= need {
+		return true
+	}
+	if e.m != nil && (e.recoverSent.IsZero() || e.now.Sub(e.recoverSent) >= e.cfg.probeInterval) {
+		e.recoverSent = e.now
+		for _, s := range e.m.Members() {
+			if s.ID != e.id && e.recovered[s.ID] != s.Incarnation {
+				e.send(s.ID, &Recover{})
+			}
+		}
+	}
+	return false
+}
+
+// answerRecover tells a recovering server the epoch this server has
+// accepted in every partition.
+func (e *Engine) answerRecover(from string) {
+	acc := make([]Epoch, len(e.parts))
+	for i, pt := range e.parts {
+		acc[i] = pt.accepted
+	}
+	e.send(from, &RecoverReply{Inc: e.inc, Accepted: acc})
+}
+
+// stepRecoverReply adopts the epochs a server reports, and notes that it
+// answered (see recoveredPromises).
+func (e *Engine) stepRecoverReply(from string, m *RecoverReply) error {
+	if e.cfg.client {
+		return nil
+	}
+	if len(m.Accepted) != len(e.parts) {
+		return errs.Errorf(errs.InvalidArgument, "recover reply for %d partitions, not %d", len(m.Accepted), len(e.parts))
+	}
+	for i, ep := range m.Accepted {
+		if ep.Term > 0 {
+			e.adopt(e.parts[i], ep)
+			e.markDirty(e.parts[i])
+		}
+	}
+	if e.recovered == nil {
+		e.recovered = map[string]uint64{}
+	}
+	e.recovered[from] = m.Inc
+	return nil
 }
 
 // mergeVoters merges a configuration peer from sent (in a [Voters]
