@@ -399,7 +399,8 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 		return
 	}
 	e.adopt(pt, m.Position.Epoch)
-	for o := max(m.TruncateTo, pt.log.base) + 1; o <= pt.log.last(); o++ {
+	// Newest first: the order that undoes them.
+	for o := pt.log.last(); o > max(m.TruncateTo, pt.log.base); o-- {
 		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: pt.log.at(o)})
 	}
 	pt.log.reset(m.Position.Offset, m.OffsetEpoch, m.Runs)

@@ -1318,12 +1318,14 @@ func TestSnapshotCatchUpChecksTrimmedHistory(t *testing.T) {
 	n.isolate([]string{"a", "d"}, []string{"b", "c"})
 	// Before failure detection a still owns p: its ack reaches d, on its
 	// side of the split.
-	lost, _ := n.propose("a", p, "lost", "x", WaitAck)
-	n.deliverAll()
-	if c := mustDone(t, n.nodes["a"], lost); c.Err != nil {
-		t.Fatal(c.Err)
+	for _, key := range []string{"lost", "lost2"} {
+		lost, _ := n.propose("a", p, key, "x", WaitAck)
+		n.deliverAll()
+		if c := mustDone(t, n.nodes["a"], lost); c.Err != nil {
+			t.Fatal(c.Err)
+		}
 	}
-	if n.nodes["d"].st.kv[p]["lost"] != "x" {
+	if n.nodes["d"].st.kv[p]["lost2"] != "x" {
 		t.Fatal("the client on a's side did not apply a's write")
 	}
 	n.setMap([]string{"a"}, "a", "d")
@@ -1348,7 +1350,8 @@ func TestSnapshotCatchUpChecksTrimmedHistory(t *testing.T) {
 		if len(kinds(nd.events, p, EventRestored)) == 0 {
 			t.Fatalf("%s caught up without a snapshot: the test did not reach the history cap", id)
 		}
-		if d := kinds(nd.events, p, EventDropped); len(d) != 1 || d[0].Entry.Key != "lost" {
+		// Newest first, the order that undoes them.
+		if d := kinds(nd.events, p, EventDropped); len(d) != 2 || d[0].Entry.Key != "lost2" || d[1].Entry.Key != "lost" {
 			t.Fatalf("dropped events on %s: %+v", id, d)
 		}
 	}

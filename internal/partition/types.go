@@ -127,6 +127,8 @@ const (
 	// EventDropped: this copy held Entry, an uncommitted write of an older
 	// epoch that the partition's history no longer contains (rule 6). Its
 	// effect is gone from State: the copy was restored from a snapshot.
+	// Several entries dropped at once come newest first, the order that
+	// undoes them.
 	EventDropped
 	// EventRestored: State's partition was replaced by a snapshot at
 	// Position (catch-up past the owner's history cap, or a rollback).

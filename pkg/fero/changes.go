@@ -48,7 +48,8 @@ const (
 	Applied = ChangeKind(partition.EventApplied)
 	// Dropped: this copy had applied a change that the partition's history
 	// no longer holds (it was never acknowledged beyond Ack, and its owner
-	// lost it in a failover); its effect is gone from the copy.
+	// lost it in a failover); its effect is gone from the copy. Several
+	// dropped at once come newest first, the order that undoes them.
 	Dropped = ChangeKind(partition.EventDropped)
 	// Restored: the partition was replaced by a snapshot of the owner's
 	// state (a copy too far behind, or rolled back). Key and Value are
