@@ -374,6 +374,7 @@ func printFailure(w io.Writer, r *chaos.Result, replay string) {
 // summary adds up the runs.
 type summary struct {
 	runs, ops, errs, notes int
+	skipped                int
 	servers                []int
 	faults                 map[chaos.Kind]int
 	anomalies              map[string]int
@@ -389,6 +390,7 @@ func (s *summary) add(r *chaos.Result) {
 	s.ops += r.Ops
 	s.elapsed += r.Elapsed
 	s.notes += len(r.Notes)
+	s.skipped += r.Skipped
 	if !slices.Contains(s.servers, r.Servers) {
 		s.servers = append(s.servers, r.Servers)
 	}
@@ -429,6 +431,9 @@ func (s *summary) print(w io.Writer, out string) {
 		}
 	}
 	_ = tw.Flush()
+	if s.skipped > 0 {
+		fmt.Fprintf(w, "  (%d process faults skipped: restarted servers had not caught up)\n", s.skipped)
+	}
 	if nAnom > 0 {
 		fmt.Fprintf(w, "\nanomalies by kind\n")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -617,8 +617,9 @@ type Status struct {
 // a restarted one votes again only once it has caught up (docs/engine.md
 // rule 9); a process fault that strikes while earlier ones have not caught
 // up would have a majority of the configuration lose its memory, which no
-// memory-only cluster survives. It notes, and goes on, after limit.
-func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Duration) {
+// memory-only cluster survives. It reports false, and notes which, after
+// limit.
+func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
@@ -632,12 +633,12 @@ func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Dura
 			}
 		}
 		if len(behind) == 0 {
-			return
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			c.note("%v had not caught up (voting) %v before the next process fault", behind, limit)
-			return
+			c.note("%v had not caught up (voting) %v before the next process fault, which is skipped", behind, limit)
+			return false
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -63,6 +63,12 @@ func ShapeFor(f Fault) (Shape, bool) {
 	return Shape{}, false
 }
 
+// ErrSkipped: a process fault was not applied because restarted servers
+// had not caught up; with it, a majority of the configuration would have
+// lost its memory, which no cluster without disks survives (see
+// Cluster.WaitVoting). The schedule goes on without it.
+var ErrSkipped = errors.New("skipped: restarted servers had not caught up")
+
 // Injector applies faults to a net and a cluster and undoes them. Drop
 // rules and shapes of overlapping faults are combined per node: each
 // change rewrites the node's whole rule set from what is still active.
@@ -199,7 +205,9 @@ func (j *Injector) process(ctx context.Context, f Fault, undo bool) error {
 		return errors.New("no cluster")
 	}
 	if !undo && (f.Kind == KindKill || f.Kind == KindPause || f.Kind == KindLeave) {
-		j.cl.WaitVoting(ctx, f.Node, 20*time.Second)
+		if !j.cl.WaitVoting(ctx, f.Node, 20*time.Second) {
+			return ErrSkipped
+		}
 	}
 	switch {
 	case f.Kind == KindKill && !undo:

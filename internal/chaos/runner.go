@@ -88,7 +88,10 @@ type Result struct {
 	// Schedule is the schedule run (nil if the run failed before).
 	Schedule *Schedule
 	// Injected counts the faults whose start took effect, by kind.
-	Injected  map[Kind]int
+	Injected map[Kind]int
+	// Skipped counts process faults not applied because restarted servers
+	// had not caught up (ErrSkipped).
+	Skipped   int
 	Ops       int
 	Anomalies []Anomaly
 	// Report is the checker's text.
@@ -317,13 +320,17 @@ func (r *runner) runSchedule(ctx context.Context, inj *Injector, s *Schedule, t0
 			r.res.Injected[f.Kind]++
 		}
 		cancel()
+		skipped := errors.Is(err, ErrSkipped)
+		if skipped {
+			r.res.Skipped++
+		}
 		verb := "start"
 		if st.Undo {
 			verb = "undo"
 		}
 		r.logf("%8.3fs %s %s (late %v, took %v)%s", st.At.Seconds(), verb, f,
 			late.Round(time.Millisecond), (time.Since(t0.Add(st.At)) - late).Round(time.Millisecond), errSuffix(err))
-		if err != nil {
+		if err != nil && !skipped {
 			errs = append(errs, err)
 		}
 	}

@@ -744,3 +744,36 @@ func TestRestartedServerLearnsItsPromisesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedServerCountsItselfOnlyOnceListed (rule 9): a server given
+// seeds that restarts and sees its peers in its map does not count its own
+// empty copy as a vote before a peer has told it the configuration; the
+// peers' word (its earlier incarnation) makes it a learner. The fault
+// suite's servers reported themselves voting moments after a restart, so
+// the suite's wait for restarted servers to catch up before the next
+// process fault let two of three servers lose their memory at once.
+func TestRestartedServerCountsItselfOnlyOnceListed(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids, WithJoining())
+	n.settle()
+	if !n.nodes["c"].e.Voting() {
+		t.Fatal("c does not vote before the restart")
+	}
+	n.add("c", false)
+	inc := map[string]uint64{"c": 2}
+	n.setMapInc(ids, inc, "c")
+	if n.nodes["c"].e.Voting() {
+		t.Fatal("the restarted server counts itself before a peer listed it")
+	}
+	n.setMapInc(ids, inc, ids...)
+	n.deliverAll()
+	n.tick(250 * time.Millisecond)
+	n.deliverAll()
+	if n.nodes["c"].e.isVoter("c") && !n.nodes["c"].e.parts[0].started {
+		t.Fatal("the restarted server votes before catching up")
+	}
+	n.settle()
+	if !n.nodes["c"].e.Voting() || !n.nodes["a"].e.isVoter("c") {
+		t.Fatalf("the restarted server never took its vote back: %+v", n.nodes["a"].e.Voters())
+	}
+}

@@ -89,7 +89,10 @@ func (e *Engine) mapVoter(s ring.Member, n int) {
 	if e.heardConfig || (n == 1 && e.cfg.joining) {
 		return
 	}
-	if _, ok := e.voters[s.ID]; !ok {
+	// A node given seeds takes its own entry from a peer's list: it may be
+	// a restarted server, whose empty copy must not count until it has
+	// caught up (maybeTakeVote).
+	if _, ok := e.voters[s.ID]; !ok && !(s.ID == e.id && e.cfg.joining) {
 		e.mergeVoter(Voter{ID: s.ID, Inc: s.Incarnation, Guess: true})
 	}
 }
