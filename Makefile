@@ -21,6 +21,7 @@ CHAOS_CLIENTS  ?= 2
 CHAOS_DURATION ?= 18s
 CHAOS_SETTLE   ?= 6s
 CHAOS_MAX_TIME ?= 2h
+CHAOS_PARALLEL ?= 3
 CHAOS_ARGS     ?=
 CHAOS_OUT      ?= .chaos/$(shell date +%Y%m%d-%H%M%S)
 
@@ -50,20 +51,21 @@ test-multicast: ## Real UDP multicast discovery in a network namespace of its ow
 .PHONY: chaos
 chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespaces (needs root, ip, nft, tc).
 	./scripts/chaos.sh full --seeds $(CHAOS_SEEDS) --nodes $(CHAOS_NODES) --clients $(CHAOS_CLIENTS) \
-		--duration $(CHAOS_DURATION) --settle $(CHAOS_SETTLE) --max-time $(CHAOS_MAX_TIME) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+		--duration $(CHAOS_DURATION) --settle $(CHAOS_SETTLE) --max-time $(CHAOS_MAX_TIME) --parallel $(CHAOS_PARALLEL) \
+		--out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 .PHONY: chaos-scenarios
 chaos-scenarios: ## Issue 16's regression cases on real processes: paused-owner 50 runs, long-split 20 (needs root, ip, nft, tc).
 	@out=.chaos/scenarios-$$(date +%Y%m%d-%H%M%S); rc=0; \
-	./scripts/chaos.sh full --scenario paused-owner --seeds 1-50 --nodes 3 --clients 2 --settle 6s \
+	./scripts/chaos.sh full --scenario paused-owner --seeds 1-50 --nodes 3 --clients 2 --settle 6s --parallel $(CHAOS_PARALLEL) \
 		--max-time 45m --out $$out/paused-owner $(CHAOS_ARGS) || rc=1; \
-	./scripts/chaos.sh full --scenario long-split --seeds 1-20 --nodes 3 --clients 2 --settle 6s --converge 2m \
+	./scripts/chaos.sh full --scenario long-split --seeds 1-20 --nodes 3 --clients 2 --settle 6s --converge 2m --parallel $(CHAOS_PARALLEL) \
 		--max-time 45m --out $$out/long-split $(CHAOS_ARGS) || rc=1; \
 	exit $$rc
 
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
-	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s \
+	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s --parallel 2 \
 		--max-time 150s --out .chaos/short-$(shell date +%Y%m%d-%H%M%S) $(CHAOS_ARGS)
 
 .PHONY: vet
