@@ -764,8 +764,10 @@ func (n *Node) whenStarted(h func(*transport.Request)) func(*transport.Request) 
 }
 
 // Forget removes server id, gone for good, from the cluster's
-// configuration (partition.Engine.Forget); the change reaches the other
-// servers with the next heartbeats.
+// configuration (partition.Engine.Forget) and returns once a majority of
+// the configuration holds the removal: a removal only this node held would
+// be lost if it stopped. If ctx ends first, the removal may still spread;
+// Forget again to confirm it.
 func (n *Node) Forget(ctx context.Context, id string) error {
 	out := make(chan error, 1)
 	q := func(e *partition.Engine) { out <- e.Forget(id) }
@@ -776,7 +778,37 @@ func (n *Node) Forget(ctx context.Context, id string) error {
 	case <-n.ctx.Done():
 		return ErrClosed
 	}
-	return <-out
+	if err := <-out; err != nil {
+		return err
+	}
+	type count struct{ have, need int }
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cs := make(chan count, 1)
+		q := func(e *partition.Engine) {
+			h, nd := e.Forgotten(id)
+			cs <- count{h, nd}
+		}
+		select {
+		case n.queries <- q:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.ctx.Done():
+			return ErrClosed
+		}
+		c := <-cs
+		if c.have >= c.need {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return errs.Errorf(errs.DeadlineExceeded, "forget %s: a majority of the configuration does not hold the removal yet (%d of %d); forget again to confirm: %w", id, c.have, c.need, ctx.Err())
+		case <-n.ctx.Done():
+			return ErrClosed
+		}
+	}
 }
 
 // Voters returns the cluster's configuration as this node knows it.

@@ -69,6 +69,7 @@ type Engine struct {
 	inc           uint64            // this node's incarnation, by its map
 	heardConfig   bool              // a peer has sent this node the configuration
 	recovered     map[string]uint64 // voters that answered Recover, by the incarnation they answered in
+	heardLists    map[string][]Voter // servers: the configuration each last sent (Forgotten)
 	recoverSent   time.Time         // when Recover last went out
 	voterOffs     []uint64          // checkWaits' scratch
 
@@ -549,6 +550,10 @@ func (e *Engine) Step(from string, msg Message) error {
 	case *Voters:
 		if !e.cfg.client {
 			e.mergeVoters(from, m.List)
+			if e.heardLists == nil {
+				e.heardLists = map[string][]Voter{}
+			}
+			e.heardLists[from] = m.List
 		}
 		return nil
 	case *Recover:

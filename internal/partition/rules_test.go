@@ -251,8 +251,11 @@ func TestForgetShrinksTheConfiguration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := n.nodes["a"].e.Forget("b"); !errors.Is(err, ErrNotVoter) {
-		t.Fatalf("forgetting twice: %v", err)
+	if err := n.nodes["a"].e.Forget("b"); err != nil {
+		t.Fatalf("forgetting twice (which spreads the removal again): %v", err)
+	}
+	if err := n.nodes["a"].e.Forget("zz"); !errors.Is(err, ErrNotVoter) {
+		t.Fatalf("forgetting a server never known: %v", err)
 	}
 	n.settle()
 	tok, err := n.propose("a", 0, "k", "v", WaitMajority)
@@ -775,5 +778,44 @@ func TestRestartedServerCountsItselfOnlyOnceListed(t *testing.T) {
 	n.settle()
 	if !n.nodes["c"].e.Voting() || !n.nodes["a"].e.isVoter("c") {
 		t.Fatalf("the restarted server never took its vote back: %+v", n.nodes["a"].e.Voters())
+	}
+}
+
+// TestForgetIsConfirmedByAMajority (rule 9): a removal is sent to every
+// server at once, and counts as held once a majority of the configuration
+// has sent it back. The fault suite lost a removal that the one server
+// that made it held when it was stopped 250 ms later, before its next
+// heartbeat; the forgotten server then blocked a restarted server's
+// recovery for good.
+func TestForgetIsConfirmedByAMajority(t *testing.T) {
+	ids := []string{"a", "b", "c", "d"}
+	n := newNetwork(t, 4, ids)
+	n.settle()
+	n.crash("d")
+	live := []string{"a", "b", "c"}
+	n.setMap(live, live...)
+	n.settle()
+	a := n.nodes["a"].e
+	if err := a.Forget("d"); err != nil {
+		t.Fatal(err)
+	}
+	if have, need := a.Forgotten("d"); have != 1 || need != 2 {
+		t.Fatalf("before any peer answered: %d of %d", have, need)
+	}
+	n.collect(n.nodes["a"])
+	sent := 0
+	for _, env := range n.queue {
+		if v, ok := env.msg.(*Voters); ok && env.from == "a" && slices.ContainsFunc(v.List, func(v Voter) bool { return v.ID == "d" && v.Left }) {
+			sent++
+		}
+	}
+	if sent != 2 {
+		t.Fatalf("the removal went to %d servers at once, want 2", sent)
+	}
+	n.deliverAll()
+	n.tick(250 * time.Millisecond)
+	n.deliverAll()
+	if have, need := a.Forgotten("d"); have < need {
+		t.Fatalf("after the peers' heartbeats: %d of %d", have, need)
 	}
 }

@@ -267,13 +267,56 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 func (e *Engine) Forget(id string) error {
 	cur, ok := e.voters[id]
 	switch {
-	case !ok || cur.Left:
+	case !ok:
 		return ErrNotVoter
-	case e.alive[id]:
+	case e.alive[id] && !cur.Left:
 		return ErrForgetLive
 	}
 	e.mergeVoter(Voter{ID: id, Inc: cur.Inc, Left: true})
+	// Spread it now, not with the next heartbeats: a change only this
+	// node holds dies with it.
+	if e.m != nil && !e.cfg.client {
+		vs := &Voters{List: e.Voters()}
+		for _, s := range e.m.Members() {
+			if s.ID != e.id {
+				e.send(s.ID, vs)
+			}
+		}
+	}
 	return nil
+}
+
+// Forgotten reports how many voters of the configuration (this node
+// included) are known to hold the removal of id, and how many are needed:
+// a majority, since any majority that decides, and any node that restarts,
+// then hears of it; or, when fewer voters are alive, all of them (removing
+// two dead servers of three, the first removal can only be held by the
+// survivor). A second Forget of the same server is not an error; it
+// spreads the removal again.
+func (e *Engine) Forgotten(id string) (have, need int) {
+	live := 0
+	for vid := range e.voters {
+		if e.isVoter(vid) && (vid == e.id || e.alive[vid]) {
+			live++
+		}
+	}
+	need = max(1, min(e.majority(), live))
+	cur, ok := e.voters[id]
+	if !ok || !cur.Left {
+		return 0, need
+	}
+	if e.isVoter(e.id) {
+		have++
+	}
+	for from, vs := range e.heardLists {
+		if from == e.id || !e.isVoter(from) {
+			continue
+		}
+		if slices.ContainsFunc(vs, func(v Voter) bool { return v.ID == id && v.Left && v.Inc >= cur.Inc }) {
+			have++
+		}
+	}
+	return have, need
 }
 
 // Voting reports whether this node's promises and acks count: a server of

@@ -432,8 +432,11 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 // Forget one server at a time, once the others have caught up (fero
 // status shows every node's digest). Forget refuses a server this node sees alive
 // (CodeFailedPrecondition) and an ID that is not in the configuration
-// (CodeNotFound).
-// The change reaches the other servers with the next heartbeats. Forget
+// (CodeNotFound); forgetting a server twice is not an error. It returns
+// once a majority of the configuration holds the removal (or every live
+// voter, when fewer are alive), so the removal outlives this node; when ctx
+// ends first it returns CodeDeadlineExceeded and the removal may still
+// spread: Forget again to confirm it. Forget
 // only servers you know to be dead: a forgotten server that is merely cut
 // off could, with the rest of its side, make a second majority.
 func (r *Resource) Forget(ctx context.Context, id string) error { return r.n.Forget(ctx, id) }
