@@ -22,7 +22,7 @@ import (
 // library's struct tags.
 //
 //	Commit        [partition, term, owner, first offset, [[type, key, value]…]]
-//	CommitAck     [partition, term, owner, offset]
+//	CommitAck     [partition, term, owner, offset, incarnation]
 //	Forward       [partition, id, hops, type, key, value, wait, k, term, owner, deadline]
 //	ForwardReply  [partition, id, term, owner, offset, code, msg, owner hint]
 //	FetchReply    [partition, id, term, owner, offset, start, [entry…]]
@@ -40,9 +40,10 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 	case *Commit:
 		return m.append(b)
 	case *CommitAck:
-		b = wire.AppendArrayHeader(b, 4)
+		b = wire.AppendArrayHeader(b, 5)
 		b = wire.AppendUint(b, uint64(m.Partition))
-		return appendPosition(b, m.Position), nil
+		b = appendPosition(b, m.Position)
+		return wire.AppendUint(b, m.Inc), nil
 	case *Forward:
 		b = wire.AppendArrayHeader(b, 11)
 		b = appendUints(b, uint64(m.Partition), m.ID, uint64(m.Hops), uint64(m.Type))
@@ -247,9 +248,10 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 	case *Commit:
 		d.commit(m)
 	case *CommitAck:
-		c.Array("commit ack", 4)
+		c.Array("commit ack", 5)
 		m.Partition = c.Uint32("partition")
 		m.Position = d.position()
+		m.Inc = c.Uint("incarnation")
 	case *Forward:
 		c.Array("forward", 11)
 		m.Partition = c.Uint32("partition")

@@ -100,6 +100,7 @@ type wait struct {
 // peer is what an owner knows of one copy.
 type peer struct {
 	pos     Position  // last acked
+	inc     uint64    // the incarnation that sent the last ack
 	checked uint64    // acked offset at the last probe check
 	probed  time.Time // last probe check
 }
@@ -278,7 +279,7 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 		return
 	}
 	e.adopt(pt, m.Epoch)
-	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Voters: e.Voters()})
+	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Inc: e.inc, Voters: e.Voters()})
 }
 
 // maybeFetch asks for what the copy lacks: during sync, from the node with

@@ -742,7 +742,7 @@ func (e *Engine) sendAck(pt *part) {
 	pt.ackDirty = false
 	if to := e.ackTarget(pt); to != "" {
 		a := take(&e.out.acks)
-		*a = CommitAck{Partition: uint32(pt.p), Position: pt.position()}
+		*a = CommitAck{Partition: uint32(pt.p), Position: pt.position(), Inc: e.inc}
 		e.send(to, a)
 	}
 }

@@ -48,6 +48,9 @@ type Commit struct {
 type CommitAck struct {
 	Partition uint32   `msgpack:"p"`
 	Position  Position `msgpack:"s"`
+	// Inc is the sender's incarnation: the ack counts toward a Majority
+	// only from the incarnation that holds the sender's vote (rule 9).
+	Inc uint64 `msgpack:"n"`
 }
 
 // EpochStart announces an epoch: the owner's history is its log up to
@@ -83,6 +86,9 @@ type PosReply struct {
 	Epoch     Epoch    `msgpack:"e"`
 	Position  Position `msgpack:"s"`
 	Oldest    uint64   `msgpack:"o"`
+	// Inc is the sender's incarnation: the promise counts only from the
+	// incarnation that holds the sender's vote (rule 9).
+	Inc uint64 `msgpack:"n"`
 	// Voters is the configuration as the copy knows it: a syncing owner
 	// merges it before it counts its quorum, so a node that joined late
 	// learns of servers it never saw (rule 9).
@@ -198,6 +204,8 @@ type ReadAck struct {
 	Epoch     Epoch    `msgpack:"e"`
 	Seq       uint64   `msgpack:"s"`
 	Position  Position `msgpack:"o"`
+	// Inc is the sender's incarnation (see CommitAck.Inc).
+	Inc uint64 `msgpack:"n"`
 }
 
 // Recover asks a server for the epoch it has accepted in every partition:

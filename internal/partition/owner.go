@@ -24,6 +24,7 @@ type syncState struct {
 type reply struct {
 	from string
 	pos  Position
+	inc  uint64 // the incarnation that answered
 }
 
 func (s *syncState) has(self, id string) bool {
@@ -101,7 +102,7 @@ func (e *Engine) stepPosReply(pt *part, from string, m *PosReply) {
 	if s == nil || m.Epoch != s.epoch || s.target != "" || s.has(e.id, from) {
 		return
 	}
-	s.replies = append(s.replies, reply{from: from, pos: m.Position})
+	s.replies = append(s.replies, reply{from: from, pos: m.Position, inc: m.Inc})
 	// Servers this node never saw (it joined while they were down) count
 	// toward the majority too (rule 9).
 	e.mergeVoters(from, m.Voters)
@@ -129,7 +130,7 @@ func (e *Engine) syncReady(pt *part) bool {
 		n++
 	}
 	for _, r := range s.replies {
-		if e.isVoter(r.from) {
+		if e.votes(r.from, r.inc) {
 			n++
 		}
 	}
@@ -270,7 +271,10 @@ func (e *Engine) stepAck(pt *part, from string, m *CommitAck) {
 		pr = &peer{}
 		pt.peers[from] = pr
 	}
-	if m.Position.Compare(pr.pos) > 0 {
+	if pr.inc != m.Inc {
+		// A restarted copy: what its previous life acked is not its word.
+		pr.pos, pr.inc = m.Position, m.Inc
+	} else if m.Position.Compare(pr.pos) > 0 {
 		pr.pos = m.Position
 	}
 	e.checkWaits(pt)
@@ -288,7 +292,7 @@ func (e *Engine) checkWaits(pt *part) {
 	offs := e.voterOffs[:0]
 	if slices.ContainsFunc(pt.waits, func(w wait) bool { return w.voters }) {
 		for id, pr := range pt.peers {
-			if pr.pos.Epoch == pt.accepted && e.isVoter(id) {
+			if pr.pos.Epoch == pt.accepted && e.votes(id, pr.inc) {
 				offs = append(offs, pr.pos.Offset)
 			}
 		}

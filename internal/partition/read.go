@@ -35,6 +35,7 @@ type read struct {
 type readAck struct {
 	seq uint64
 	pos Position
+	inc uint64
 }
 
 // ProposeRead proposes a linearizable read on the owner (docs/engine.md,
@@ -98,7 +99,7 @@ func (e *Engine) stepReadProbe(pt *part, from string, m *ReadProbe) {
 		return
 	}
 	e.adopt(pt, m.Epoch)
-	e.send(from, &ReadAck{Partition: uint32(pt.p), Epoch: m.Epoch, Seq: m.Seq, Position: pt.position()})
+	e.send(from, &ReadAck{Partition: uint32(pt.p), Epoch: m.Epoch, Seq: m.Seq, Position: pt.position(), Inc: e.inc})
 }
 
 func (e *Engine) stepReadAck(pt *part, from string, m *ReadAck) {
@@ -109,7 +110,7 @@ func (e *Engine) stepReadAck(pt *part, from string, m *ReadAck) {
 		pt.readAcks = map[string]readAck{}
 	}
 	if a, ok := pt.readAcks[from]; !ok || m.Seq >= a.seq {
-		pt.readAcks[from] = readAck{seq: m.Seq, pos: m.Position}
+		pt.readAcks[from] = readAck{seq: m.Seq, pos: m.Position, inc: m.Inc}
 	}
 	e.checkReads(pt)
 }
@@ -127,7 +128,7 @@ func (e *Engine) checkReads(pt *part) {
 			n++
 		}
 		for id, a := range pt.readAcks {
-			if a.seq >= r.seq && a.pos.Epoch == pt.accepted && a.pos.Offset >= r.index && e.isVoter(id) {
+			if a.seq >= r.seq && a.pos.Epoch == pt.accepted && a.pos.Offset >= r.index && e.votes(id, a.inc) {
 				n++
 			}
 		}

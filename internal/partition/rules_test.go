@@ -819,3 +819,57 @@ func TestForgetIsConfirmedByAMajority(t *testing.T) {
 		t.Fatalf("after the peers' heartbeats: %d of %d", have, need)
 	}
 }
+
+// TestRepliesCountOnlyFromTheVotingIncarnation (rule 9): gossip may still
+// show a restarted server's previous incarnation in a peer's map while the
+// new, empty process already answers on the data plane. Its promises and
+// acks must not count as the vote its previous life held: the fault suite
+// lost Majority writes when a server left, came back empty at once, and a
+// peer whose map still showed the old incarnation synced with its promise
+// and an empty position (seed 1006). Every promise, ack and read ack names
+// the incarnation that sent it, and counts only if that incarnation holds
+// the vote.
+func TestRepliesCountOnlyFromTheVotingIncarnation(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 1, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	others := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == o })
+	// third owns the partition once o is gone.
+	third, _ := groupOf(n.buildMap(others), p)
+	r := others[0]
+	if r == third {
+		r = others[1]
+	}
+	tok, _ := n.propose(o, p, "k", "acked", WaitMajority)
+	n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*Commit); return ok && e.to == third })
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], tok); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	if _, ok := n.nodes[third].st.kv[p]["k"]; ok {
+		t.Fatal("the test needs the third server without the write")
+	}
+
+	// o is cut off; r restarts empty, but third's map still shows r's
+	// previous incarnation.
+	n.isolate([]string{o}, []string{r, third})
+	n.add(r, false)
+	n.setMapInc([]string{r, third}, map[string]uint64{r: 2}, r)
+	n.setMapInc([]string{r, third}, nil, third)
+	n.settle()
+	if ow := n.owner(p); ow != "" {
+		t.Fatalf("%s took the partition with the restarted server's empty promise: %s", ow, n.statusLine())
+	}
+
+	n.heal()
+	n.setMapInc(ids, map[string]uint64{r: 2}, ids...)
+	n.settle()
+	n.converged()
+	for _, id := range ids {
+		if v := n.nodes[id].st.kv[p]["k"]; v != "acked" {
+			t.Fatalf("%s holds k=%q, want the Majority write", id, v)
+		}
+	}
+}

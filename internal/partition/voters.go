@@ -366,6 +366,15 @@ func (e *Engine) Voters() []Voter {
 	return vs
 }
 
+// votes reports whether a promise or ack that server id sent as
+// incarnation inc counts: id is a voter, and inc is the incarnation that
+// holds its vote. A map may still show a restarted server's previous
+// incarnation while its new, empty process already answers.
+func (e *Engine) votes(id string, inc uint64) bool {
+	v, ok := e.voters[id]
+	return ok && !v.Left && v.Inc == inc && e.isVoter(id)
+}
+
 // isVoter reports whether id's promises and acks count: a server of the
 // configuration that has not been forgotten, in the incarnation that holds
 // its vote (a restarted server's do not count until it takes the vote).
