@@ -206,24 +206,31 @@ func newStatus() *cobra.Command {
 func newForget() *cobra.Command {
 	var f remoteFlags
 	cmd := &cobra.Command{
-		Use:   "forget SERVER-ID",
-		Short: "Remove a server that is gone for good from the cluster's configuration",
+		Use:   "forget SERVER-ID...",
+		Short: "Remove servers that are gone for good from the cluster's configuration",
 		Long: `forget removes a server that will never come back with its ID (its
 machine is lost) from the configuration: the servers whose majority makes a
 quorum. Crashed and departed servers stay in it, so that a minority cut off
 by a split never takes itself for the whole cluster; when too many are gone,
 writes fail with "no quorum" until they return or are forgotten.
 
-Forget one server at a time, once the others have caught up (status shows
-every node's digest). A forgotten server that is in fact alive but cut off
-could, with the rest of its side, make a second majority.`,
-		Args: cobra.ExactArgs(1),
+forget returns once a majority of the new configuration holds the removal,
+so that it outlives the node it went through; it fails, saying how many hold
+it, if that takes longer than --timeout (run it again to confirm). Servers
+that must go together are named in one call: after two of three servers
+crash, the survivor alone is no majority of the configuration with either,
+so "fero forget b c" through it, not one at a time.
+
+Forget servers once the others have caught up (status shows every node's
+digest). A forgotten server that is in fact alive but cut off could, with
+the rest of its side, make a second majority.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
-				if err := rc.Forget(ctx, args[0]); err != nil {
+				if err := rc.Forget(ctx, args...); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "forgot %s\n", strings.Join(args, ", "))
 				return nil
 			})
 		},

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -134,11 +135,12 @@ func (n *Node) serveStatus(r *transport.Request) {
 // serveForget answers OpForget. Like every operator op it takes no
 // credentials yet; the hostile-peers work puts them on all of them.
 func (n *Node) serveForget(r *transport.Request) {
-	id := string(r.Payload())
+	ids := strings.Split(string(r.Payload()), "\n")
+	id := strings.Join(ids, ", ")
 	if !n.spawn(func() {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		if err := n.Forget(ctx, id); err != nil {
+		if err := n.Forget(ctx, ids...); err != nil {
 			_ = r.Fail(err)
 			return
 		}

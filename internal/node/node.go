@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -763,14 +764,26 @@ func (n *Node) whenStarted(h func(*transport.Request)) func(*transport.Request) 
 	}
 }
 
-// Forget removes server id, gone for good, from the cluster's
-// configuration (partition.Engine.Forget) and returns once a majority of
-// the configuration holds the removal: a removal only this node held would
-// be lost if it stopped. If ctx ends first, the removal may still spread;
+// Forget removes servers gone for good from the cluster's configuration
+// (partition.Engine.Forget) and returns once a majority of the new
+// configuration holds the removal: a removal only this node held would be
+// lost if it stopped. If ctx ends first, the removal may still spread;
 // Forget again to confirm it.
-func (n *Node) Forget(ctx context.Context, id string) error {
+func (n *Node) Forget(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return errs.New(errs.InvalidArgument, "forget: no server named")
+	}
+	id := strings.Join(ids, ", ")
 	out := make(chan error, 1)
-	q := func(e *partition.Engine) { out <- e.Forget(id) }
+	q := func(e *partition.Engine) {
+		for _, id := range ids {
+			if err := e.Forget(id); err != nil {
+				out <- fmt.Errorf("forget %s: %w", id, err)
+				return
+			}
+		}
+		out <- nil
+	}
 	select {
 	case n.queries <- q:
 	case <-ctx.Done():
@@ -787,7 +800,7 @@ func (n *Node) Forget(ctx context.Context, id string) error {
 	for {
 		cs := make(chan count, 1)
 		q := func(e *partition.Engine) {
-			h, nd := e.Forgotten(id)
+			h, nd := e.Forgotten(ids...)
 			cs <- count{h, nd}
 		}
 		select {

@@ -287,23 +287,19 @@ func (e *Engine) Forget(id string) error {
 }
 
 // Forgotten reports how many voters of the configuration (this node
-// included) are known to hold the removal of id, and how many are needed:
-// a majority, since any majority that decides, and any node that restarts,
-// then hears of it; or, when fewer voters are alive, all of them (removing
-// two dead servers of three, the first removal can only be held by the
-// survivor). A second Forget of the same server is not an error; it
-// spreads the removal again.
-func (e *Engine) Forgotten(id string) (have, need int) {
-	live := 0
-	for vid := range e.voters {
-		if e.isVoter(vid) && (vid == e.id || e.alive[vid]) {
-			live++
+// included) are known to hold the removal of every server in ids, and how
+// many make a majority of the configuration: once a majority holds a
+// removal, any majority that decides, and any node that restarts, hears of
+// it. Servers that must go together (two of three crashed: the survivor
+// alone is no majority of the three, nor of the two left after one
+// removal) are forgotten in one call. A second Forget of the same server
+// is not an error; it spreads the removal again.
+func (e *Engine) Forgotten(ids ...string) (have, need int) {
+	need = e.majority()
+	for _, id := range ids {
+		if cur, ok := e.voters[id]; !ok || !cur.Left {
+			return 0, need
 		}
-	}
-	need = max(1, min(e.majority(), live))
-	cur, ok := e.voters[id]
-	if !ok || !cur.Left {
-		return 0, need
 	}
 	if e.isVoter(e.id) {
 		have++
@@ -312,7 +308,15 @@ func (e *Engine) Forgotten(id string) (have, need int) {
 		if from == e.id || !e.isVoter(from) {
 			continue
 		}
-		if slices.ContainsFunc(vs, func(v Voter) bool { return v.ID == id && v.Left && v.Inc >= cur.Inc }) {
+		all := true
+		for _, id := range ids {
+			cur := e.voters[id]
+			if !slices.ContainsFunc(vs, func(v Voter) bool { return v.ID == id && v.Left && v.Inc >= cur.Inc }) {
+				all = false
+				break
+			}
+		}
+		if all {
 			have++
 		}
 	}

@@ -1,6 +1,7 @@
 package fero
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -49,8 +50,11 @@ func TestCrashedServersNeedForget(t *testing.T) {
 		return CodeOf(err) == CodeUnavailable && err.Error() == "fero: unavailable: no quorum"
 	}, 20*time.Second, 10*time.Millisecond, "the survivor of two crashes must refuse writes")
 	require.Equal(t, CodeFailedPrecondition, CodeOf(a.Forget(ctx, "a")), "forgetting a live server")
-	require.NoError(t, a.Forget(ctx, "b"))
-	require.NoError(t, a.Forget(ctx, "c"))
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	require.Equal(t, CodeDeadlineExceeded, CodeOf(a.Forget(short, "b")),
+		"one removal of two: the survivor alone is no majority of a, c")
+	require.NoError(t, a.Forget(ctx, "b", "c"))
 	require.NoError(t, a.Forget(ctx, "c"), "forgetting twice spreads the removal again")
 	require.Equal(t, CodeNotFound, CodeOf(a.Forget(ctx, "zz")))
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 2, Majority) }))

@@ -3,6 +3,8 @@ package fero
 import (
 	"context"
 	"iter"
+	"slices"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -104,11 +106,13 @@ func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
 	return &st, nil
 }
 
-// Forget removes server id, gone for good, from the cluster's
-// configuration, through the node this Remote talks to (see
-// [Resource.Forget]).
-func (c *Remote) Forget(ctx context.Context, id string) error {
-	_, err := c.peer.Call(ctx, node.OpForget, []byte(id))
+// Forget removes servers gone for good from the cluster's configuration,
+// through the node this Remote talks to (see [Resource.Forget]).
+func (c *Remote) Forget(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return id == "" || strings.Contains(id, "\n") }) {
+		return errs.New(errs.InvalidArgument, "fero: forget: give one or more server IDs, none empty or with a newline")
+	}
+	_, err := c.peer.Call(ctx, node.OpForget, []byte(strings.Join(ids, "\n")))
 	return err
 }
 

@@ -433,13 +433,15 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 // status shows every node's digest). Forget refuses a server this node sees alive
 // (CodeFailedPrecondition) and an ID that is not in the configuration
 // (CodeNotFound); forgetting a server twice is not an error. It returns
-// once a majority of the configuration holds the removal (or every live
-// voter, when fewer are alive), so the removal outlives this node; when ctx
-// ends first it returns CodeDeadlineExceeded and the removal may still
-// spread: Forget again to confirm it. Forget
+// once a majority of the new configuration holds the removal, so the
+// removal outlives this node; when ctx ends first it returns
+// CodeDeadlineExceeded and the removal may still spread: Forget again to
+// confirm it. Name servers that must go together in one call: after two of
+// three servers crash, the survivor is no majority with either of them, so
+// Forget(ctx, "b", "c"). Forget
 // only servers you know to be dead: a forgotten server that is merely cut
 // off could, with the rest of its side, make a second majority.
-func (r *Resource) Forget(ctx context.Context, id string) error { return r.n.Forget(ctx, id) }
+func (r *Resource) Forget(ctx context.Context, ids ...string) error { return r.n.Forget(ctx, ids...) }
 
 // Servers returns the cluster's configuration as this node knows it: each
 // server's ID, and whether it has been forgotten.
