@@ -18,6 +18,16 @@ why=()
 for tool in ip:iproute2 nft:nftables tc:iproute2; do
 	command -v "${tool%%:*}" >/dev/null || why+=("${tool%%:*} is missing (apt-get install ${tool#*:})")
 done
+if [ ${#why[@]} -eq 0 ]; then
+	# Root and the tools are not enough in a container without the
+	# capability to make namespaces: try one.
+	probe="fero-netns-probe-$$"
+	if ip netns add "$probe" 2>/dev/null; then
+		ip netns del "$probe"
+	else
+		why+=("this machine does not allow network namespaces (ip netns add failed)")
+	fi
+fi
 if [ ${#why[@]} -gt 0 ]; then
 	msg=$(printf ' %s;' "${why[@]}")
 	msg=${msg%;}
