@@ -36,9 +36,10 @@ demo: ## Quick start: a three-process fero cluster on loopback replicates writes
 	$(GO) run ./examples/cluster
 
 .PHONY: test
-test: vet ## vet, the race-enabled short test suite, and a short fuzz pass (the CI command).
+test: vet ## vet, the race-enabled short test suite, a short fuzz pass and a short slice of the fault suite (the CI command).
 	$(GO) test -race -short -timeout $(TEST_TIMEOUT) ./...
 	./scripts/fuzz.sh $(FUZZTIME_SHORT)
+	$(MAKE) chaos-short
 
 .PHONY: test-long
 test-long: vet ## The full suite with -race, including the large cluster and scale tests.
