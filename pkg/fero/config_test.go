@@ -26,8 +26,7 @@ func TestGracefulLeavesKeepTheConfiguration(t *testing.T) {
 	ss, err := a.Servers(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []ServerEntry{{ID: "a"}, {ID: "b"}, {ID: "c"}}, ss)
-	require.NoError(t, a.Forget(ctx, "b"))
-	require.NoError(t, a.Forget(ctx, "c"))
+	require.NoError(t, a.Forget(ctx, "b", "c"), "two of three gone: the survivor forgets both in one call")
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 2, Majority) }))
 }
 
