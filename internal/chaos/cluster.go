@@ -474,19 +474,26 @@ func (c *Cluster) Leave(node string) error {
 // machine: it leaves gracefully, then, once it has exited, an operator's
 // `fero forget` through a live server removes it from the configuration
 // (a server that left stays in it, docs/engine.md rule 9). It waits up to
-// 15 s in all; a server that cannot be forgotten in that time is noted.
+// 10 s for the exit and 15 s for the forget; a server that cannot be
+// forgotten in that time is noted.
 func (c *Cluster) Retire(ctx context.Context, node string) error {
 	p, err := c.signal(node, syscall.SIGTERM)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
+	// A graceful leave from a cut-off node can take long: after 10 s it is
+	// killed, and the forget gets its own 15 s (a slow leave once used it
+	// all, and the spare stayed in the configuration).
 	select {
 	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		stopProc(p, 0)
 	case <-ctx.Done():
 		stopProc(p, 0)
 	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var last string
 	for ctx.Err() == nil {
 		for _, s := range c.cfg.Servers {
 			if s == node {
@@ -499,13 +506,14 @@ func (c *Cluster) Retire(ctx context.Context, node string) error {
 				c.logf("%s: forgotten through %s", node, s)
 				return nil
 			}
+			last = fmt.Sprintf("through %s: %v %s", s, err, strings.TrimSpace(out))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	c.note("%s: could not be forgotten within 15s of its retirement", node)
+	c.note("%s: could not be forgotten within 15s of its retirement (last %s)", node, last)
 	return nil
 }
 
