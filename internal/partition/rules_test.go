@@ -873,3 +873,25 @@ func TestRepliesCountOnlyFromTheVotingIncarnation(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedServerIgnoresAGuessAboutItself (rule 9): a server that
+// joins at the moment another restarts takes the servers of its map as
+// guesses, the restarted one's new incarnation among them, and sends them
+// on. The restarted server must not take that guess about itself and count
+// its empty copy: the fault suite saw a restarted server report voting
+// within 300 ms, the harness then let two more servers lose their memory,
+// and three of five ended without a vote (seed 595).
+func TestRestartedServerIgnoresAGuessAboutItself(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids, WithJoining())
+	n.settle()
+	n.add("c", false)
+	n.setMapInc(append(slices.Clone(ids), "d"), map[string]uint64{"c": 2}, "c")
+	guesses := []Voter{{ID: "a", Inc: 1, Guess: true}, {ID: "b", Inc: 1, Guess: true}, {ID: "c", Inc: 2, Guess: true}, {ID: "d", Inc: 1, Guess: true}}
+	if err := n.nodes["c"].e.Step("d", &Voters{List: guesses}); err != nil {
+		t.Fatal(err)
+	}
+	if n.nodes["c"].e.Voting() {
+		t.Fatalf("the restarted server counts itself from a newcomer's guess: %+v", n.nodes["c"].e.Voters())
+	}
+}

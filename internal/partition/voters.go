@@ -241,8 +241,12 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 		switch {
 		case !ok:
 			// A guess about a server this formed cluster does not know is
-			// a newcomer's: a learner.
-			take = !v.Guess || !formed
+			// a newcomer's: a learner. A guess about this node itself is
+			// never taken: a newcomer's map may show this node's new
+			// incarnation, and a restarted node would count its empty
+			// copy (the fault suite saw it, seed 595); it takes its own
+			// entry from a confirmed one, or takes its vote once caught up.
+			take = (!v.Guess || !formed) && !(v.Guess && v.ID == e.id)
 		case v.ID == e.id && cur.Guess && v.Inc < cur.Inc:
 			take = true // a peer remembers an earlier life of this node
 		case v.Guess:
