@@ -35,8 +35,15 @@ func (s *syncState) has(self, id string) bool {
 // take the partition: it has quorum (rule 9: a minority starts no epoch, so
 // it cannot fence the majority when the split heals) and is not backing
 // off from a rival's epoch.
+//
+// A node given seeds starts none before a peer has told it the
+// configuration: its map alone may hold only some of the servers, and a
+// majority of those is no majority of the cluster. The fault suite lost a
+// Majority write when a server restarted at a heal, saw one peer, and
+// synced with that peer's promise alone (seed 2220).
 func (e *Engine) maybeStartSync(pt *part) {
 	if e.cfg.client || pt.active || pt.sync != nil || e.ownerOf(pt.p) != e.id ||
+		(e.cfg.joining && !e.heardConfig) ||
 		!e.hasQuorum() || e.now.Before(pt.backoff) || e.now.Before(e.settleUntil) {
 		return
 	}

@@ -895,3 +895,26 @@ func TestRestartedServerIgnoresAGuessAboutItself(t *testing.T) {
 		t.Fatalf("the restarted server counts itself from a newcomer's guess: %+v", n.nodes["c"].e.Voters())
 	}
 }
+
+// TestJoiningNodeSyncsOnlyOnceItKnowsTheConfiguration (rule 9): a server
+// given seeds that restarts and sees only some of its peers must not take
+// a majority of its map for a majority of the cluster. The fault suite lost
+// a Majority write when a server restarted at a heal, saw one of two
+// peers, and synced with that peer's promise alone (seed 2220).
+func TestJoiningNodeSyncsOnlyOnceItKnowsTheConfiguration(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids, WithJoining())
+	n.settle()
+	n.crash("c")
+	n.add("a", false)
+	inc := map[string]uint64{"a": 2}
+	n.setMapInc([]string{"a", "b"}, inc, "a")
+	// a hears nothing from b yet: no configuration.
+	n.isolate([]string{"a"}, []string{"b"})
+	n.tick(time.Second)
+	for p := range 8 {
+		if pt := n.nodes["a"].e.parts[p]; pt.sync != nil || pt.active {
+			t.Fatalf("the restarted server started a sync on its map alone (partition %d): %s", p, n.statusLine())
+		}
+	}
+}
