@@ -784,12 +784,8 @@ func (n *Node) Forget(ctx context.Context, ids ...string) error {
 		}
 		out <- nil
 	}
-	select {
-	case n.queries <- q:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.ctx.Done():
-		return ErrClosed
+	if err := n.query(ctx, q); err != nil {
+		return err
 	}
 	if err := <-out; err != nil {
 		return err
@@ -803,12 +799,8 @@ func (n *Node) Forget(ctx context.Context, ids ...string) error {
 			h, nd := e.Forgotten(ids...)
 			cs <- count{h, nd}
 		}
-		select {
-		case n.queries <- q:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-n.ctx.Done():
-			return ErrClosed
+		if err := n.query(ctx, q); err != nil {
+			return err
 		}
 		c := <-cs
 		if c.have >= c.need {
@@ -821,6 +813,19 @@ func (n *Node) Forget(ctx context.Context, ids ...string) error {
 		case <-n.ctx.Done():
 			return ErrClosed
 		}
+	}
+}
+
+// query hands q to the driver goroutine, which runs it with the engine;
+// q reports through a channel of its own, buffered so it never blocks.
+func (n *Node) query(ctx context.Context, q func(*partition.Engine)) error {
+	select {
+	case n.queries <- q:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.ctx.Done():
+		return ErrClosed
 	}
 }
 
@@ -838,12 +843,8 @@ func (n *Node) voters(ctx context.Context) ([]partition.Voter, bool, error) {
 	}
 	out := make(chan answer, 1)
 	q := func(e *partition.Engine) { out <- answer{e.Voters(), e.Voting()} }
-	select {
-	case n.queries <- q:
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	case <-n.ctx.Done():
-		return nil, false, ErrClosed
+	if err := n.query(ctx, q); err != nil {
+		return nil, false, err
 	}
 	a := <-out
 	return a.vs, a.voting, nil
