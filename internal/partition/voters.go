@@ -374,13 +374,14 @@ func (e *Engine) Voters() []Voter {
 	return vs
 }
 
-// votes reports whether a promise or ack that server id sent as
-// incarnation inc counts: id is a voter, and inc is the incarnation that
-// holds its vote. A map may still show a restarted server's previous
-// incarnation while its new, empty process already answers.
+// votes reports whether a promise or ack that another server, id, sent
+// as incarnation inc counts: inc is the incarnation that holds id's vote.
+// The sender's own word is checked, not the map's, which may still show a
+// restarted server's previous incarnation while its new, empty process
+// already answers. One map lookup: checkWaits asks per ack.
 func (e *Engine) votes(id string, inc uint64) bool {
 	v, ok := e.voters[id]
-	return ok && !v.Left && v.Inc == inc && e.isVoter(id)
+	return ok && !v.Left && v.Inc == inc
 }
 
 // isVoter reports whether id's promises and acks count: a server of the
