@@ -63,15 +63,15 @@ type Engine struct {
 	copies []string             // live servers and clients but this node, sorted
 	parts  []*part
 
-	voters        map[string]Voter  // the configuration (rule 9), left servers included
-	votersPresent int               // voters that have not left; -1 when unknown
-	liveInc       map[string]uint64 // servers: the incarnation the map last showed
-	inc           uint64            // this node's incarnation, by its map
-	heardConfig   bool              // a peer has sent this node the configuration
-	recovered     map[string]uint64 // voters that answered Recover, by the incarnation they answered in
+	voters        map[string]Voter   // the configuration (rule 9), left servers included
+	votersPresent int                // voters that have not left; -1 when unknown
+	liveInc       map[string]uint64  // servers: the incarnation the map last showed
+	inc           uint64             // this node's incarnation, by its map
+	heardConfig   bool               // a peer has sent this node the configuration
+	recovered     map[string]uint64  // voters that answered Recover, by the incarnation they answered in
 	heardLists    map[string][]Voter // servers: the configuration each last sent (Forgotten)
-	recoverSent   time.Time         // when Recover last went out
-	voterOffs     []uint64          // checkWaits' scratch
+	recoverSent   time.Time          // when Recover last went out
+	voterOffs     []uint64           // checkWaits' scratch
 
 	settleUntil time.Time            // no sync starts before (a server just left)
 	heard       map[string]time.Time // servers: when a message last came from each
@@ -550,10 +550,6 @@ func (e *Engine) Step(from string, msg Message) error {
 	case *Voters:
 		if !e.cfg.client {
 			e.mergeVoters(from, m.List)
-			if e.heardLists == nil {
-				e.heardLists = map[string][]Voter{}
-			}
-			e.heardLists[from] = m.List
 		}
 		return nil
 	case *Recover:

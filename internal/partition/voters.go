@@ -220,7 +220,13 @@ func (e *Engine) stepRecoverReply(from string, m *RecoverReply) error {
 // another server's new incarnation in its map must not spread it.
 func (e *Engine) mergeVoters(from string, vs []Voter) {
 	if len(vs) > 0 {
-		e.heardConfig = true
+		if e.heardLists == nil {
+			e.heardLists = map[string][]Voter{}
+		}
+		e.heardLists[from] = vs
+		if !e.heardConfig {
+			e.heardConfig = slices.ContainsFunc(vs, func(v Voter) bool { return !v.Guess }) || e.heardEveryGuess()
+		}
 	}
 	if slices.ContainsFunc(vs, func(v Voter) bool { return !v.Guess }) {
 		// The peer's cluster has formed: a guess it does not know of is a
@@ -262,6 +268,28 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 			e.quorumKnown = false
 		}
 	}
+}
+
+// heardEveryGuess reports whether every other server of this node's map
+// has sent its list, none of them a formed cluster's: the cluster is
+// forming, and the guesses stand for the configuration. One peer's guesses
+// are not the configuration: a server restarted at the moment another
+// joined guesses only the servers its map holds, and the two, taking each
+// other's word, made a cluster of their own that halved its quorum and
+// synced on the restarted one's empty promise while the formed cluster's
+// survivor, in both maps, had not yet been heard (fault suite seed 2280).
+// Waiting for every server in the map lets the survivor's list, formed,
+// arrive first.
+func (e *Engine) heardEveryGuess() bool {
+	if e.m == nil || len(e.m.Members()) < 2 {
+		return false
+	}
+	for _, s := range e.m.Members() {
+		if s.ID != e.id && len(e.heardLists[s.ID]) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Forget removes a server that is gone for good (its machine is lost, it
