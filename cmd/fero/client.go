@@ -221,6 +221,11 @@ that must go together are named in one call: after two of three servers
 crash, the survivor alone is no majority of the configuration with either,
 so "fero forget b c" through it, not one at a time.
 
+An ID the node it goes through has never heard of is forgotten too, in
+every life started before now: that node may have missed the server's
+joining, and the servers that list it drop it when they hear the removal.
+Check the spelling: a typo is recorded as a forgotten server.
+
 Forget servers once the others have caught up (status shows every node's
 digest). A forgotten server that is in fact alive but cut off could, with
 the rest of its side, make a second majority.`,

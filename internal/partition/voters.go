@@ -43,9 +43,6 @@ func (v Voter) newer(cur Voter) bool {
 	return v.Inc > cur.Inc || (v.Inc == cur.Inc && v.Left && !cur.Left)
 }
 
-// ErrNotVoter: Forget named a server that is not in the configuration.
-var ErrNotVoter = errs.New(errs.NotFound, "not a server of the configuration")
-
 // ErrForgetLive: Forget named a server this node sees alive; only a server
 // that is gone for good may be removed by hand.
 var ErrForgetLive = errs.New(errs.FailedPrecondition, "cannot forget a live server")
@@ -217,7 +214,8 @@ func (e *Engine) stepRecoverReply(from string, m *RecoverReply) error {
 // replaces its own guess: it has restarted, and does not count until it
 // has caught up. Only a server itself moves its confirmed entry to a newer
 // incarnation (it took its vote back): a peer that restarted and saw
-// another server's new incarnation in its map must not spread it.
+// another server's new incarnation in its map must not spread it. A
+// removal with a newer incarnation is taken from anyone (Forget).
 func (e *Engine) mergeVoters(from string, vs []Voter) {
 	if len(vs) > 0 {
 		if e.heardLists == nil {
@@ -258,7 +256,10 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 		case v.Guess:
 		case cur.Guess:
 			take = true
-		case v.ID != from && v.Inc > cur.Inc:
+		case v.ID != from && v.Inc > cur.Inc && !v.Left:
+			// A newer life of another server is its own word to spread. A
+			// removal is not: Forget through a node that had no entry for
+			// the server covers every life up to that node's clock.
 		default:
 			e.mergeVoter(v)
 		}
@@ -295,14 +296,26 @@ func (e *Engine) heardEveryGuess() bool {
 // Forget removes a server that is gone for good (its machine is lost, it
 // will never restart with its ID) from the configuration, as an operator
 // asks. It refuses a server this node sees alive. The change spreads to the
-// other servers with the next heartbeats.
+// other servers at once.
+//
+// A server this node has no entry for is forgotten too, in every life that
+// started before this node's clock now (an incarnation is its process's
+// start time): this node may have been cut off while the server joined and
+// took its vote, and its peers, which list it, must drop it when they hear
+// the removal. In the fault suite a retired server forgotten through such
+// a node came back into the configuration from the peers at the heal
+// (seed 2286). A later life of the server, started after the removal,
+// joins as a new server does.
 func (e *Engine) Forget(id string) error {
+	if id == "" {
+		return errs.New(errs.InvalidArgument, "forget: empty server ID")
+	}
 	cur, ok := e.voters[id]
 	switch {
-	case !ok:
-		return ErrNotVoter
-	case e.alive[id] && !cur.Left:
+	case e.alive[id] && !(ok && cur.Left):
 		return ErrForgetLive
+	case !ok:
+		cur = Voter{ID: id, Inc: uint64(max(e.now.UnixNano(), 0))}
 	}
 	e.mergeVoter(Voter{ID: id, Inc: cur.Inc, Left: true})
 	// Spread it now, not with the next heartbeats: a change only this

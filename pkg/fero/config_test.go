@@ -55,6 +55,6 @@ func TestCrashedServersNeedForget(t *testing.T) {
 		"one removal of two: the survivor alone is no majority of a, c")
 	require.NoError(t, a.Forget(ctx, "b", "c"))
 	require.NoError(t, a.Forget(ctx, "c"), "forgetting twice spreads the removal again")
-	require.Equal(t, CodeNotFound, CodeOf(a.Forget(ctx, "zz")))
+	require.NoError(t, a.Forget(ctx, "zz"), "an ID this node never heard of is forgotten too: a peer may list it")
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 2, Majority) }))
 }

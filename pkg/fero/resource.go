@@ -430,9 +430,12 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 // the rest without a majority of the configuration, writes fail with
 // CodeUnavailable ("no quorum") until they come back or are forgotten.
 // Forget one server at a time, once the others have caught up (fero
-// status shows every node's digest). Forget refuses a server this node sees alive
-// (CodeFailedPrecondition) and an ID that is not in the configuration
-// (CodeNotFound); forgetting a server twice is not an error. It returns
+// status shows every node's digest). Forget refuses a server this node sees
+// alive (CodeFailedPrecondition). An ID this node has no entry for is
+// forgotten too, in every life started before now: this node may have been
+// cut off while that server joined, and the peers that list it drop it
+// when they hear the removal (so check the spelling: a typo is recorded as
+// a forgotten server). Forgetting a server twice is not an error. It returns
 // once a majority of the new configuration holds the removal, so the
 // removal outlives this node; when ctx ends first it returns
 // CodeDeadlineExceeded and the removal may still spread: Forget again to
