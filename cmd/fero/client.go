@@ -278,6 +278,13 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), len(cfg)/2+1)
 	}
 	fmt.Fprintf(w, "\nthis node: %d keys, digest %016x; partitions: %s\n", st.Keys, st.Digest, strings.Join(roles, ", "))
+	for i, s := range st.Syncing {
+		if i == 5 {
+			fmt.Fprintf(w, "  ... %d more syncing (--json lists all)\n", len(st.Syncing)-i)
+			break
+		}
+		fmt.Fprintf(w, "  partition %d syncing: %s\n", s.Partition, s.Why)
+	}
 	s := st.Stats
 	fmt.Fprintf(w, "since start: %d committed, %d applied, %d dropped, %d restored, %d ownerships gained, %d lost\n",
 		s.Committed, s.Applied, s.Dropped, s.Restored, s.Gained, s.Lost)

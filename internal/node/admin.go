@@ -49,6 +49,15 @@ type StatusReport struct {
 	// Voting says this server's vote counts: false while a restarted or
 	// newly joined server catches up (a learner).
 	Voting bool `msgpack:"voting" json:"voting"`
+	// Syncing lists the partitions this node owns by its map but has not
+	// taken yet, each with what it waits for.
+	Syncing []SyncingReport `msgpack:"syncing,omitempty" json:"syncing,omitempty"`
+}
+
+// SyncingReport is one partition a node is syncing, in a StatusReport.
+type SyncingReport struct {
+	Partition int    `msgpack:"partition" json:"partition"`
+	Why       string `msgpack:"why" json:"why"`
 }
 
 // ConfigEntry is one server of the configuration in a StatusReport.
@@ -80,6 +89,9 @@ func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
 	}
 	for _, s := range st {
 		rep.Roles[s.Role.String()]++
+		if s.Role == partition.RoleSyncing {
+			rep.Syncing = append(rep.Syncing, SyncingReport{Partition: s.Partition, Why: s.Why})
+		}
 	}
 	vs, voting, err := n.voters(ctx)
 	if err != nil {

@@ -797,6 +797,7 @@ func (e *Engine) Status(p int) Status {
 		s.Role = RoleOwner
 	case e.ownerOf(p) == e.id:
 		s.Role = RoleSyncing
+		s.Why = e.syncWhy(pt)
 	case slices.Contains(pt.group, e.id):
 		s.Role = RoleReplica
 	}

@@ -2,7 +2,9 @@ package partition
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -390,4 +392,48 @@ func (e *Engine) failQueue(pt *part, err error) {
 		e.complete(pt, q.origin, Position{}, err)
 	}
 	pt.queue = nil
+}
+
+// syncWhy describes what a partition this node owns by its map waits for
+// before it becomes its owner (Status.Why).
+func (e *Engine) syncWhy(pt *part) string {
+	s := pt.sync
+	if s == nil {
+		switch {
+		case e.cfg.joining && !e.heardConfig:
+			return "no configuration heard from a peer yet"
+		case !e.hasQuorum():
+			return "no quorum"
+		case e.now.Before(pt.backoff):
+			return fmt.Sprintf("backing off from %v for %v", pt.accepted, pt.backoff.Sub(e.now).Round(time.Millisecond))
+		case e.now.Before(e.settleUntil):
+			return fmt.Sprintf("settling for %v after a server left", e.settleUntil.Sub(e.now).Round(time.Millisecond))
+		}
+		return "starting a sync"
+	}
+	n, voters := 0, []string{}
+	if e.isVoter(e.id) {
+		n++
+	}
+	for _, r := range s.replies {
+		if e.votes(r.from, r.inc) {
+			n++
+			voters = append(voters, r.from)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "sync of %v for %v: %d of %d promises (%s)", s.epoch, e.now.Sub(s.started).Round(time.Millisecond), n, e.promiseQuorum(), strings.Join(voters, ","))
+	var missing []string
+	for _, w := range s.writers {
+		if e.alive[w] && !s.has(e.id, w) {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "; waiting for writers %s", strings.Join(missing, ","))
+	}
+	if s.target != "" {
+		fmt.Fprintf(&b, "; fetching up to %v from %s, at %v", s.targetPos, s.target, pt.position())
+	}
+	return b.String()
 }

@@ -228,6 +228,10 @@ type Status struct {
 	Gap     int // entries buffered past a gap
 	Queued  int // writes waiting for sync
 	Waiting int // writes waiting for replica acks
+	// Why says, for a partition this node owns by its map but has not
+	// taken yet (RoleSyncing), what it waits for: an operator's first
+	// question when writes to it fail with "owner syncing".
+	Why string
 }
 
 // Ready is the output of the engine since the last Advance. Its slices

@@ -121,6 +121,7 @@ func dialConn(ctx context.Context, addr string, cfg *config) (*Conn, error) {
 		return nil, errs.Errorf(errs.Unavailable, "dial %s: %w", addr, err)
 	}
 	setNoDelay(nc)
+	setUserTimeout(nc, cfg.userTimeout)
 	if cfg.tls != nil {
 		tc := cfg.tls.Clone()
 		if tc.ServerName == "" {

@@ -35,6 +35,10 @@ const (
 	// DefaultCloseTimeout bounds the flush of queued frames on Close, and
 	// then the wait for the peer to close its side.
 	DefaultCloseTimeout = time.Second
+	// DefaultUserTimeout is how long sent data may go unacknowledged
+	// before the connection is closed (TCP_USER_TIMEOUT, Linux only; see
+	// WithUserTimeout).
+	DefaultUserTimeout = 5 * time.Second
 )
 
 type config struct {
@@ -44,6 +48,7 @@ type config struct {
 	noDirect       bool
 	connectTimeout time.Duration
 	closeTimeout   time.Duration
+	userTimeout    time.Duration
 	retryBase      time.Duration
 	retryCap       time.Duration
 	retryMax       int
@@ -61,6 +66,7 @@ func defaultConfig() config {
 		maxBatch:       DefaultMaxBatch,
 		connectTimeout: DefaultConnectTimeout,
 		closeTimeout:   DefaultCloseTimeout,
+		userTimeout:    DefaultUserTimeout,
 		retryBase:      DefaultRetryBase,
 		retryCap:       DefaultRetryCap,
 		retryMax:       DefaultRetryMax,
@@ -91,7 +97,7 @@ func newConfig(opts []Option) (config, error) {
 	if c.maxBatch <= 0 {
 		errs = append(errs, fmt.Errorf("max batch %d must be positive", c.maxBatch))
 	}
-	if c.connectTimeout <= 0 || c.closeTimeout < 0 {
+	if c.connectTimeout <= 0 || c.closeTimeout < 0 || c.userTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
 	}
 	if c.retryBase <= 0 || c.retryCap < c.retryBase || c.retryMax < 1 {
@@ -139,6 +145,18 @@ func WithConnectTimeout(d time.Duration) Option {
 // (default DefaultCloseTimeout; 0 drops them).
 func WithCloseTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.closeTimeout = d })
+}
+
+// WithUserTimeout sets how long data sent on a connection may go
+// unacknowledged by the peer's kernel before the connection is closed
+// (TCP_USER_TIMEOUT; Linux only, default DefaultUserTimeout, 0 leaves the
+// system's, which waits out retransmission backoff for many minutes). A
+// link cut for longer than d ends the connection, so that once it heals a
+// fresh dial carries traffic at once instead of the old connection waiting
+// for its next retransmission, which backoff may put a minute away. A slow
+// or paused peer still acknowledges and is not affected.
+func WithUserTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.userTimeout = d })
 }
 
 // WithRetry sets a Peer's reconnect backoff: the first delay, the largest,

@@ -64,6 +64,7 @@ func (s *Server) acceptLoop() {
 		}
 		backoff = 0
 		setNoDelay(nc)
+		setUserTimeout(nc, s.cfg.userTimeout)
 		c := newConn(nc, &s.cfg, s.handler)
 		s.mu.Lock()
 		if s.closed {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -740,5 +741,29 @@ func TestTryReplyNeverWaits(t *testing.T) {
 		assert.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Reply after TryReply never went out")
+	}
+}
+
+// TestUserTimeoutIsSet: both ends of a connection carry TCP_USER_TIMEOUT,
+// so a link cut for longer ends the connection instead of leaving it in
+// retransmission backoff past the heal (fault suite seed 473).
+func TestUserTimeoutIsSet(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_USER_TIMEOUT is Linux's")
+	}
+	accepted := make(chan *Conn, 1)
+	srv, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) { _ = r.Reply(nil) }),
+		WithUserTimeout(3*time.Second), WithOnConn(func(c *Conn) { accepted <- c }))
+	require.NoError(t, err)
+	defer srv.Close()
+	c, err := DialConn(context.Background(), srv.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, DefaultUserTimeout, userTimeout(c.nc), "dialed end")
+	select {
+	case s := <-accepted:
+		require.Equal(t, 3*time.Second, userTimeout(s.nc), "accepted end")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection accepted")
 	}
 }
