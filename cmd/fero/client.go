@@ -252,13 +252,17 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 	fmt.Fprintf(w, "resource %q, as seen by %s node %s (%s)\n", st.Resource, role, st.ID, st.Addr)
 	fmt.Fprintf(w, "map %016x: %d partitions\n\n", st.MapVersion, st.Partitions)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tROLE\tSTATUS\tOWNS\tDATA\tGOSSIP")
+	fmt.Fprintln(tw, "MEMBER\tROLE\tSTATUS\tOWNS\tDATA\tGOSSIP\tCONNECTION")
 	for _, m := range st.Members {
 		r := "server"
 		if m.Client {
 			r = "client"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, r, m.Status, m.Owned, m.Addr, m.Gossip)
+		conn := m.Conn
+		if m.ID == st.ID {
+			conn = "(this node)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, r, m.Status, m.Owned, m.Addr, m.Gossip, conn)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

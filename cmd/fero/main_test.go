@@ -191,6 +191,7 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, text, "MEMBER")
 	assert.Contains(t, text, "n3")
+	assert.Contains(t, text, "up, opened by", "each peer's data connection")
 	assert.Contains(t, text, "configuration: 3 servers (n1, n2, n3), a quorum is 2")
 
 	// forget refuses a live server; an ID the node never heard of is

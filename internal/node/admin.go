@@ -74,6 +74,9 @@ type MemberReport struct {
 	Client bool   `msgpack:"client" json:"client"`
 	Status string `msgpack:"status" json:"status"`
 	Owned  int    `msgpack:"owned" json:"owned"`
+	// Conn is this node's data connection to the member: "up, opened by
+	// ID", "none", or the last dial's error.
+	Conn string `msgpack:"conn,omitempty" json:"conn,omitempty"`
 }
 
 // Report builds this node's StatusReport.
@@ -109,6 +112,9 @@ func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
 		mr := MemberReport{ID: mem.ID, Addr: mem.Addr, Gossip: mem.Gossip, Client: mem.Role == membership.RoleClient, Status: mem.Status.String()}
 		if m != nil {
 			mr.Owned = len(m.Owned(mem.ID))
+		}
+		if mem.ID != n.id {
+			mr.Conn = n.connReport(mem.ID)
 		}
 		rep.Members = append(rep.Members, mr)
 	}
@@ -216,4 +222,18 @@ func (n *Node) serveTail(r *transport.Request) {
 		sub.Close()
 		_ = r.Fail(ErrClosed)
 	}
+}
+
+// connReport describes this node's data connection to peer id (see
+// MemberReport.Conn).
+func (n *Node) connReport(id string) string {
+	if by, ok := n.pool.initiatorOf(id); ok {
+		return "up, opened by " + by
+	}
+	n.dmu.Lock()
+	defer n.dmu.Unlock()
+	if e, ok := n.dialErr[id]; ok {
+		return "down: " + e
+	}
+	return "none"
 }

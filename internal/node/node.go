@@ -104,6 +104,7 @@ type Node struct {
 
 	dmu     sync.Mutex
 	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
+	dialErr map[string]string   // peers → the last dial's error, until one succeeds (status)
 
 	spawnMu     sync.RWMutex
 	spawnClosed bool // no more goroutines for wg
@@ -711,6 +712,16 @@ func (n *Node) dialLater(id string, msg []byte) {
 		if err != nil && n.ctx.Err() == nil {
 			n.logger.Debug("fero: node: dial failed", "peer", id, "addr", addr, "err", err)
 		}
+		n.dmu.Lock()
+		if err != nil {
+			if n.dialErr == nil {
+				n.dialErr = map[string]string{}
+			}
+			n.dialErr[id] = time.Now().UTC().Format(time.TimeOnly) + " " + err.Error()
+		} else {
+			delete(n.dialErr, id)
+		}
+		n.dmu.Unlock()
 		// Send what waited. The driver may already have sent newer
 		// messages on the connection (the pool shows it as soon as it is
 		// adopted); the engine orders what it receives by offset and

@@ -197,6 +197,17 @@ func (p *pool) lookup(id string) *transport.Conn {
 	return nil
 }
 
+// initiatorOf reports whether the pool holds a live connection to id, and
+// which side opened it.
+func (p *pool) initiatorOf(id string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc, ok := p.conns[id]; ok && pc.c.Err() == nil {
+		return pc.initiator, true
+	}
+	return "", false
+}
+
 // idOf returns the peer a connection belongs to.
 func (p *pool) idOf(c *transport.Conn) (string, bool) {
 	p.mu.Lock()
