@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -228,6 +229,12 @@ func (n *Node) serveTail(r *transport.Request) {
 // MemberReport.Conn).
 func (n *Node) connReport(id string) string {
 	if by, ok := n.pool.initiatorOf(id); ok {
+		n.smu.Lock()
+		defer n.smu.Unlock()
+		if sq, ok := n.spills[id]; ok {
+			return fmt.Sprintf("up, opened by %s; %d messages (%d bytes) queued behind a full outbox for %v",
+				by, len(sq.q), sq.must+sq.loose, time.Since(sq.since).Round(time.Millisecond))
+		}
 		return "up, opened by " + by
 	}
 	n.dmu.Lock()

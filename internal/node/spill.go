@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/fero-go/fero/internal/transport"
 )
@@ -35,6 +36,7 @@ type spillQueue struct {
 	q     [][]byte
 	must  int // bytes of batches that must be delivered
 	loose int // bytes of the others
+	since time.Time
 }
 
 // mustDeliver reports whether an engine batch holds a message that must
@@ -69,7 +71,7 @@ func (n *Node) spillTo(id string, c *transport.Conn, b []byte, start bool) bool 
 		return false
 	}
 	if !spilling {
-		sq = &spillQueue{}
+		sq = &spillQueue{since: time.Now()}
 		n.spills[id] = sq
 		if !n.spawn(func() { n.drain(id, c, sq) }) {
 			delete(n.spills, id)
