@@ -347,6 +347,10 @@ func (e *Engine) expireWaits(pt *part) {
 
 // probe re-sends EpochStart to copies whose acked position trails and has
 // not moved for a probe interval (rule 7: the owner detects lag itself).
+// A copy whose server restarted since it last acked (the map shows a new
+// incarnation) holds nothing of what it acked: it trails. Without that, a
+// restarted copy that missed the announcement on the map change waited
+// for good, the owner taking it for caught up (fault suite seed 5328).
 func (e *Engine) probe(pt *part) {
 	last := pt.log.last()
 	var es *EpochStart
@@ -355,6 +359,9 @@ func (e *Engine) probe(pt *part) {
 		if pr == nil { // a copy that joined since the epoch started
 			pr = &peer{}
 			pt.peers[c] = pr
+		}
+		if inc, ok := e.liveInc[c]; ok && pr.inc != 0 && pr.inc != inc {
+			pr.pos, pr.inc, pr.checked = Position{}, inc, 0
 		}
 		caughtUp := pr.pos.Epoch == pt.accepted && pr.pos.Offset >= last
 		if caughtUp || e.now.Sub(pr.probed) < e.cfg.probeInterval {
