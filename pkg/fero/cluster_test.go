@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/testkit"
 )
 
@@ -52,7 +53,11 @@ func (c *testCluster) open(id string, opts ...Option) *Resource {
 	return r
 }
 
-// settle waits until every open node routes by one map of servers servers.
+// settle waits until every open node routes by one map of servers
+// servers, every server has taken its vote, and every partition has an
+// owner that every node follows: the epochs that forming the cluster
+// starts are over, so a NoWait write is not lost to one (NoWait promises
+// nothing but its deadline).
 func (c *testCluster) settle(servers int) {
 	c.t.Helper()
 	require.Eventually(c.t, func() bool {
@@ -61,6 +66,25 @@ func (c *testCluster) settle(servers int) {
 			m := r.node().Map()
 			if m == nil || v == nil || m.Version() != v.Version() || len(m.Members()) != servers {
 				return false
+			}
+		}
+		var ref []partition.Status
+		for _, r := range c.all {
+			rep, err := r.node().Report(context.Background())
+			if err != nil || (!rep.Client && !rep.Voting) {
+				return false // a server still a learner
+			}
+			st, err := r.node().Status(context.Background())
+			if err != nil {
+				return false
+			}
+			if ref == nil {
+				ref = st
+			}
+			for p, s := range st {
+				if s.Accepted != ref[p].Accepted || s.Role == partition.RoleSyncing {
+					return false
+				}
 			}
 		}
 		return true
