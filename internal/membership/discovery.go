@@ -11,6 +11,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/net/ipv4"
+
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // rejoinLoop keeps the member connected to everything it can find: seeds,
@@ -279,7 +281,7 @@ func (m *Membership) multicastRead(c packetConn) {
 			continue
 		}
 		var a announcement
-		if err := msgpack.Unmarshal(buf[:n], &a); err != nil || a.Magic != announceMagic ||
+		if err := wire.DecodeValue(buf[:n], &a); err != nil || a.Magic != announceMagic ||
 			a.Resource != m.cfg.meta.Resource || a.ID == m.cfg.meta.ID || len(a.Gossip) > MaxAddrLen {
 			continue
 		}

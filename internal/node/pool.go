@@ -10,6 +10,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // OpHello is the first call on every connection one node dials to another:
@@ -116,7 +117,7 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		return fail(fmt.Errorf("hello to %s at %s: %w", id, addr, err))
 	}
 	var h hello
-	if err := msgpack.Unmarshal(reply, &h); err != nil || h.ID != id {
+	if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 		return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 	}
 	return c, nil
@@ -136,7 +137,9 @@ func (p *pool) settle(c *transport.Conn) {
 // it came on.
 func (p *pool) serveHello(r *transport.Request) {
 	var h hello
-	if err := msgpack.Unmarshal(r.Payload(), &h); err != nil || h.ID == "" {
+	// Bounded: a hello of 12 MB of nested arrays once overflowed the
+	// decoder's stack and ended the process.
+	if err := wire.DecodeValue(r.Payload(), &h); err != nil || h.ID == "" {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
 		return
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // The built-in verbs. A request with one of these (sent with
@@ -56,7 +57,9 @@ func (q *Request) Decode(v any) error {
 	if len(q.Payload) == 0 {
 		return errs.Errorf(errs.InvalidArgument, "fero: %s %q carries no payload", q.Verb, q.Key)
 	}
-	if err := msgpack.Unmarshal(q.Payload, v); err != nil {
+	// Bounded (nesting, declared sizes): the payload is a stranger's bytes,
+	// and deep nesting once overflowed the decoder's stack.
+	if err := wire.DecodeValue(q.Payload, v); err != nil {
 		return errs.Errorf(errs.InvalidArgument, "fero: %s %q: bad payload: %w", q.Verb, q.Key, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // Remote is a connection from outside the cluster to one node of a
@@ -59,7 +60,7 @@ func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any)
 	if err != nil || reply == nil || len(out) == 0 {
 		return err
 	}
-	if err := msgpack.Unmarshal(out, reply); err != nil {
+	if err := wire.DecodeValue(out, reply); err != nil {
 		return errs.Errorf(errs.Internal, "fero: decode the reply to %s %q: %w", verb, key, err)
 	}
 	return nil
@@ -72,7 +73,7 @@ func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error
 	if err != nil || len(out) == 0 {
 		return false, err
 	}
-	if err := msgpack.Unmarshal(out, v); err != nil {
+	if err := wire.DecodeValue(out, v); err != nil {
 		return true, errs.Errorf(errs.Internal, "fero: decode %q: %w", key, err)
 	}
 	return true, nil
@@ -100,7 +101,7 @@ func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
 		return nil, err
 	}
 	var st NodeStatus
-	if err := msgpack.Unmarshal(b, &st); err != nil {
+	if err := wire.DecodeValue(b, &st); err != nil {
 		return nil, errs.Errorf(errs.Internal, "fero: decode status: %w", err)
 	}
 	return &st, nil
@@ -137,7 +138,7 @@ func (c *Remote) Tail(ctx context.Context) iter.Seq2[TailChange, error] {
 				return
 			}
 			var rec node.TailRecord
-			if err := msgpack.Unmarshal(b, &rec); err != nil {
+			if err := wire.DecodeValue(b, &rec); err != nil {
 				yield(TailChange{}, errs.Errorf(errs.Internal, "fero: decode change: %w", err))
 				return
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // ErrClosed is returned by calls on a closed resource (CodeUnavailable).
@@ -276,7 +277,7 @@ func (r *Resource) Call(ctx context.Context, verb, key string, payload, reply an
 	if reply == nil || len(out) == 0 {
 		return nil
 	}
-	if err := msgpack.Unmarshal(out, reply); err != nil {
+	if err := wire.DecodeValue(out, reply); err != nil {
 		return errs.Errorf(errs.Internal, "fero: decode the reply to %s %q: %w", verb, key, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package fero
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -227,6 +228,13 @@ func TestHandlers(t *testing.T) {
 		assert.Contains(t, err.Error(), "panicked")
 		err = via.Call(ctx, "LOGIN", "k", "not a login", nil)
 		assert.Equal(t, CodeInvalidArgument, CodeOf(err), "%v", err)
+		// 12 MB of nesting in a field the handler's type lacks: decoding
+		// it recursively overflowed the stack and ended the process.
+		deep := append([]byte{0x81, 0xa1, 'x'}, bytes.Repeat([]byte{0x91}, 12<<20)...)
+		deep[len(deep)-1] = 0xc0
+		err = via.Call(ctx, "LOGIN", "k", msgpack.RawMessage(deep), nil)
+		assert.Equal(t, CodeInvalidArgument, CodeOf(err), "%v", err)
+		assert.Contains(t, err.Error(), "nests deeper")
 		err = via.Update(ctx, "big", strings.Repeat("x", 2<<20))
 		assert.Equal(t, CodeInvalidArgument, CodeOf(err), "%v", err)
 		assert.Contains(t, err.Error(), "exceeds the limit")
