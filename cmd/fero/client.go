@@ -180,14 +180,18 @@ for a slow reader and then drops them; "missed" counts them.`,
 
 func newStatus() *cobra.Command {
 	var f remoteFlags
-	var asJSON bool
+	var asJSON, parts bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster as one node sees it: members, ownership, this node's partitions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
-				st, err := rc.Status(ctx)
+				status := rc.Status
+				if parts {
+					status = rc.StatusWithPartitions
+				}
+				st, err := status(ctx)
 				if err != nil {
 					return err
 				}
@@ -200,6 +204,7 @@ func newStatus() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	cmd.Flags().BoolVar(&parts, "partitions", false, "list every partition: role, epochs, keys and digest (compare two nodes' to find where their copies differ)")
 	return cmd
 }
 

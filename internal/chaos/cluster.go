@@ -618,6 +618,15 @@ type Status struct {
 	// Voting: the server's vote counts (false while a restarted server
 	// catches up).
 	Voting bool `json:"voting"`
+	// Parts: every partition's detail, from StatusFull only.
+	Parts []struct {
+		P        int    `json:"p"`
+		Role     string `json:"role"`
+		Accepted string `json:"accepted"`
+		Position string `json:"position"`
+		Keys     int    `json:"keys"`
+		Digest   uint64 `json:"digest"`
+	} `json:"parts"`
 }
 
 // WaitVoting waits, up to limit, until every running server but except
@@ -654,7 +663,20 @@ func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Dura
 
 // Status asks node for its status, from inside its namespace.
 func (c *Cluster) Status(ctx context.Context, node string) (*Status, string, error) {
-	out, err := c.net.Exec(ctx, node, c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s")
+	return c.status(ctx, node, false)
+}
+
+// StatusFull is Status with every partition's detail (Status.Parts).
+func (c *Cluster) StatusFull(ctx context.Context, node string) (*Status, string, error) {
+	return c.status(ctx, node, true)
+}
+
+func (c *Cluster) status(ctx context.Context, node string, parts bool) (*Status, string, error) {
+	args := []string{c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s"}
+	if parts {
+		args = append(args, "--partitions")
+	}
+	out, err := c.net.Exec(ctx, node, args...)
 	if err != nil {
 		return nil, "", err
 	}

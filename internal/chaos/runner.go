@@ -366,8 +366,53 @@ func (r *runner) converge(ctx context.Context, cl *Cluster) {
 	r.logf("servers still disagree after %v: %s", r.cfg.Converge, last)
 	r.res.Anomalies = append(r.res.Anomalies, Anomaly{
 		Kind:    "servers-disagree",
-		Message: fmt.Sprintf("after the heal, the servers' copies did not agree within %v: %s", r.cfg.Converge, last),
+		Message: fmt.Sprintf("after the heal, the servers' copies did not agree within %v: %s%s", r.cfg.Converge, last, r.partsDiffer(cl)),
 	})
+}
+
+// partsDiffer lists the partitions (at most 10) whose digests differ
+// between the running servers, with each server's role, epochs and keys
+// there: what a servers-disagree anomaly needs to be read.
+func (r *runner) partsDiffer(cl *Cluster) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sts := map[string]*Status{}
+	for _, n := range cl.Running() {
+		if st, _, err := cl.StatusFull(ctx, n); err == nil && len(st.Parts) > 0 {
+			sts[n] = st
+		}
+	}
+	nodes := slices.Sorted(maps.Keys(sts))
+	if len(nodes) < 2 {
+		return ""
+	}
+	var b strings.Builder
+	shown := 0
+	for p := range sts[nodes[0]].Parts {
+		var ds []uint64
+		for _, n := range nodes {
+			if p < len(sts[n].Parts) {
+				ds = append(ds, sts[n].Parts[p].Digest)
+			}
+		}
+		slices.Sort(ds)
+		if len(slices.Compact(ds)) <= 1 {
+			continue
+		}
+		if shown == 10 {
+			b.WriteString("\n    (more partitions differ)")
+			break
+		}
+		shown++
+		fmt.Fprintf(&b, "\n    partition %d:", p)
+		for _, n := range nodes {
+			if p < len(sts[n].Parts) {
+				x := sts[n].Parts[p]
+				fmt.Fprintf(&b, " %s %s accepted %s at %s, %d keys, %016x;", n, x.Role, x.Accepted, x.Position, x.Keys, x.Digest)
+			}
+		}
+	}
+	return b.String()
 }
 
 // digests asks every running server for its digest: "n1=<digest>/<keys>
@@ -414,7 +459,7 @@ func (r *runner) saveStatus(ctx context.Context, cl *Cluster) {
 	all := map[string]json.RawMessage{}
 	for _, n := range cl.Running() {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, raw, err := cl.Status(sctx, n)
+		_, raw, err := cl.StatusFull(sctx, n)
 		cancel()
 		if err != nil {
 			raw = strconv.Quote(err.Error())

@@ -436,6 +436,14 @@ func (s *Store) GetInto(path string, v any) (ok bool, err error) {
 // Len returns the number of top-level keys.
 func (s *Store) Len() int { return int(s.n.Load()) }
 
+// PartitionLen returns the number of top-level keys in partition p.
+func (s *Store) PartitionLen(p int) int {
+	pt := &s.parts[p]
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	return pt.t.n
+}
+
 type kv struct {
 	key string
 	e   *entry
@@ -567,17 +575,30 @@ func (s *Store) Digest() uint64 {
 	h := xxhash.New()
 	var buf []byte
 	for p := range s.parts {
-		for _, e := range s.parts[p].sorted() {
-			enc := e.e.encoding()
-			buf = binary.BigEndian.AppendUint32(buf[:0], uint32(p))
-			buf = binary.AppendUvarint(buf, uint64(len(e.key)))
-			buf = append(buf, e.key...)
-			buf = binary.AppendUvarint(buf, uint64(len(enc)))
-			_, _ = h.Write(buf)
-			_, _ = h.Write(enc)
-		}
+		buf = s.digestPart(h, p, buf)
 	}
 	return h.Sum64()
+}
+
+// PartitionDigest is Digest for partition p alone: where two stores'
+// digests differ, it finds the partitions that do.
+func (s *Store) PartitionDigest(p int) uint64 {
+	h := xxhash.New()
+	s.digestPart(h, p, nil)
+	return h.Sum64()
+}
+
+func (s *Store) digestPart(h *xxhash.Digest, p int, buf []byte) []byte {
+	for _, e := range s.parts[p].sorted() {
+		enc := e.e.encoding()
+		buf = binary.BigEndian.AppendUint32(buf[:0], uint32(p))
+		buf = binary.AppendUvarint(buf, uint64(len(e.key)))
+		buf = append(buf, e.key...)
+		buf = binary.AppendUvarint(buf, uint64(len(enc)))
+		_, _ = h.Write(buf)
+		_, _ = h.Write(enc)
+	}
+	return buf
 }
 
 // Warm loads, changing nothing, the memory that changes to keys[i] in

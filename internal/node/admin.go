@@ -53,6 +53,24 @@ type StatusReport struct {
 	// Syncing lists the partitions this node owns by its map but has not
 	// taken yet, each with what it waits for.
 	Syncing []SyncingReport `msgpack:"syncing,omitempty" json:"syncing,omitempty"`
+	// Parts is every partition's detail, when asked for (StatusRequest):
+	// where two nodes' digests differ, it shows which partitions do.
+	Parts []PartReport `msgpack:"parts,omitempty" json:"parts,omitempty"`
+}
+
+// StatusRequest is OpStatus's payload, which may be empty.
+type StatusRequest struct {
+	Partitions bool `msgpack:"partitions,omitempty"`
+}
+
+// PartReport is one partition as a node holds it, in a StatusReport.
+type PartReport struct {
+	Partition int    `msgpack:"p" json:"p"`
+	Role      string `msgpack:"role" json:"role"`
+	Accepted  string `msgpack:"accepted" json:"accepted"` // the highest epoch accepted
+	Position  string `msgpack:"position" json:"position"` // the epoch the log continues, and its last offset
+	Keys      int    `msgpack:"keys" json:"keys"`
+	Digest    uint64 `msgpack:"digest" json:"digest"`
 }
 
 // SyncingReport is one partition a node is syncing, in a StatusReport.
@@ -82,6 +100,10 @@ type MemberReport struct {
 
 // Report builds this node's StatusReport.
 func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
+	return n.report(ctx, StatusRequest{})
+}
+
+func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, error) {
 	st, err := n.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -95,6 +117,13 @@ func (n *Node) Report(ctx context.Context) (*StatusReport, error) {
 		rep.Roles[s.Role.String()]++
 		if s.Role == partition.RoleSyncing {
 			rep.Syncing = append(rep.Syncing, SyncingReport{Partition: s.Partition, Why: s.Why})
+		}
+		if req.Partitions {
+			rep.Parts = append(rep.Parts, PartReport{
+				Partition: s.Partition, Role: s.Role.String(),
+				Accepted: fmt.Sprint(s.Accepted), Position: fmt.Sprint(s.Position),
+				Keys: n.store.PartitionLen(s.Partition), Digest: n.store.PartitionDigest(s.Partition),
+			})
 		}
 	}
 	vs, voting, err := n.voters(ctx)
@@ -135,7 +164,14 @@ func (n *Node) serveStatus(r *transport.Request) {
 	if !n.spawn(func() {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		rep, err := n.Report(ctx)
+		var req StatusRequest
+		if len(r.Payload()) > 0 {
+			if err := wire.DecodeValue(r.Payload(), &req); err != nil {
+				_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: status request: %v", err))
+				return
+			}
+		}
+		rep, err := n.report(ctx, req)
 		if err != nil {
 			_ = r.Fail(err)
 			return

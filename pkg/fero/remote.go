@@ -96,7 +96,22 @@ func (c *Remote) Remove(ctx context.Context, key string) error {
 
 // Status returns the node's view of its cluster.
 func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
-	b, err := c.peer.Call(ctx, node.OpStatus, nil)
+	return c.status(ctx, nil)
+}
+
+// StatusWithPartitions is Status with every partition's detail (role,
+// epochs, keys, digest) in NodeStatus.Parts: where two nodes' digests
+// differ, it shows which partitions do.
+func (c *Remote) StatusWithPartitions(ctx context.Context) (*NodeStatus, error) {
+	req, err := msgpack.Marshal(node.StatusRequest{Partitions: true})
+	if err != nil {
+		return nil, err
+	}
+	return c.status(ctx, req)
+}
+
+func (c *Remote) status(ctx context.Context, req []byte) (*NodeStatus, error) {
+	b, err := c.peer.Call(ctx, node.OpStatus, req)
 	if err != nil {
 		return nil, err
 	}
