@@ -623,18 +623,31 @@ func (n *Node) process(rd partition.Ready) {
 	// (transport.Request), so the batches go last: the commit this round
 	// sends to every copy, which the caller does not wait for, leaves
 	// after the answer.
+	var dropped map[int][3]uint64 // partition → count, lowest and highest offset dropped this round
 	for _, ev := range rd.Events {
 		n.publish(ev)
-		if ev.Kind == partition.EventDropped || ev.Kind == partition.EventFenced {
-			owner := ""
-			if m, _ := n.view.current(); m != nil {
-				if o, ok := m.Owner(ev.Partition); ok {
-					owner = o.ID
-				}
+		switch ev.Kind {
+		case partition.EventDropped:
+			// Writes this node gave up (never Majority-acked: rule 6): an
+			// operator's concern, so WARN, but one line per partition per
+			// round, not one per write (a long split's heal drops many).
+			if dropped == nil {
+				dropped = map[int][3]uint64{}
 			}
+			d, o := dropped[ev.Partition], ev.Entry.Offset
+			if d[0] == 0 || o < d[1] {
+				d[1] = o
+			}
+			d[0], d[2] = d[0]+1, max(d[2], o)
+			dropped[ev.Partition] = d
+		case partition.EventFenced:
 			n.logger.Info("fero: node: engine event", "kind", ev.Kind, "partition", ev.Partition,
-				"epoch", ev.Epoch, "owner_by_map", owner, "offset", ev.Entry.Offset)
+				"epoch", ev.Epoch, "owner_by_map", n.ownerByMap(ev.Partition), "offset", ev.Entry.Offset)
 		}
+	}
+	for p, d := range dropped {
+		n.logger.Warn("fero: node: dropped writes that another history replaced", "partition", p,
+			"writes", d[0], "offsets", fmt.Sprintf("%d-%d", d[1], d[2]), "owner_by_map", n.ownerByMap(p))
 	}
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters.Take(c.Token); ok {
@@ -647,6 +660,16 @@ func (n *Node) process(rd partition.Ready) {
 		}
 	}
 	n.outOrder = n.outOrder[:0]
+}
+
+// ownerByMap is partition p's owner by this node's map ("" without one).
+func (n *Node) ownerByMap(p int) string {
+	if m, _ := n.view.current(); m != nil {
+		if o, ok := m.Owner(p); ok {
+			return o.ID
+		}
+	}
+	return ""
 }
 
 // maxWaitingMessages bounds the messages kept for a peer being dialed.
