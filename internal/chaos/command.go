@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrMissingTool is returned when a command the harness needs is not
@@ -40,6 +41,11 @@ func Preflight() error {
 // what it printed on stderr.
 func run(ctx context.Context, stdin string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	// Once ctx ends and the process is killed, return within a second
+	// even if something still holds its output open: in the fault suite a
+	// status call's Run outlived its 5 s context by 55 s, and took the
+	// whole wait for the servers to agree with it (seed 7552).
+	cmd.WaitDelay = time.Second
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -425,11 +425,12 @@ func (r *runner) digests(ctx context.Context, cl *Cluster) string {
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
+			t0 := time.Now()
 			st, text, err := cl.Status(sctx, n)
 			if err != nil {
 				// The error, once per node and round, for the harness log;
 				// the digest line keeps the short form agree() compares.
-				r.logf("status of %s: %v %s", n, err, strings.TrimSpace(text))
+				r.logf("status of %s (after %v): %v %s", n, time.Since(t0).Round(time.Millisecond), err, strings.TrimSpace(text))
 				out[i] = n + "=error"
 				return
 			}
