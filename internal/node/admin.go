@@ -275,8 +275,12 @@ func (n *Node) connReport(id string) string {
 	}
 	n.dmu.Lock()
 	defer n.dmu.Unlock()
-	if e, ok := n.dialErr[id]; ok {
-		return "down: " + e
+	var dialing string
+	if at, ok := n.dialAt[id]; ok {
+		dialing = fmt.Sprintf("; dialing for %v, %d messages waiting", time.Since(at).Round(time.Millisecond), len(n.dialing[id]))
 	}
-	return "none"
+	if e, ok := n.dialErr[id]; ok {
+		return "down: " + e + dialing
+	}
+	return "none" + dialing
 }

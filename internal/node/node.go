@@ -103,8 +103,9 @@ type Node struct {
 	spillDrained chan struct{}          // capacity 1: a spill queue shrank
 
 	dmu     sync.Mutex
-	dialing map[string][][]byte // peers being dialed → messages waiting for the connection
-	dialErr map[string]string   // peers → the last dial's error, until one succeeds (status)
+	dialing map[string][][]byte  // peers being dialed → messages waiting for the connection
+	dialErr map[string]string    // peers → the last dial's error, until one succeeds (status)
+	dialAt  map[string]time.Time // peers being dialed → when the dial began (status)
 
 	spawnMu     sync.RWMutex
 	spawnClosed bool // no more goroutines for wg
@@ -722,6 +723,12 @@ func (n *Node) dialLater(id string, msg []byte) {
 		waiting = append(waiting, append([]byte(nil), msg...)) // the driver reuses msg
 	}
 	n.dialing[id] = waiting
+	if !under {
+		if n.dialAt == nil {
+			n.dialAt = map[string]time.Time{}
+		}
+		n.dialAt[id] = time.Now()
+	}
 	n.dmu.Unlock()
 	if under {
 		return
@@ -757,6 +764,7 @@ func (n *Node) dialLater(id string, msg []byte) {
 			}
 		}
 		delete(n.dialing, id)
+		delete(n.dialAt, id)
 	}()
 }
 
