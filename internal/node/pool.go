@@ -104,8 +104,12 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	p.pending[c] = make(chan struct{})
 	p.mu.Unlock()
 	fail := func(err error) (*transport.Conn, error) {
-		c.Close()
+		// Settle first: a message the peer sent on c before we gave up
+		// waits on c's reader for the settling (idOfWait), and Close waits
+		// for that reader. Closed first, neither moved again, and no dial
+		// to the peer ever started again (fault suite seeds 7668, 7690).
 		p.settle(c)
+		c.Close()
 		return nil, err
 	}
 	b, err := msgpack.Marshal(hello{ID: p.self})

@@ -191,3 +191,49 @@ func TestRedialAfterLoss(t *testing.T) {
 	_, err = ab2.Call(ctx, opWho, nil)
 	require.NoError(t, err)
 }
+
+// TestFailedDialDoesNotWaitForItsOwnReader: a peer that adopts our dial at
+// once and sends on it, then answers the hello too late (a slow link). The
+// message waits on the connection's reader for the dial to settle; the
+// dial, failing, closed the connection, which waits for that reader,
+// before it settled: neither moved again, and the node never dialed that
+// peer again (fault suite seeds 7668, 7690: a data connection never
+// re-established after a cut, while gossip showed the peer alive).
+func TestFailedDialDoesNotWaitForItsOwnReader(t *testing.T) {
+	// The dialer's handler for one-way messages waits for the dial to
+	// settle, as serveEngine does.
+	var p *pool
+	mux := transport.NewMux()
+	const opMsg uint32 = 3
+	mux.HandleFunc(opMsg, func(r *transport.Request) { p.idOfWait(context.Background(), r.Conn()) })
+	p = newPool("a", transport.WithHandler(mux))
+	t.Cleanup(p.close)
+
+	// The peer sends a message before it answers the hello, and answers
+	// after the dialer gave up.
+	peer := transport.NewMux()
+	peer.HandleFunc(OpHello, func(r *transport.Request) {
+		_ = r.Conn().Send(context.Background(), opMsg, nil)
+		go func() {
+			time.Sleep(time.Second)
+			_ = r.Reply([]byte{0x81, 0xa2, 'i', 'd', 0xa1, 'b'})
+		}()
+	})
+	srv, err := transport.Listen("127.0.0.1:0", peer)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.get(ctx, "b", srv.Addr().String())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err, "the hello was answered after the dial's deadline")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed dial never returned: it waits for its own connection's reader")
+	}
+}
