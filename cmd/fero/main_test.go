@@ -166,7 +166,9 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 	}
 	stopTail()
 
-	// Every node holds the same copy.
+	// Every node holds the same copy, and every server has taken its vote
+	// and is known to the others as a voter (a newcomer is a learner until
+	// it has caught up).
 	digests := map[string]bool{}
 	require.Eventually(t, func() bool {
 		clear(digests)
@@ -176,10 +178,14 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 				return false
 			}
 			var st struct {
-				Keys   int    `json:"keys"`
-				Digest uint64 `json:"digest"`
+				Keys          int    `json:"keys"`
+				Digest        uint64 `json:"digest"`
+				Voting        bool   `json:"voting"`
+				Configuration []struct {
+					Forgotten bool `json:"forgotten"`
+				} `json:"configuration"`
 			}
-			if json.Unmarshal([]byte(out), &st) != nil || st.Keys != 9 {
+			if json.Unmarshal([]byte(out), &st) != nil || st.Keys != 9 || !st.Voting || len(st.Configuration) != 3 {
 				return false
 			}
 			digests[fmt.Sprint(st.Digest)] = true
