@@ -284,3 +284,32 @@ func (n *Node) connReport(id string) string {
 	}
 	return "none" + dialing
 }
+
+// Synced reports whether nodes agree on every partition's epoch and none
+// of them is still syncing one it owns by its map, every server among them
+// voting: the epochs that forming a cluster starts are over, so a write is
+// not refused as "epoch changed" nor a NoWait write lost to one. Tests use
+// it to wait for a cluster to settle.
+func Synced(ctx context.Context, nodes ...*Node) bool {
+	var ref []partition.Status
+	for _, n := range nodes {
+		if !n.cfg.Client {
+			if _, voting, err := n.voters(ctx); err != nil || !voting {
+				return false
+			}
+		}
+		st, err := n.Status(ctx)
+		if err != nil {
+			return false
+		}
+		if ref == nil {
+			ref = st
+		}
+		for p, s := range st {
+			if s.Accepted != ref[p].Accepted || s.Role == partition.RoleSyncing {
+				return false
+			}
+		}
+	}
+	return ref != nil
+}

@@ -117,29 +117,6 @@ func settled(nodes []*Node, servers int) bool {
 	return true
 }
 
-// synced reports whether every partition has one owner that every server
-// follows: the servers have taken their votes and the epochs that forming
-// the cluster started are over, so a write is not refused as "epoch
-// changed" (a definite error a caller retries).
-func synced(servers []*Node) bool {
-	var ref []partition.Status
-	for _, n := range servers {
-		st, err := n.Status(context.Background())
-		if err != nil {
-			return false
-		}
-		if ref == nil {
-			ref = st
-		}
-		for p, s := range st {
-			if s.Accepted != ref[p].Accepted || s.Role == partition.RoleSyncing {
-				return false
-			}
-		}
-	}
-	return ref != nil
-}
-
 func converged(nodes []*Node, keys int) bool {
 	d := nodes[0].Store().Digest()
 	for _, n := range nodes {

@@ -54,7 +54,7 @@ func TestRequestsReachTheOwner(t *testing.T) {
 	}
 	client := startNode(t, nw, "client", true, nodes[0].Membership().Local().Gossip)
 	all := append(append([]*Node(nil), nodes...), client)
-	require.Eventually(t, func() bool { return settled(all, 3) && synced(nodes) }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(all, 3) && Synced(context.Background(), nodes...) }, 20*time.Second, 10*time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

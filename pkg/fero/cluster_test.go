@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/membership/memnet"
-	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/testkit"
 )
 
@@ -68,24 +68,12 @@ func (c *testCluster) settle(servers int) {
 				return false
 			}
 		}
-		var ref []partition.Status
-		for _, r := range c.all {
-			rep, err := r.node().Report(context.Background())
-			if err != nil || (!rep.Client && !rep.Voting) {
-				return false // a server still a learner
-			}
-			st, err := r.node().Status(context.Background())
-			if err != nil {
-				return false
-			}
-			if ref == nil {
-				ref = st
-			}
-			for p, s := range st {
-				if s.Accepted != ref[p].Accepted || s.Role == partition.RoleSyncing {
-					return false
-				}
-			}
+		nodes := make([]*node.Node, len(c.all))
+		for i, r := range c.all {
+			nodes[i] = r.node()
+		}
+		if !node.Synced(context.Background(), nodes...) {
+			return false
 		}
 		return true
 	}, 20*time.Second, 10*time.Millisecond)
