@@ -149,8 +149,12 @@ func (c *Cluster) servers() []string {
 // ServeArgs is the `fero serve` command line for node (without the
 // binary). waitServers > 0 adds --wait-servers.
 func (c *Cluster) ServeArgs(node string, waitServers int) []string {
+	// The servers seed each other; the spare, which joins a formed
+	// cluster, seeds them all. Not the other way round: a server forms a
+	// new cluster only once it sees every seed (docs/engine.md, rule 9),
+	// and the spare is not there when the cluster forms.
 	var seeds []string
-	for _, s := range c.servers() {
+	for _, s := range c.cfg.Servers {
 		if s != node {
 			seeds = append(seeds, c.Gossip(s))
 		}

@@ -35,6 +35,7 @@ func (m *Membership) rejoinLoop() {
 			timer.Stop()
 		}
 		m.forget(time.Now())
+		m.resolveSeeds(m.ctx)
 		if targets := m.targets(m.ctx); len(targets) > 0 {
 			if n, err := m.Join(m.ctx, targets...); err != nil && m.ctx.Err() == nil {
 				m.log.Debug("rejoin found nobody", "targets", len(targets), "err", err)

@@ -41,6 +41,7 @@ type Membership struct {
 	conflicts map[string]conflict // by ID: another life seen at another address
 	heard     map[string]time.Time
 	subs      map[*Subscription]struct{}
+	seedAddrs map[string][]string // seed → the gossip addresses it resolves to
 
 	probe time.Duration // memberlist's probe interval, once created
 }
@@ -139,6 +140,7 @@ func (m *Membership) Start(ctx context.Context) error {
 		m.rejoinLoop()
 	}()
 
+	m.resolveSeeds(ctx)
 	if targets := m.targets(ctx); len(targets) > 0 {
 		if _, err := m.Join(ctx, targets...); err != nil && ctx.Err() != nil {
 			return errors.Join(ctx.Err(), m.Close())
@@ -268,6 +270,79 @@ func (m *Membership) gossipAddr() string {
 // HasSeeds reports whether the member was given seeds to join: it joins an
 // existing cluster rather than founding one.
 func (m *Membership) HasSeeds() bool { return len(m.cfg.seeds) > 0 }
+
+// resolveSeeds records the addresses each seed names: a literal IP
+// itself, a host name every address it resolves to (kept from the last
+// lookup that worked). UnseenSeeds matches them against members' gossip
+// addresses.
+func (m *Membership) resolveSeeds(ctx context.Context) {
+	out := make(map[string][]string, len(m.cfg.seeds))
+	m.mu.Lock()
+	for s, as := range m.seedAddrs {
+		out[s] = as
+	}
+	m.mu.Unlock()
+	for _, s := range m.cfg.seeds {
+		host, port, _ := net.SplitHostPort(s) // checked by the options
+		if ip := net.ParseIP(host); ip != nil {
+			out[s] = []string{net.JoinHostPort(ip.String(), port)}
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ips, err := m.cfg.resolver.LookupHost(lctx, host)
+		cancel()
+		if err != nil {
+			m.log.Debug("seed lookup", "seed", s, "err", err)
+			continue
+		}
+		as := make([]string, 0, len(ips))
+		for _, ip := range ips {
+			if p := net.ParseIP(ip); p != nil {
+				ip = p.String()
+			}
+			as = append(as, net.JoinHostPort(ip, port))
+		}
+		out[s] = as
+	}
+	m.mu.Lock()
+	m.seedAddrs = out
+	m.mu.Unlock()
+}
+
+// UnseenSeeds returns the seeds this member was given at which none of
+// members, nor the local member, answers: its gossip address is not one a
+// seed names. A server given seeds forms a new cluster only once it has
+// seen every one of them (docs/engine.md, rule 9), so seeds must be given
+// at the addresses members gossip from (fero status shows them).
+func (m *Membership) UnseenSeeds(members []Member) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := make(map[string]bool, len(members)+1)
+	for _, mem := range members {
+		at[canonicalAddr(mem.Gossip)] = true
+	}
+	at[canonicalAddr(m.gossipAddr())] = true
+	var out []string
+	for _, s := range m.cfg.seeds {
+		if !slices.ContainsFunc(m.seedAddrs[s], func(a string) bool { return at[a] }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// canonicalAddr writes host:port with the IP in its canonical form, so
+// "::ffff:10.0.0.1" and "10.0.0.1" compare equal.
+func canonicalAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	return net.JoinHostPort(host, port)
+}
 
 // ProbeInterval is how often the member probes a peer.
 func (m *Membership) ProbeInterval() time.Duration {

@@ -459,3 +459,22 @@ func TestQuickRestart(t *testing.T) {
 	}
 	t.Logf("quick restart accepted %v after the new life started", time.Since(begin))
 }
+
+// TestUnseenSeeds: a seed is seen when a member gossips from an address it
+// names, given as an IP or as a host name the resolver knows; a seed at
+// which nobody answers stays unseen, and so does every seed while the
+// member list holds none of them.
+func TestUnseenSeeds(t *testing.T) {
+	t.Parallel()
+	nw := memnet.New(8)
+	ms := memCluster(t, nw, 2)
+	host1, port1, err := net.SplitHostPort(ms[1].Local().Gossip)
+	require.NoError(t, err)
+	res := &fakeResolver{hosts: map[string][]string{"second.example": {host1}}}
+	byName := net.JoinHostPort("second.example", port1)
+	nobody := "127.0.0.9:1"
+	late := start(t, append(memOpts(nw, "late"), WithSeeds(ms[0].Local().Gossip, byName, nobody), WithResolver(res))...)
+	waitConverged(t, append(slices.Clone(ms), late), []string{"late", "node-000", "node-001"}, 20*time.Second)
+	require.Equal(t, []string{nobody}, late.UnseenSeeds(late.Members()))
+	require.Equal(t, []string{ms[0].Local().Gossip, byName, nobody}, late.UnseenSeeds(nil))
+}

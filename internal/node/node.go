@@ -240,7 +240,7 @@ func (n *Node) Store() *doc.Store { return n.store }
 // Map returns the partition map the node currently routes by (nil before
 // it has seen its own membership).
 func (n *Node) Map() *ring.Map {
-	m, _ := n.view.current()
+	m, _, _ := n.view.current()
 	return m
 }
 
@@ -399,7 +399,7 @@ func (n *Node) drive() {
 		case <-n.view.changed:
 			n.engMu.Lock()
 			n.eng.Clock(time.Now())
-			m, clients := n.view.current()
+			m, clients, unseen := n.view.current()
 			// After a server leaves, wait one probe interval before any new
 			// epoch, so that a burst of departures (a split seen member by
 			// member) starts one round of syncs, not several. Safety does
@@ -407,6 +407,10 @@ func (n *Node) drive() {
 			// configuration (rule 9).
 			n.eng.SetSettleDelay(n.ms.ProbeInterval())
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
+			if len(unseen) > 0 && n.eng.AwaitingConfig() {
+				n.logger.Info("fero: node: seeds not seen yet; this node forms no new cluster before it sees every one, or hears from a formed cluster", "unseen", unseen)
+			}
+			n.eng.SetUnseenSeeds(unseen)
 			if err := n.eng.SetMap(m, clients); err != nil {
 				n.logger.Error("fero: node: engine refused the map", "err", err)
 			} else {
@@ -665,7 +669,7 @@ func (n *Node) process(rd partition.Ready) {
 
 // ownerByMap is partition p's owner by this node's map ("" without one).
 func (n *Node) ownerByMap(p int) string {
-	if m, _ := n.view.current(); m != nil {
+	if m, _, _ := n.view.current(); m != nil {
 		if o, ok := m.Owner(p); ok {
 			return o.ID
 		}

@@ -252,7 +252,7 @@ func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, on
 
 // ownerOf returns the owner of partition p by the node's current map.
 func (n *Node) ownerOf(p int) (string, bool) {
-	m, _ := n.view.current()
+	m, _, _ := n.view.current()
 	if m == nil {
 		return "", false
 	}

@@ -24,8 +24,9 @@ type view struct {
 	mu      sync.Mutex
 	cur     *ring.Map
 	clients []string
+	unseen  []string          // seeds no member of cur answers at
 	addrs   map[string]string // live member ID → data address
-	changed chan struct{}     // capacity 1: the map or the client list changed
+	changed chan struct{}     // capacity 1: the map, the client list or the unseen seeds changed
 }
 
 func newView(r *ring.Ring, ms *membership.Membership, logger *slog.Logger) *view {
@@ -39,11 +40,13 @@ func (v *view) refresh() bool {
 	rms := make([]ring.Member, 0, len(live))
 	var clients []string
 	addrs := make(map[string]string, len(live))
+	inMap := make([]membership.Member, 0, len(live))
 	for _, m := range live {
 		client := m.Role == membership.RoleClient
 		if !client && m.Addr == "" {
 			continue
 		}
+		inMap = append(inMap, m)
 		rms = append(rms, ring.Member{ID: m.ID, Incarnation: m.Boot, Client: client})
 		if client {
 			clients = append(clients, m.ID)
@@ -55,8 +58,12 @@ func (v *view) refresh() bool {
 		v.logger.Error("fero: node: cannot place members", "err", err)
 		return false
 	}
+	// Seeds are matched against the members of this map, not the live list
+	// of a later moment: the engine forms a new cluster only once the map
+	// it holds has every seed (rule 9).
+	unseen := v.ms.UnseenSeeds(inMap)
 	v.mu.Lock()
-	same := v.cur != nil && v.cur.Version() == version && slices.Equal(v.clients, clients)
+	same := v.cur != nil && v.cur.Version() == version && slices.Equal(v.clients, clients) && slices.Equal(v.unseen, unseen)
 	v.addrs = addrs
 	v.mu.Unlock()
 	if same {
@@ -68,7 +75,7 @@ func (v *view) refresh() bool {
 		return false
 	}
 	v.mu.Lock()
-	v.cur, v.clients = m, clients
+	v.cur, v.clients, v.unseen = m, clients, unseen
 	v.mu.Unlock()
 	select {
 	case v.changed <- struct{}{}:
@@ -95,11 +102,12 @@ func (v *view) run(ctx context.Context) {
 	}
 }
 
-// current returns the map and the client IDs.
-func (v *view) current() (*ring.Map, []string) {
+// current returns the map, the client IDs and the seeds no member of the
+// map answers at.
+func (v *view) current() (*ring.Map, []string, []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.cur, v.clients
+	return v.cur, v.clients, v.unseen
 }
 
 // addr returns a live member's data address.

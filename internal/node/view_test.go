@@ -62,7 +62,7 @@ func startViewed(t *testing.T, nw *memnet.Network, id string, port int, role mem
 func sameMap(vs []*viewed, servers, clients int) bool {
 	var version uint64
 	for i, v := range vs {
-		m, cl := v.view.current()
+		m, cl, _ := v.view.current()
 		if m == nil || len(m.Members()) != servers || len(cl) != clients {
 			return false
 		}
@@ -87,7 +87,7 @@ func TestViewsAgree(t *testing.T) {
 		startViewed(t, nw, "c1", 7004, membership.RoleClient, seed),
 	}
 	require.Eventually(t, func() bool { return sameMap(vs, 3, 1) }, 20*time.Second, 10*time.Millisecond)
-	m, clients := vs[0].view.current()
+	m, clients, _ := vs[0].view.current()
 	assert.Equal(t, []string{"c1"}, clients)
 	assert.Empty(t, m.Owned("c1"), "a client owns nothing")
 	for id, want := range map[string]string{"s1": "127.0.0.1:7001", "s2": "127.0.0.1:7002", "c1": "127.0.0.1:7004"} {
@@ -99,7 +99,7 @@ func TestViewsAgree(t *testing.T) {
 	require.NoError(t, vs[2].ms.Close())
 	rest := []*viewed{vs[0], vs[1], vs[3]}
 	require.Eventually(t, func() bool { return sameMap(rest, 2, 1) }, 20*time.Second, 10*time.Millisecond)
-	m2, _ := rest[0].view.current()
+	m2, _, _ := rest[0].view.current()
 	assert.NotEqual(t, m.Version(), m2.Version())
 	assert.Len(t, ring.Diff(m, m2), len(m.Owned("s3")), "exactly s3's partitions moved")
 }

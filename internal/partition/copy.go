@@ -278,6 +278,13 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 		e.send(from, &Fenced{Partition: uint32(pt.p), Epoch: pt.accepted})
 		return
 	}
+	// A node given seeds that has not heard the configuration promises
+	// nothing: it may be a restarted server cut off from its cluster, and
+	// its empty copy's promise let a newcomer that saw only it form a
+	// cluster of two (fault suite seed 8374). The sync waits for it.
+	if e.cfg.joining && !e.heardConfig {
+		return
+	}
 	e.adopt(pt, m.Epoch)
 	e.send(from, &PosReply{Partition: uint32(pt.p), Epoch: m.Epoch, Position: pt.position(), Oldest: pt.log.base + 1, Inc: e.inc, Voters: e.Voters()})
 }

@@ -70,6 +70,7 @@ type Engine struct {
 	heardConfig   bool               // a peer has sent this node the configuration
 	recovered     map[string]uint64  // voters that answered Recover, by the incarnation they answered in
 	heardLists    map[string][]Voter // servers: the configuration each last sent (Forgotten)
+	unseenSeeds   []string           // seeds no member of the map answers at (SetUnseenSeeds)
 	recoverSent   time.Time          // when Recover last went out
 	voterOffs     []uint64           // checkWaits' scratch
 
@@ -770,6 +771,16 @@ func inMap(m *ring.Map, id string) bool {
 // SetJoining changes [WithJoining]; the driver sets it once it knows
 // whether the node was given seeds.
 func (e *Engine) SetJoining(joining bool) { e.cfg.joining = joining }
+
+// SetUnseenSeeds tells the engine which of the seeds the node was given no
+// server of its current map answers at; the driver sets it with each map.
+// A node given seeds forms a new cluster only once it has seen every one
+// of them (rule 9).
+func (e *Engine) SetUnseenSeeds(seeds []string) { e.unseenSeeds = seeds }
+
+// AwaitingConfig reports whether this node, given seeds, has not yet heard
+// the configuration: it starts no sync and promises nothing (rule 9).
+func (e *Engine) AwaitingConfig() bool { return !e.cfg.client && e.cfg.joining && !e.heardConfig }
 
 // SetSettleDelay changes the settle delay (see [WithSettleDelay]); the
 // driver sets it from gossip's detection time for the cluster's size.

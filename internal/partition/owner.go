@@ -407,6 +407,8 @@ func (e *Engine) syncWhy(pt *part) string {
 	s := pt.sync
 	if s == nil {
 		switch {
+		case e.cfg.joining && !e.heardConfig && len(e.unseenSeeds) > 0:
+			return "no configuration heard from a peer yet; seeds not seen: " + strings.Join(e.unseenSeeds, ", ")
 		case e.cfg.joining && !e.heardConfig:
 			return "no configuration heard from a peer yet"
 		case !e.hasQuorum():

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -1126,5 +1127,62 @@ func TestOwnerProbesARestartedCopy(t *testing.T) {
 	}
 	if !n.nodes["c"].e.Voting() {
 		t.Fatalf("the restarted copy never took its vote back: %+v", n.nodes["c"].e.Voters())
+	}
+}
+
+// TestRestartedServerFormsNothingBeforeItSeesItsSeeds (rule 9): a server
+// restarted while cut off from the formed cluster, together with a server
+// joining for the first time, sees only the newcomer. Each takes the
+// other's guesses for the configuration unless something tells it that a
+// cluster exists beyond its map: the two formed a cluster of their own,
+// took every partition in terms above the formed cluster's, and at the
+// heal their empty history replaced the formed cluster's Majority writes
+// (fault suite seed 8374). Their seeds tell them: a server given seeds
+// forms a new cluster only once its map holds every one of them, and a
+// joining server that has not heard the configuration promises nothing.
+func TestRestartedServerFormsNothingBeforeItSeesItsSeeds(t *testing.T) {
+	// The newcomer was given every server as a seed, or only the restarted
+	// one: then it sees its seeds, and only the restarted server's refusal
+	// to promise keeps the two from forming.
+	for name, dUnseen := range map[string][]string{"all seeds": {"b", "c"}, "one seed": nil} {
+		t.Run(name, func(t *testing.T) {
+			ids := []string{"a", "b", "c"}
+			n := newNetwork(t, 8, ids, WithJoining())
+			n.settle()
+			var toks []uint64
+			for p := range 8 {
+				tok, err := n.propose(n.owner(p), p, fmt.Sprint("k", p), "acked", WaitMajority)
+				if err != nil {
+					t.Fatal(err)
+				}
+				toks = append(toks, tok)
+			}
+			n.settle()
+			for p, tok := range toks {
+				if c, ok := n.nodes[n.owner(p)].done[tok]; !ok || c.Err != nil {
+					t.Fatalf("partition %d: write not acked: %+v", p, c)
+				}
+			}
+			n.add("a", false).e.SetUnseenSeeds([]string{"b", "c"})
+			n.add("d", false).e.SetUnseenSeeds(dUnseen)
+			n.isolate([]string{"a", "d"}, []string{"b", "c"})
+			n.setMapInc([]string{"a", "d"}, map[string]uint64{"a": 2}, "a", "d")
+			n.setMapInc([]string{"b", "c"}, nil, "b", "c")
+			n.settle()
+			for _, id := range []string{"a", "d"} {
+				for p, pt := range n.nodes[id].e.parts {
+					if pt.active {
+						t.Fatalf("%s, cut off from every seed, owns partition %d:\n%s", id, p, n.statusLine())
+					}
+				}
+			}
+			n.heal()
+			for _, id := range []string{"a", "d"} {
+				n.nodes[id].e.SetUnseenSeeds(nil)
+			}
+			n.setMapInc([]string{"a", "b", "c", "d"}, map[string]uint64{"a": 2}, "a", "b", "c", "d")
+			n.settle()
+			n.converged()
+		})
 	}
 }

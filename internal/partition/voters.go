@@ -281,8 +281,15 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 // survivor, in both maps, had not yet been heard (fault suite seed 2280).
 // Waiting for every server in the map lets the survivor's list, formed,
 // arrive first.
+//
+// A node given seeds also waits until its map holds every seed: a server
+// restarted while cut off from the formed cluster, with a newcomer on its
+// side, heard every server of its map (the newcomer) and the two formed a
+// cluster of their own, whose empty history, in higher terms, replaced
+// the formed cluster's Majority writes at the heal (fault suite seed
+// 8374). Its seeds are the cluster it belongs to.
 func (e *Engine) heardEveryGuess() bool {
-	if e.m == nil || len(e.m.Members()) < 2 {
+	if e.m == nil || len(e.m.Members()) < 2 || (e.cfg.joining && len(e.unseenSeeds) > 0) {
 		return false
 	}
 	for _, s := range e.m.Members() {
