@@ -14,23 +14,24 @@ import (
 
 // serveFlags mirror the options of pkg/fero that an operator sets.
 type serveFlags struct {
-	id          string
-	listen      string
-	bind        string
-	seeds       []string
-	portRange   string
-	scanHosts   []string
-	multicast   bool
-	preset      string
-	client      bool
-	partitions  int
-	replicas    int
-	vnodes      int
-	historyMax  int
-	quorum      int
-	maxEntry    int
-	logLevel    string
-	readyServer int
+	id           string
+	listen       string
+	bind         string
+	seeds        []string
+	portRange    string
+	scanHosts    []string
+	multicast    bool
+	preset       string
+	client       bool
+	partitions   int
+	replicas     int
+	vnodes       int
+	historyMax   int
+	historyBytes int
+	quorum       int
+	maxEntry     int
+	logLevel     string
+	readyServer  int
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
 	syncTimeout   time.Duration
@@ -76,6 +77,7 @@ Every node of a resource must use the same --partitions, --replicas and
 	fl.IntVar(&f.replicas, "replicas", 2, "servers besides the owner whose acks make a write durable")
 	fl.IntVar(&f.vnodes, "vnodes", 200, "virtual nodes per member on the ring (the original's dht.vnodes)")
 	fl.IntVar(&f.historyMax, "history-max", 10000, "commits kept per partition (the original's partitions.history.max)")
+	fl.IntVar(&f.historyBytes, "history-bytes", 2<<20, "bytes of keys and values kept in history per partition (the newest commit is kept whatever its size)")
 	fl.IntVar(&f.quorum, "quorum", 0, "live servers an owner needs to accept writes (0: a majority of the most seen)")
 	fl.IntVar(&f.maxEntry, "max-entry", 1<<20, "largest key plus value of one write, in bytes")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
@@ -97,7 +99,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	opts := []fero.Option{
 		fero.WithLogger(logger), fero.WithListen(f.listen),
 		fero.WithPartitions(f.partitions), fero.WithReplicas(f.replicas), fero.WithVNodes(f.vnodes),
-		fero.WithHistoryMax(f.historyMax), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
+		fero.WithHistoryMax(f.historyMax), fero.WithHistoryBytes(f.historyBytes), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
 	}
 	for _, d := range []struct {
 		v   time.Duration

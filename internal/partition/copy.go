@@ -135,7 +135,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 // apply appends ent (offset last+1) to the log and the state of a copy.
 func (e *Engine) apply(pt *part, ent Entry) {
 	// From here on, the log's copy: the event outlives the message.
-	ent = pt.log.append(ent, e.cfg.historyMax)
+	ent = pt.log.append(ent, e.cfg.historyMax, e.cfg.historyBytes)
 	e.st.Apply(pt.p, ent)
 	if pt.logEpoch.Less(ent.Epoch) {
 		// An entry of a newer epoch means this log now holds that epoch's

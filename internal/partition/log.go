@@ -36,6 +36,8 @@ type entryLog struct {
 	// never spans two blocks. blocks[0] is block number firstBlock.
 	blocks     [][]byte
 	firstBlock uint64
+	// bytes is the key and value bytes of the kept entries.
+	bytes int
 }
 
 // slot is what the log keeps of an entry: its offset is its place in the
@@ -131,10 +133,16 @@ func (l *entryLog) lastEpoch() Epoch {
 	return e
 }
 
-// append adds e, which must have offset last+1, trimming the oldest entry
-// when the log holds limit entries. It returns e with its key and value
-// replaced by the log's copies, which never change.
-func (l *entryLog) append(e Entry, limit int) Entry {
+// append adds e, which must have offset last+1, trimming the oldest
+// entries while the log holds limit entries or its entries' keys and
+// values would pass byteLimit bytes with e's (e itself is kept whatever its
+// size). It returns e with its key and value replaced by the log's copies,
+// which never change.
+func (l *entryLog) append(e Entry, limit, byteLimit int) Entry {
+	need := len(e.Key) + len(e.Value)
+	for l.n > 0 && l.bytes+need > byteLimit {
+		l.trimOne()
+	}
 	if l.n == len(l.buf) {
 		if len(l.buf) < limit {
 			l.grow(min(limit, max(16, 2*len(l.buf))))
@@ -146,6 +154,7 @@ func (l *entryLog) append(e Entry, limit int) Entry {
 	sl := &l.buf[(l.head+l.n)%len(l.buf)]
 	*sl = slot{block: block, off: off, keyLen: uint32(len(e.Key)), valLen: uint32(len(e.Value)), typ: e.Type}
 	l.n++
+	l.bytes += need
 	if len(l.runs) == 0 || l.runs[len(l.runs)-1].Epoch != e.Epoch {
 		l.runs = append(l.runs, Run{Epoch: e.Epoch, First: e.Offset})
 		if len(l.runs) > maxRuns && l.runs[1].First <= l.base+1 {
@@ -165,6 +174,8 @@ func (l *entryLog) grow(size int) {
 }
 
 func (l *entryLog) trimOne() {
+	s := &l.buf[l.head]
+	l.bytes -= int(s.keyLen) + int(s.valLen)
 	l.baseEpoch, _ = l.epochAt(l.base + 1)
 	l.base++
 	l.head = (l.head + 1) % len(l.buf)
@@ -180,7 +191,7 @@ func (l *entryLog) trimOne() {
 // the epoch history of the offsets up to base (the server's runs; none when
 // unknown or not valid for base and baseEpoch).
 func (l *entryLog) reset(base uint64, baseEpoch Epoch, runs []Run) {
-	l.head, l.n = 0, 0
+	l.head, l.n, l.bytes = 0, 0, 0
 	l.dropBlocks(l.firstBlock + uint64(len(l.blocks)))
 	l.base, l.baseEpoch = base, baseEpoch
 	l.runs = l.runs[:0]

@@ -31,7 +31,7 @@ func TestLogKeepsEntriesItHandedOut(t *testing.T) {
 	dropped := 0
 	for o := uint64(1); o <= 2000; o++ {
 		before := l.firstBlock
-		l.append(entry(o), limit)
+		l.append(entry(o), limit, DefaultHistoryBytes)
 		dropped += int(l.firstBlock - before)
 		if o%37 == 0 {
 			handedOut = append(handedOut, l.at(o), l.at(l.base+1))
@@ -62,7 +62,7 @@ func TestLogKeepsEntriesItHandedOut(t *testing.T) {
 
 	l.reset(5000, Epoch{Term: 9}, nil)
 	assert.Empty(t, l.blocks, "a reset log lets its blocks go")
-	l.append(entry(5001), limit)
+	l.append(entry(5001), limit, DefaultHistoryBytes)
 	assert.Equal(t, entry(5001), l.at(5001))
 }
 
@@ -79,7 +79,7 @@ func TestLogKeepsEpochHistory(t *testing.T) {
 		case o > 10:
 			ep = e2
 		}
-		l.append(Entry{Epoch: ep, Offset: o, Key: "k"}, 4)
+		l.append(Entry{Epoch: ep, Offset: o, Key: "k"}, 4, DefaultHistoryBytes)
 	}
 	require.Equal(t, uint64(26), l.base)
 	require.Equal(t, []Run{{Epoch: e1, First: 1}, {Epoch: e2, First: 11}, {Epoch: e3, First: 21}}, l.runs)
@@ -104,4 +104,37 @@ func TestLogKeepsEpochHistory(t *testing.T) {
 	assert.Empty(t, c.runs, "runs that do not end in the base's epoch are refused")
 	c.reset(30, e3, []Run{{Epoch: e2, First: 11}, {Epoch: e1, First: 12}, {Epoch: e3, First: 21}})
 	assert.Empty(t, c.runs, "runs whose epochs fall are refused")
+}
+
+// TestLogBoundsItsBytes: the history is bounded by the bytes of its keys
+// and values as well as by its entries. 1,000 writes of 1 MB to one key
+// kept ~1 GB on every node when only entries counted (issue 17); here the
+// log holds at most byteLimit of them, its blocks little more, and an
+// entry larger than the bound is kept alone.
+func TestLogBoundsItsBytes(t *testing.T) {
+	const byteLimit = 2 << 20
+	big := bytes.Repeat([]byte{7}, 1<<20-10)
+	var l entryLog
+	ep := Epoch{Term: 1, Owner: "a"}
+	for o := uint64(1); o <= 1000; o++ {
+		l.append(Entry{Epoch: ep, Offset: o, Type: wire.RecordUpdate, Key: "the-key", Value: big}, DefaultHistoryMax, byteLimit)
+		require.LessOrEqual(t, l.bytes, byteLimit)
+		held := 0
+		for _, b := range l.blocks {
+			held += cap(b)
+		}
+		require.LessOrEqual(t, held, byteLimit+maxBlock, "offset %d: blocks of trimmed entries go", o)
+	}
+	require.Equal(t, 2, l.n, "two writes of 1 MB fit in 2 MiB")
+	assert.Equal(t, big, l.at(1000).Value)
+	assert.Equal(t, uint64(998), l.base)
+
+	l.append(Entry{Epoch: ep, Offset: 1001, Key: "k", Value: bytes.Repeat([]byte{1}, 3<<20)}, DefaultHistoryMax, byteLimit)
+	require.Equal(t, 1, l.n, "an entry over the bound is kept alone")
+	require.Equal(t, 3<<20+1, l.bytes)
+	for o := uint64(1002); o <= 1100; o++ {
+		l.append(Entry{Epoch: ep, Offset: o, Key: "k", Value: []byte("v")}, DefaultHistoryMax, byteLimit)
+	}
+	require.EqualValues(t, 99, l.n, "small entries after it")
+	require.Equal(t, 99*2, l.bytes)
 }

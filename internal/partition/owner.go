@@ -250,7 +250,7 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	}
 	// From here on, the log's copy: the event outlives the write's value,
 	// which may sit in a receive buffer.
-	ent = pt.log.append(ent, e.cfg.historyMax)
+	ent = pt.log.append(ent, e.cfg.historyMax, e.cfg.historyBytes)
 	if !oneStep {
 		e.st.Apply(pt.p, ent)
 	}

@@ -87,6 +87,7 @@
 //	udp.ip/port/ttl/jitter   MulticastConfig fields       224.0.0.251:5354, TTL 128 (membership defaults)
 //	udp.retry                MulticastConfig.Interval     announces again while alone
 //	partitions.history.max   WithHistoryMax               10,000 (the original kept everything)
+//	(none)                   WithHistoryBytes             2 MiB of keys and values per partition
 //	outbox.max               WithMaxBatch                 256 KiB per write
 //	outbox.frag              WithMaxFrame                 16 MiB
 //	hosts                    WithSeeds, WithScanHosts     none

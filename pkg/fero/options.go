@@ -233,6 +233,15 @@ func WithHistoryMax(n int) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithHistoryMax(n)) }
 }
 
+// WithHistoryBytes caps the bytes of keys and values in the commits kept
+// per partition, besides their count (default 2 MiB, twice the largest
+// write; the newest commit is kept whatever its size). A partition's
+// history, and so a node's memory, stays bounded whatever the writes: a
+// copy that falls further behind syncs from a snapshot plus the tail.
+func WithHistoryBytes(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithHistoryBytes(n)) }
+}
+
 // WithQuorum fixes how many live servers an owner must see to accept
 // writes. 0, the default, means a majority of the cluster's configuration:
 // every server that has joined and not been removed with Resource.Forget. A node on the minority side of a split refuses
