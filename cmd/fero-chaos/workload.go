@@ -10,6 +10,7 @@ import (
 
 	"github.com/fero-go/fero/internal/chaos"
 	"github.com/fero-go/fero/internal/chaos/workload"
+	"github.com/fero-go/fero/pkg/fero"
 )
 
 // newWorkload is the hidden command the runner starts in each client's
@@ -17,7 +18,7 @@ import (
 // ones chaos.Config's runner passes.
 func newWorkload() *cobra.Command {
 	var cfg workload.Config
-	var logLevel string
+	var logLevel, secretFile string
 	cmd := &cobra.Command{
 		Use:    "workload",
 		Short:  "Run one workload client process (started by fero-chaos run)",
@@ -29,6 +30,12 @@ func newWorkload() *cobra.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if secretFile != "" {
+				var err error
+				if cfg.Secrets, err = fero.ReadSecretFile(secretFile); err != nil {
+					return err
+				}
+			}
 			// The runner waits for every client's op phase to end before
 			// it asks for the final lines (chaos.OpsDoneFile).
 			cfg.OpsDone = func() {
@@ -53,5 +60,6 @@ func newWorkload() *cobra.Command {
 	fl.StringVar(&cfg.Out, "out", "", "history file (…"+".history.jsonl); the trace goes beside it")
 	fl.IntVar(&cfg.Servers, "servers", 1, "servers to wait for before the first operation")
 	fl.StringVar(&logLevel, "log-level", "info", "the client node's log level on stderr")
+	fl.StringVar(&secretFile, "cluster-secret-file", "", "the cluster's secret file (fero serve's)")
 	return cmd
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,6 +35,8 @@ type serveFlags struct {
 	maxEntry     int
 	logLevel     string
 	readyServer  int
+	secretFile   string
+	insecure     bool
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
 	syncTimeout   time.Duration
@@ -57,13 +62,24 @@ Other nodes join with --seeds <gossip address>; put, get, rm, tail and status
 take --addr <data address>.
 
 Every node of a resource must use the same --partitions, --replicas and
---vnodes.`,
+--vnodes.
+
+Without --cluster-secret-file, any process that reaches the node's ports
+can pose as a peer: that is for development on loopback, and serve refuses
+to listen or gossip on any other address unless --insecure is given. With
+it, every node proves on each connection that it knows a secret of the
+file, and gossip is encrypted with a key derived from the first secret.
+To rotate a secret without downtime, rewrite every node's file and send it
+SIGHUP three times over, each round done on every node before the next:
+"old, new", then "new, old", then "new" (docs/security.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd, args[0], &f)
 		},
 	}
 	fl := cmd.Flags()
+	fl.StringVar(&f.secretFile, "cluster-secret-file", "", "file of cluster secrets, one per line (the first proves this node, any is accepted); SIGHUP re-reads it; make one with `fero secret`")
+	fl.BoolVar(&f.insecure, "insecure", false, "serve beyond loopback without a cluster secret: anyone who reaches the ports can pose as a peer")
 	fl.StringVar(&f.id, "id", "", "node ID (default: random)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
@@ -149,11 +165,35 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	if f.client {
 		opts = append(opts, fero.Client())
 	}
+	var secrets [][]byte
+	if f.secretFile != "" {
+		var err error
+		if secrets, err = readSecrets(f.secretFile); err != nil {
+			return err
+		}
+		opts = append(opts, fero.WithClusterSecret(secrets...))
+	} else if !f.insecure {
+		bind := f.bind
+		if bind == "" && f.preset == "lan" {
+			bind = "0.0.0.0:0"
+		}
+		for _, a := range []struct{ flag, addr string }{{"--listen", f.listen}, {"--bind", bind}} {
+			if a.addr != "" && !fero.IsLoopback(a.addr) {
+				return fmt.Errorf("%s %s is beyond loopback, and without --cluster-secret-file anyone who reaches it can pose as a peer; give a secret (fero secret > FILE), or --insecure to serve without one", a.flag, a.addr)
+			}
+		}
+	}
 	r, err := fero.Open(ctx, resource, opts...)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	if f.secretFile != "" {
+		stop := reloadSecretsOnHUP(r, f.secretFile, cmd.OutOrStdout(), logger)
+		defer stop()
+	} else {
+		logger.Warn("fero: serving without a cluster secret: any process that reaches this node can pose as a peer (development only)")
+	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
 	if f.readyServer > 0 {
@@ -170,4 +210,40 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	fmt.Fprintf(out, "fero: node %s left in %v\n", r.ID(), time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// readSecrets reads --cluster-secret-file.
+func readSecrets(path string) ([][]byte, error) {
+	s, err := fero.ReadSecretFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secret-file: %w", err)
+	}
+	return s, nil
+}
+
+// reloadSecretsOnHUP re-reads the secret file on each SIGHUP and installs
+// it; it logs how many secrets it took, never what they are.
+func reloadSecretsOnHUP(r *fero.Resource, path string, out io.Writer, logger *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+			}
+			secrets, err := readSecrets(path)
+			if err == nil {
+				err = r.SetClusterSecret(secrets...)
+			}
+			if err != nil {
+				logger.Error("fero: cluster secret not reloaded; the node keeps the secrets it had", "err", err)
+				continue
+			}
+			fmt.Fprintf(out, "fero: node %s took %d cluster secrets from %s\n", r.ID(), len(secrets), path)
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
 }

@@ -3,6 +3,8 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,24 @@ type ClusterConfig struct {
 	Ready time.Duration
 	// Logf, when set, receives one line per process event.
 	Logf func(format string, args ...any)
+}
+
+// SecretFile is the cluster secret file in a cluster's Dir: the servers
+// and the workload clients authenticate each other with it, as nodes on
+// a real network must (fero serve refuses to serve beyond loopback
+// without one).
+func SecretFile(dir string) string { return filepath.Join(dir, "cluster.secret") }
+
+// writeSecret writes a fresh random secret to SecretFile(dir), unless one
+// is there (a replayed seed keeps its own).
+func writeSecret(dir string) error {
+	path := SecretFile(dir)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
 }
 
 // Cluster runs `fero serve` in the servers' namespaces. It knows the PID
@@ -106,6 +126,9 @@ func StartCluster(ctx context.Context, n *Net, cfg ClusterConfig) (*Cluster, err
 			return nil, fmt.Errorf("chaos: server %q is not a node of the net", s)
 		}
 	}
+	if err := writeSecret(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("chaos: cluster secret: %w", err)
+	}
 	c := &Cluster{net: n, cfg: cfg, procs: map[string]*proc{}, starts: map[string]int{}}
 	errc := make(chan error, len(cfg.Servers))
 	for _, s := range cfg.Servers {
@@ -163,6 +186,7 @@ func (c *Cluster) ServeArgs(node string, waitServers int) []string {
 		"serve", c.cfg.Resource, "--id", node,
 		"--listen", c.Addr(node), "--bind", c.Gossip(node),
 		"--seeds", strings.Join(seeds, ","),
+		"--cluster-secret-file", SecretFile(c.cfg.Dir),
 		// lan's timings, without multicast: there is no multicast route in
 		// the namespaces, and the seeds are known.
 		"--preset", "lan", "--multicast=false", "--log-level", "info",

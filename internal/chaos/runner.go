@@ -502,6 +502,7 @@ func WorkloadArgs(cfg Config, seeds []string, node, ip string, proc int, d time.
 	return []string{
 		"--resource", "chaos",
 		"--seeds", strings.Join(seeds, ","),
+		"--cluster-secret-file", SecretFile(cfg.Out),
 		"--bind", fmt.Sprintf("%s:%d", ip, GossipPort),
 		"--listen", fmt.Sprintf("%s:%d", ip, DataPort),
 		"--id", node,

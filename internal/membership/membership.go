@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -42,6 +43,7 @@ type Membership struct {
 	heard     map[string]time.Time
 	subs      map[*Subscription]struct{}
 	seedAddrs map[string][]string // seed → the gossip addresses it resolves to
+	keyring   *memberlist.Keyring // nil without encryption
 
 	probe time.Duration // memberlist's probe interval, once created
 }
@@ -185,11 +187,12 @@ func (m *Membership) create() (*memberlist.Memberlist, error) {
 	// node can be reclaimed, never a live one.
 	conf.DeadNodeReclaimTime = time.Nanosecond
 	conf.Conflict = d
-	if len(m.cfg.secretKey) > 0 {
-		kr, err := memberlist.NewKeyring(nil, m.cfg.secretKey)
+	if len(m.cfg.secretKeys) > 0 {
+		kr, err := memberlist.NewKeyring(m.cfg.secretKeys[1:], m.cfg.secretKeys[0])
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
+		m.keyring = kr
 		conf.Keyring = kr
 		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
 	}
@@ -342,6 +345,45 @@ func canonicalAddr(addr string) string {
 		host = ip.String()
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// SetSecretKeys replaces the gossip keyring of a running member: it
+// encrypts with keys[0] from now on and accepts any of keys. Rotating a
+// cluster's key takes three rounds over every member, each finished before
+// the next starts: add the new key (old first), make it first (new, old),
+// drop the old one (new). A member started without encryption cannot turn
+// it on.
+func (m *Membership) SetSecretKeys(keys ...[]byte) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no secret key", ErrInvalidOption)
+	}
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	kr := m.keyring
+	m.mu.Unlock()
+	if kr == nil {
+		return fmt.Errorf("%w: gossip is not encrypted; a member started without a key cannot take one", ErrInvalidOption)
+	}
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+	}
+	if err := kr.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	for _, old := range kr.GetKeys() {
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, old) }) {
+			if err := kr.RemoveKey(old); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+			}
+		}
+	}
+	return nil
 }
 
 // ProbeInterval is how often the member probes a peer.

@@ -478,3 +478,31 @@ func TestUnseenSeeds(t *testing.T) {
 	require.Equal(t, []string{nobody}, late.UnseenSeeds(late.Members()))
 	require.Equal(t, []string{ms[0].Local().Gossip, byName, nobody}, late.UnseenSeeds(nil))
 }
+
+// TestKeyRotation: a running cluster moves from one gossip key to another
+// in three rounds (add, use, drop) without a member ever leaving; then a
+// member with the new key joins and one with the old key cannot.
+func TestKeyRotation(t *testing.T) {
+	t.Parallel()
+	nw := memnet.New(9)
+	oldKey, newKey := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{3}, 32)
+	ms := memCluster(t, nw, 3, WithSecretKey(oldKey))
+	waitConverged(t, ms, idsOf(ms), 20*time.Second)
+	for _, round := range [][][]byte{{oldKey, newKey}, {newKey, oldKey}, {newKey}} {
+		for _, m := range ms {
+			require.NoError(t, m.SetSecretKeys(round...))
+		}
+		waitConverged(t, ms, idsOf(ms), 20*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stale := start(t, append(memOpts(nw, "stale"), WithSecretKey(oldKey))...)
+	_, err := stale.Join(ctx, ms[0].Local().Gossip)
+	require.ErrorIs(t, err, ErrNoPeers)
+	fresh := start(t, append(memOpts(nw, "fresh"), WithSecretKeys(newKey), WithSeeds(ms[2].Local().Gossip))...)
+	waitConverged(t, append(slices.Clone(ms), fresh), []string{"fresh", "node-000", "node-001", "node-002"}, 20*time.Second)
+
+	plain := start(t, memOpts(nw, "plain")...)
+	require.ErrorIs(t, plain.SetSecretKeys(newKey), ErrInvalidOption)
+	require.ErrorIs(t, ms[0].SetSecretKeys([]byte("short")), ErrInvalidOption)
+}

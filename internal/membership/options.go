@@ -169,8 +169,18 @@ func WithResolver(r Resolver) Option { return optionFunc(func(c *config) { c.res
 // WithSecretKey encrypts and authenticates gossip with AES-GCM (memberlist's
 // keyring); the key is 16, 24 or 32 bytes. Peers without the same key cannot
 // join. Default: no encryption.
-func WithSecretKey(key []byte) Option {
-	return optionFunc(func(c *config) { c.secretKey = append([]byte(nil), key...) })
+func WithSecretKey(key []byte) Option { return WithSecretKeys(key) }
+
+// WithSecretKeys is WithSecretKey with a keyring: the member encrypts with
+// the first key and accepts gossip encrypted with any of them, so keys can
+// rotate on a running cluster (see [Membership.SetSecretKeys]).
+func WithSecretKeys(keys ...[]byte) Option {
+	return optionFunc(func(c *config) {
+		c.secretKeys = c.secretKeys[:0]
+		for _, k := range keys {
+			c.secretKeys = append(c.secretKeys, append([]byte(nil), k...))
+		}
+	})
 }
 
 // WithLogger routes this package's and memberlist's logs to l (default: a
@@ -220,7 +230,7 @@ type config struct {
 	dnsName      string
 	dnsPort      int
 	resolver     Resolver
-	secretKey    []byte
+	secretKeys   [][]byte
 	logger       *slog.Logger
 	transport    memberlist.NodeAwareTransport
 	rejoinBase   time.Duration
@@ -318,8 +328,10 @@ func newConfig(opts []Option) (config, error) {
 	if c.resolver == nil {
 		return c, fmt.Errorf("%w: nil resolver", ErrInvalidOption)
 	}
-	if n := len(c.secretKey); n != 0 && n != 16 && n != 24 && n != 32 {
-		return c, fmt.Errorf("%w: secret key is %d bytes, want 16, 24 or 32", ErrInvalidOption, n)
+	for _, k := range c.secretKeys {
+		if err := checkKey(k); err != nil {
+			return c, err
+		}
 	}
 	if c.rejoinBase <= 0 || c.rejoinCap < c.rejoinBase || c.rejoinJitter < 0 || c.rejoinJitter > 1 {
 		return c, fmt.Errorf("%w: rejoin base %v cap %v jitter %v", ErrInvalidOption, c.rejoinBase, c.rejoinCap, c.rejoinJitter)
@@ -343,4 +355,12 @@ func splitBind(hostport string) (string, int, error) {
 		return "", 0, fmt.Errorf("%w: bind %q must be ip:port: %w", ErrInvalidOption, hostport, err)
 	}
 	return ap.Addr().String(), int(ap.Port()), nil
+}
+
+// checkKey checks a gossip key's size (AES-128, -192 or -256).
+func checkKey(k []byte) error {
+	if n := len(k); n != 16 && n != 24 && n != 32 {
+		return fmt.Errorf("%w: secret key is %d bytes, want 16, 24 or 32", ErrInvalidOption, n)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
@@ -46,4 +47,74 @@ func TestNestedHelloIsRefused(t *testing.T) {
 	defer c2.Close()
 	_, err = c2.Call(ctx, OpHello, []byte{0x81, 0xa2, 'i', 'd', 0xa1, 'z'})
 	require.NoError(t, err)
+}
+
+// TestHelloNeedsTheClusterSecret: with a cluster secret, a node is taken
+// for the ID its hello names only once it has proved the secret on that
+// connection. Before, any process that reached the data port could send
+// the hello as node "a", receive the engine traffic meant for a, and have
+// a forged commit applied (issue 17). Nodes that share a secret connect;
+// a node with another secret, or none, is refused both ways; and a caller
+// that names "a" and cannot prove the secret gets nothing adopted.
+func TestHelloNeedsTheClusterSecret(t *testing.T) {
+	secret, other := []byte("0123456789abcdef-cluster"), []byte("fedcba9876543210-intruder")
+	a := newTestNode(t, "a", secret)
+	b := newTestNode(t, "b", secret)
+	_, err := b.pool.get(ctxT(t), "a", a.addr())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.pool.lookup("b") != nil }, 10*time.Second, 5*time.Millisecond, "a adopts b's proven connection")
+
+	for name, x := range map[string]*testNode{
+		"another secret": newTestNode(t, "x", other),
+		"no secret":      newTestNode(t, "x"),
+	} {
+		_, err := x.pool.get(ctxT(t), "a", a.addr())
+		require.Error(t, err, name)
+		require.Nil(t, a.pool.lookup("x"), "%s: a adopted x", name)
+		_, err = a.pool.get(ctxT(t), "x", x.addr())
+		require.Error(t, err, "%s: a dialing x", name)
+		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%s: %v", name, err)
+	}
+
+	// A forger that names "b": it draws a nonce and gets a's MAC, but
+	// cannot answer with b's.
+	ctx := ctxT(t)
+	raw, err := transport.DialConn(ctx, a.addr())
+	require.NoError(t, err)
+	defer raw.Close()
+	h, err := msgpack.Marshal(hello{ID: "b", Nonce: newNonce()})
+	require.NoError(t, err)
+	_, err = raw.Call(ctx, OpHello, h)
+	require.NoError(t, err)
+	proof, err := msgpack.Marshal(helloProof{MAC: helloMAC(helloKey(other), "client", nil, nil, "b", "a")})
+	require.NoError(t, err)
+	_, err = raw.Call(ctx, OpHelloProof, proof)
+	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
+	_, ok := a.pool.idOf(raw)
+	require.False(t, ok, "the forger's connection belongs to nobody")
+	require.Eventually(t, func() bool { return raw.Err() != nil }, 10*time.Second, 5*time.Millisecond, "a closes the forger's connection")
+	// A proof with no hello before it is refused too.
+	raw2, err := transport.DialConn(ctx, a.addr())
+	require.NoError(t, err)
+	defer raw2.Close()
+	_, err = raw2.Call(ctx, OpHelloProof, proof)
+	require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "%v", err)
+}
+
+// TestSecretRotation: two nodes in the middle of a rotation (one has
+// made the new secret first, the other not yet) still connect; two that
+// share no secret do not.
+func TestSecretRotation(t *testing.T) {
+	oldS, newS := []byte("the-old-cluster-secret"), []byte("the-new-cluster-secret")
+	a := newTestNode(t, "a", oldS, newS)
+	b := newTestNode(t, "b", newS, oldS)
+	_, err := b.pool.get(ctxT(t), "a", a.addr())
+	require.NoError(t, err)
+	c := newTestNode(t, "c", newS)
+	d := newTestNode(t, "d", oldS)
+	_, err = d.pool.get(ctxT(t), "c", c.addr())
+	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
+	d.pool.setSecrets([][]byte{newS, oldS})
+	_, err = d.pool.get(ctxT(t), "c", c.addr())
+	require.NoError(t, err, "after d takes the new secret")
 }

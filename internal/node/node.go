@@ -56,6 +56,13 @@ type Config struct {
 	// MaxRequests bounds the handlers running at once; beyond it requests
 	// are refused with ErrTooManyRequests (default DefaultMaxRequests).
 	MaxRequests int
+	// Secrets are the cluster secrets: with any, every node proves on each
+	// data connection that it knows one before a peer takes its messages
+	// (the first proves this node, any verifies a peer), and gossip is
+	// encrypted with keys derived from them (GossipKey). Rotate them on a
+	// running node with SetSecrets. None: peers are trusted on their word,
+	// fit only for loopback.
+	Secrets [][]byte
 }
 
 // DefaultMaxRequests is the default bound on handlers running at once.
@@ -191,7 +198,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux := transport.NewMux()
 	topts := append([]transport.Option{transport.WithLogger(n.logger)}, cfg.Transport...)
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
+	n.pool.logger = n.logger
+	n.pool.setSecrets(cfg.Secrets)
 	mux.HandleFunc(OpHello, n.pool.serveHello)
+	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
 	mux.HandleFunc(OpEngine, n.serveEngine)
 	mux.HandleFunc(OpRequest, n.whenStarted(n.serveRequest))
 	mux.HandleFunc(OpStatus, n.whenStarted(n.serveStatus))
@@ -209,6 +219,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		membership.WithID(n.id), membership.WithResource(cfg.Resource), membership.WithRole(role),
 		membership.WithDataAddr(n.srv.Addr().String()), membership.WithLogger(n.logger),
 	}, cfg.Membership...)
+	if len(cfg.Secrets) > 0 {
+		mopts = append(mopts, membership.WithSecretKeys(gossipKeys(cfg.Secrets)...))
+	}
 	if n.ms, err = membership.New(mopts...); err != nil {
 		n.srv.Close()
 		return nil, err
@@ -226,6 +239,34 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.drive() }()
 	n.started.Store(true)
 	return n, nil
+}
+
+// SetSecrets replaces the cluster secrets of a running node: it proves
+// itself and encrypts gossip with the first from now on, and accepts peers
+// and gossip that use any of them. Rotating a cluster's secret takes three
+// rounds over every node, each finished before the next starts: add the
+// new secret (old, new), make it first (new, old), drop the old (new). A
+// node started without secrets cannot take any.
+func (n *Node) SetSecrets(secrets ...[]byte) error {
+	if len(secrets) == 0 {
+		return errs.New(errs.InvalidArgument, "set secrets: none given; a node cannot turn authentication off")
+	}
+	if n.pool.keys.Load() == nil {
+		return errs.New(errs.FailedPrecondition, "set secrets: the node started without a cluster secret")
+	}
+	if err := n.ms.SetSecretKeys(gossipKeys(secrets)...); err != nil {
+		return err
+	}
+	n.pool.setSecrets(secrets)
+	return nil
+}
+
+func gossipKeys(secrets [][]byte) [][]byte {
+	out := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		out[i] = GossipKey(s)
+	}
+	return out
 }
 
 // ID returns the node's identity.

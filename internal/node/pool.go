@@ -2,8 +2,15 @@ package node
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -17,9 +24,28 @@ import (
 // it names the caller, so the callee can use the connection to call back.
 const OpHello uint32 = 1
 
+// OpHelloProof follows OpHello when the cluster has a secret: the caller
+// proves that it knows the secret, for the ID it named, on this connection.
+const OpHelloProof uint32 = 8
+
+// hello names a node. With a cluster secret, the caller's hello carries a
+// fresh nonce, and the callee's answer its own nonce and a MAC over both
+// nonces and both IDs, which the caller checks before it sends its proof
+// (OpHelloProof, the MAC the other way round). Neither side can replay a
+// MAC from another connection: each covers a nonce the checker just drew.
 type hello struct {
-	ID string `msgpack:"id"`
+	ID    string `msgpack:"id"`
+	Nonce []byte `msgpack:"n,omitempty"`
+	MAC   []byte `msgpack:"m,omitempty"`
 }
+
+// helloProof is the caller's MAC (OpHelloProof).
+type helloProof struct {
+	MAC []byte `msgpack:"m"`
+}
+
+// nonceSize is the size of a hello nonce.
+const nonceSize = 32
 
 // pool keeps one live connection per peer node, whichever side opened it:
 // calls in both directions share it. When both sides dial at once, both
@@ -29,7 +55,13 @@ type pool struct {
 	self string
 	opts []transport.Option // for dialing; include the node's handler
 
+	logger   *slog.Logger
+	refusals logLimit // refused hellos logged, per remote host
+
+	keys atomic.Pointer[[][]byte] // hello keys (helloKey of each cluster secret); the first proves; nil: none
+
 	mu      sync.Mutex
+	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
 	conns   map[string]pooled
 	byConn  map[*transport.Conn]string        // every adopted connection's peer, losers included until closed
 	dialing map[string]chan struct{}          // closed when a dial to the peer ends
@@ -39,13 +71,19 @@ type pool struct {
 	done    chan struct{}  // closed by close
 }
 
+// proving is a served hello whose caller has not proved the secret yet.
+type proving struct {
+	id           string
+	mine, theirs []byte // nonces
+}
+
 type pooled struct {
 	c         *transport.Conn
 	initiator string // who dialed it
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), done: make(chan struct{})}
+	return &pool{self: self, opts: opts, logger: slog.New(slog.DiscardHandler), refusals: logLimit{every: time.Second}, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), proving: make(map[*transport.Conn]proving), done: make(chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -112,7 +150,12 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		c.Close()
 		return nil, err
 	}
-	b, err := msgpack.Marshal(hello{ID: p.self})
+	keys := p.keys.Load()
+	out := hello{ID: p.self}
+	if keys != nil {
+		out.Nonce = newNonce()
+	}
+	b, err := msgpack.Marshal(out)
 	if err != nil {
 		return fail(err)
 	}
@@ -123,6 +166,19 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	var h hello
 	if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 		return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
+	}
+	if keys == nil {
+		return c, nil
+	}
+	if !verifyMAC(*keys, h.MAC, "server", out.Nonce, h.Nonce, id, p.self) {
+		return fail(errs.Errorf(errs.PermissionDenied, "%s at %s did not prove the cluster secret", id, addr))
+	}
+	b, err = msgpack.Marshal(helloProof{MAC: helloMAC((*keys)[0], "client", out.Nonce, h.Nonce, p.self, id)})
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := c.Call(ctx, OpHelloProof, b); err != nil {
+		return fail(fmt.Errorf("proving the cluster secret to %s at %s: %w", id, addr, err))
 	}
 	return c, nil
 }
@@ -138,7 +194,8 @@ func (p *pool) settle(c *transport.Conn) {
 }
 
 // serveHello answers a peer's hello with our ID and adopts the connection
-// it came on.
+// it came on; with a cluster secret, it answers with its MAC and adopts the
+// connection once the caller has proved the secret (serveProof).
 func (p *pool) serveHello(r *transport.Request) {
 	var h hello
 	// Bounded: a hello of 12 MB of nested arrays once overflowed the
@@ -147,13 +204,83 @@ func (p *pool) serveHello(r *transport.Request) {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
 		return
 	}
-	b, err := msgpack.Marshal(hello{ID: p.self})
+	keys := p.keys.Load()
+	if keys == nil {
+		b, err := msgpack.Marshal(hello{ID: p.self})
+		if err != nil {
+			_ = r.Fail(err)
+			return
+		}
+		_ = r.Reply(b)
+		p.adopt(h.ID, r.Conn(), h.ID)
+		return
+	}
+	if len(h.Nonce) != nonceSize {
+		p.refused(r.Conn(), h.ID, "its hello carries no nonce: it has no cluster secret")
+		_ = r.Fail(errs.New(errs.PermissionDenied, "this cluster needs a cluster secret"))
+		return
+	}
+	mine := newNonce()
+	b, err := msgpack.Marshal(hello{ID: p.self, Nonce: mine, MAC: helloMAC((*keys)[0], "server", h.Nonce, mine, p.self, h.ID)})
 	if err != nil {
 		_ = r.Fail(err)
 		return
 	}
+	c := r.Conn()
+	p.mu.Lock()
+	first := true
+	if _, ok := p.proving[c]; ok {
+		first = false
+	}
+	p.proving[c] = proving{id: h.ID, mine: mine, theirs: h.Nonce}
+	p.mu.Unlock()
+	if first {
+		go func() {
+			<-c.Done()
+			p.mu.Lock()
+			delete(p.proving, c)
+			p.mu.Unlock()
+		}()
+	}
 	_ = r.Reply(b)
-	p.adopt(h.ID, r.Conn(), h.ID)
+}
+
+// serveProof checks the caller's proof of the cluster secret and adopts
+// the connection as the named node's. A wrong proof closes the connection.
+func (p *pool) serveProof(r *transport.Request) {
+	c := r.Conn()
+	p.mu.Lock()
+	pr, ok := p.proving[c]
+	delete(p.proving, c)
+	p.mu.Unlock()
+	keys := p.keys.Load()
+	var proof helloProof
+	switch {
+	case !ok || keys == nil:
+		_ = r.Fail(errs.New(errs.FailedPrecondition, "no hello to prove on this connection"))
+		return
+	case wire.DecodeValue(r.Payload(), &proof) != nil ||
+		!verifyMAC(*keys, proof.MAC, "client", pr.theirs, pr.mine, pr.id, p.self):
+		p.refused(c, pr.id, "wrong proof of the cluster secret")
+		_ = r.Fail(errs.New(errs.PermissionDenied, "wrong proof of the cluster secret"))
+		go c.Close()
+		return
+	}
+	_ = r.Reply(nil)
+	p.adopt(pr.id, c, pr.id)
+}
+
+// refused logs a hello refused for want of the cluster secret, at most
+// once a second per remote host, so that a flood of them cannot flood the
+// log.
+func (p *pool) refused(c *transport.Conn, id, why string) {
+	host := c.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if p.refusals.Allow(host, time.Now()) {
+		p.logger.Warn("fero: node: refused a peer's hello", "remote", c.RemoteAddr(), "claims", id, "why", why)
+	}
 }
 
 // adopt records c as the connection to id and returns the connection the
@@ -299,4 +426,63 @@ func (p *pool) close() {
 	}
 	wg.Wait()
 	p.closing.Wait()
+}
+
+// helloKey derives the key that hellos are MACed with from a cluster
+// secret; the gossip key is derived apart (gossipKey), so neither reveals
+// the other.
+func helloKey(secret []byte) []byte { return deriveKey(secret, "fero hello key v1") }
+
+// GossipKey derives the gossip encryption key (AES-256) from a cluster
+// secret.
+func GossipKey(secret []byte) []byte { return deriveKey(secret, "fero gossip key v1") }
+
+func deriveKey(secret []byte, label string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// helloMAC is the MAC of one side of a hello: role ("server" for the
+// callee, "client" for the caller), both nonces in the caller's order, the
+// signer's ID and the other side's.
+func helloMAC(key []byte, role string, callerNonce, calleeNonce []byte, signer, other string) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, b := range [][]byte{[]byte(role), callerNonce, calleeNonce, []byte(signer), []byte(other)} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		m.Write(n[:])
+		m.Write(b)
+	}
+	return m.Sum(nil)
+}
+
+// verifyMAC reports whether mac is helloMAC under any of keys.
+func verifyMAC(keys [][]byte, mac []byte, role string, callerNonce, calleeNonce []byte, signer, other string) bool {
+	for _, k := range keys {
+		if hmac.Equal(mac, helloMAC(k, role, callerNonce, calleeNonce, signer, other)) {
+			return true
+		}
+	}
+	return false
+}
+
+func newNonce() []byte {
+	b := make([]byte, nonceSize)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return b
+}
+
+// setSecrets installs the cluster secrets: the first proves this node, any
+// of them verifies a peer. None turns authentication off.
+func (p *pool) setSecrets(secrets [][]byte) {
+	if len(secrets) == 0 {
+		p.keys.Store(nil)
+		return
+	}
+	keys := make([][]byte, len(secrets))
+	for i, s := range secrets {
+		keys[i] = helloKey(s)
+	}
+	p.keys.Store(&keys)
 }

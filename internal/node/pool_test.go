@@ -37,13 +37,16 @@ type testNode struct {
 	accepted atomic.Int64
 }
 
-func newTestNode(t *testing.T, id string) *testNode {
+func newTestNode(t *testing.T, id string, secrets ...[]byte) *testNode {
 	t.Helper()
 	n := &testNode{id: id}
 	mux := transport.NewMux()
 	mux.HandleFunc(opWho, func(r *transport.Request) { _ = r.Reply([]byte(id)) })
 	n.pool = newPool(id, transport.WithHandler(mux))
+	n.pool.logger = testLogger(t)
+	n.pool.setSecrets(secrets)
 	mux.HandleFunc(OpHello, n.pool.serveHello)
+	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
 	srv, err := transport.Listen("127.0.0.1:0", mux, transport.WithOnConn(func(*transport.Conn) { n.accepted.Add(1) }))
 	require.NoError(t, err)
 	n.srv = srv

@@ -34,6 +34,7 @@ type config struct {
 	wait        Wait
 	maxRequests int
 	tick        time.Duration
+	secrets     [][]byte
 
 	membership []membership.Option
 	ring       []ring.Option
@@ -169,6 +170,30 @@ func WithDNS(name string, port int) Option {
 func WithSecretKey(key []byte) Option {
 	return func(c *config) { c.membership = append(c.membership, membership.WithSecretKey(key)) }
 }
+
+// WithClusterSecret makes the cluster authenticate its members: every node
+// proves on each data connection that it knows a cluster secret before a
+// peer takes its messages, and gossip is encrypted and authenticated with
+// a key derived from the secret (it replaces [WithSecretKey]). The first
+// secret proves this node; a peer proving any of them is accepted, so a
+// secret can rotate on a running cluster ([Resource.SetClusterSecret]).
+// Each secret is at least 16 bytes; draw it at random (32 bytes from
+// crypto/rand, or `fero secret`) and give every node the same
+// ones. Without one, any process that reaches a node's ports can pose as
+// a peer: fit only for loopback, and Open logs a warning when the node
+// listens or gossips anywhere else. Client commands (fero.Dial) are not
+// yet authenticated; docs/security.md says what that leaves open.
+func WithClusterSecret(secrets ...[]byte) Option {
+	return func(c *config) {
+		c.secrets = c.secrets[:0]
+		for _, s := range secrets {
+			c.secrets = append(c.secrets, append([]byte(nil), s...))
+		}
+	}
+}
+
+// MinSecretSize is the shortest cluster secret WithClusterSecret takes.
+const MinSecretSize = 16
 
 // WithGossipTransport replaces gossip's UDP/TCP transport, for example
 // with an in-memory network in tests.

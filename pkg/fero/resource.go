@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"net"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,11 +54,14 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	if err := checkSecrets(cfg.secrets); err != nil {
+		return nil, err
+	}
 	r := &Resource{name: name, cfg: cfg, logger: cfg.logger.With("resource", name)}
 	ncfg := node.Config{
 		ID: cfg.id, Resource: name, Client: cfg.client, Listen: cfg.listen,
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
-		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests,
+		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets,
 	}
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
@@ -65,6 +71,14 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		return nil, err
 	}
 	r.n = n
+	if len(cfg.secrets) == 0 {
+		for _, addr := range []string{r.Addr(), r.GossipAddr()} {
+			if !IsLoopback(addr) {
+				r.logger.Warn("fero: no cluster secret, and the node is reachable beyond loopback: any process that reaches it can pose as a peer (see WithClusterSecret)", "addr", addr)
+				break
+			}
+		}
+	}
 	if cfg.store != nil {
 		if err := r.connect(ctx); err != nil {
 			_ = r.Close()
@@ -72,6 +86,67 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		}
 	}
 	return r, nil
+}
+
+// SetClusterSecret replaces the cluster secrets of a running node (see
+// [WithClusterSecret]): it proves itself and encrypts gossip with the
+// first from now on, and accepts peers that use any of them. To rotate a
+// cluster's secret without downtime, go over every node three times, each
+// round finished on every node before the next starts: (old, new), then
+// (new, old), then (new). A node opened without a secret cannot take one.
+func (r *Resource) SetClusterSecret(secrets ...[]byte) error {
+	if err := checkSecrets(secrets); err != nil {
+		return err
+	}
+	return r.n.SetSecrets(secrets...)
+}
+
+// ReadSecretFile reads a cluster secret file, as fero serve's
+// --cluster-secret-file: one secret per line (the first proves this node),
+// blank lines and surrounding spaces ignored, each at least
+// MinSecretSize bytes. `fero secret` prints one.
+func ReadSecretFile(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errs.Errorf(errs.InvalidArgument, "cluster secret file: %w", err)
+	}
+	var out [][]byte
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, []byte(line))
+		}
+	}
+	if len(out) == 0 {
+		return nil, errs.Errorf(errs.InvalidArgument, "cluster secret file %s holds no secret", path)
+	}
+	if err := checkSecrets(out); err != nil {
+		return nil, errs.Errorf(errs.InvalidArgument, "cluster secret file %s: %w", path, err)
+	}
+	return out, nil
+}
+
+func checkSecrets(secrets [][]byte) error {
+	for i, s := range secrets {
+		if len(s) < MinSecretSize {
+			return errs.Errorf(errs.InvalidArgument, "cluster secret %d is %d bytes; want at least %d (fero secret makes one)", i+1, len(s), MinSecretSize)
+		}
+	}
+	return nil
+}
+
+// IsLoopback reports whether addr, host:port, is on loopback: a loopback
+// IP or "localhost". An unspecified address (0.0.0.0, ::) is not: it
+// listens on every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Name returns the resource's name.

@@ -55,6 +55,8 @@ type Config struct {
 	// Out is the history file's path; it ends in history.HistorySuffix,
 	// and the trace is written beside it (history.TracePath).
 	Out string
+	// Secrets are the cluster secrets (fero.WithClusterSecret).
+	Secrets [][]byte
 
 	// Optional.
 
@@ -117,6 +119,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	opts := []fero.Option{
 		fero.Client(), fero.WithPreset(fero.PresetLAN), fero.WithoutMulticast(),
 		fero.WithSeeds(cfg.Seeds...),
+	}
+	if len(cfg.Secrets) > 0 {
+		opts = append(opts, fero.WithClusterSecret(cfg.Secrets...))
 	}
 	if cfg.Bind != "" {
 		opts = append(opts, fero.WithBind(cfg.Bind))
