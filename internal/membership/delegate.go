@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -190,7 +192,65 @@ func (m *Membership) suspect(name string) {
 
 // logBridge turns memberlist's log lines ("[LEVEL] memberlist: text") into
 // slog records, and picks out the one line that reports a suspicion.
-type logBridge struct{ m *Membership }
+//
+// memberlist logs one ERROR line per packet it cannot take ("failed to
+// receive: ... from=IP:port"), so anyone who can send UDP to the gossip
+// port could flood the log. Lines that name a sender pass at most once
+// per logEvery per kind of line and sending host; the next that passes
+// says how many were held back.
+type logBridge struct {
+	m *Membership
+
+	mu   sync.Mutex
+	seen map[string]*heldLines
+}
+
+type heldLines struct {
+	last time.Time
+	held int
+}
+
+const (
+	logEvery    = 10 * time.Second
+	logKeysMax  = 4096
+	fromMarker  = "from="
+	kindKeySize = 48
+)
+
+// pass reports whether line may be logged now, and how many lines like it
+// were held back since the last that passed.
+func (b *logBridge) pass(line string, now time.Time) (ok bool, held int) {
+	i := strings.LastIndex(line, fromMarker)
+	if i < 0 {
+		return true, 0
+	}
+	host := line[i+len(fromMarker):]
+	if h, _, err := net.SplitHostPort(strings.Fields(host + " ")[0]); err == nil {
+		host = h
+	}
+	kind := line[:i]
+	if len(kind) > kindKeySize {
+		kind = kind[:kindKeySize]
+	}
+	key := kind + "|" + host
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil || len(b.seen) >= logKeysMax {
+		b.seen = make(map[string]*heldLines)
+	}
+	h := b.seen[key]
+	if h == nil {
+		b.seen[key] = &heldLines{last: now}
+		return true, 0
+	}
+	if now.Sub(h.last) < logEvery {
+		h.held++
+		return false, 0
+	}
+	held = h.held
+	h.last, h.held = now, 0
+	return true, held
+}
 
 const suspectPrefix = "Suspect "
 const suspectSuffix = " has failed, no acks received"
@@ -210,7 +270,14 @@ func (b *logBridge) Write(p []byte) (int, error) {
 			b.m.suspect(name)
 		}
 	}
-	b.m.log.Log(context.Background(), level, line, "source", "memberlist")
+	ok, held := b.pass(line, time.Now())
+	switch {
+	case !ok:
+	case held > 0:
+		b.m.log.Log(context.Background(), level, line, "source", "memberlist", "held_back", held)
+	default:
+		b.m.log.Log(context.Background(), level, line, "source", "memberlist")
+	}
 	return len(p), nil
 }
 

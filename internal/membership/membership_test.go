@@ -506,3 +506,25 @@ func TestKeyRotation(t *testing.T) {
 	require.ErrorIs(t, plain.SetSecretKeys(newKey), ErrInvalidOption)
 	require.ErrorIs(t, ms[0].SetSecretKeys([]byte("short")), ErrInvalidOption)
 }
+
+// TestBadPacketsCannotFloodTheLog: memberlist logs one ERROR line per
+// packet it cannot take, naming the sender; 1,000 of them from one host
+// make one line (and others from another host one more), and the first
+// line after the interval says how many were held back.
+func TestBadPacketsCannotFloodTheLog(t *testing.T) {
+	h := &recordingHandler{}
+	m, err := New(WithID("x"), WithResource("test"), WithLogger(slog.New(h)))
+	require.NoError(t, err)
+	b := &logBridge{m: m}
+	for i := range 1000 {
+		_, _ = fmt.Fprintf(b, "[ERROR] memberlist: failed to receive: no installed keys could decrypt the message from=10.0.0.9:%d\n", 40000+i)
+	}
+	_, _ = b.Write([]byte("[ERROR] memberlist: failed to receive: no installed keys could decrypt the message from=10.0.0.7:1\n"))
+	require.Equal(t, 2, h.count(slog.LevelError))
+	ok, held := b.pass("failed to receive: no installed keys could decrypt the message from=10.0.0.9:1", time.Now().Add(logEvery))
+	require.True(t, ok)
+	require.Equal(t, 999, held)
+	_, _ = b.Write([]byte("[ERROR] memberlist: a line that names no sender\n"))
+	_, _ = b.Write([]byte("[ERROR] memberlist: a line that names no sender\n"))
+	require.Equal(t, 4, h.count(slog.LevelError), "lines without a sender all pass")
+}
