@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/ring"
 )
@@ -1185,4 +1187,35 @@ func TestRestartedServerFormsNothingBeforeItSeesItsSeeds(t *testing.T) {
 			n.converged()
 		})
 	}
+}
+
+// TestForgetDuringFormationKeepsTheGuesses (rule 9): a removal is not a
+// formed cluster's word. Three servers forming (each guessing the others,
+// none yet voting) were split before any took its vote; an operator
+// forgot a spare through one of them, whose list then held the spare's
+// removal beside its guesses. Its peers took the removal for a formed
+// configuration and dropped every guess it did not list (each node lists
+// the others, never itself): every server was dropped from every
+// configuration, and no partition ever had an owner again (fault suite
+// seed 10142).
+func TestForgetDuringFormationKeepsTheGuesses(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids, WithJoining())
+	n.isolate([]string{"a"}, []string{"b", "c"})
+	for range 8 {
+		n.deliverAll()
+		n.tick(250 * time.Millisecond)
+	}
+	require.False(t, n.nodes["b"].e.Voting(), "b took its vote with a cut off")
+	if err := n.nodes["c"].e.Forget("d"); err != nil {
+		t.Fatal(err)
+	}
+	n.heal()
+	n.settle()
+	for _, id := range ids {
+		if !n.nodes[id].e.Voting() {
+			t.Fatalf("%s is not voting after the heal; its configuration: %+v", id, n.nodes[id].e.Voters())
+		}
+	}
+	n.converged()
 }

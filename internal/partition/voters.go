@@ -223,10 +223,10 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 		}
 		e.heardLists[from] = vs
 		if !e.heardConfig {
-			e.heardConfig = slices.ContainsFunc(vs, func(v Voter) bool { return !v.Guess }) || e.heardEveryGuess()
+			e.heardConfig = slices.ContainsFunc(vs, Voter.confirmed) || e.heardEveryGuess()
 		}
 	}
-	if slices.ContainsFunc(vs, func(v Voter) bool { return !v.Guess }) {
+	if slices.ContainsFunc(vs, Voter.confirmed) {
 		// The peer's cluster has formed: a guess it does not know of is a
 		// newcomer (this node, joining late, among them), a learner until
 		// it has caught up.
@@ -384,12 +384,22 @@ func (e *Engine) Voting() bool { return !e.cfg.client && e.isVoter(e.id) }
 // has formed, and servers new to it are learners.
 func (e *Engine) formed() bool {
 	for _, v := range e.voters {
-		if !v.Guess {
+		if v.confirmed() {
 			return true
 		}
 	}
 	return false
 }
+
+// confirmed reports whether v is a server's own word that it votes: not a
+// guess, and not a removal. A removal says nothing about whether the
+// cluster has formed: an operator may forget a server through a node of a
+// cluster still forming, and its peers, taking the removal for a formed
+// configuration, dropped every guess it did not list (each node lists the
+// others, never itself), until no configuration held any server and no
+// partition had an owner again (fault suite seed 10142,
+// TestForgetDuringFormationKeepsTheGuesses).
+func (v Voter) confirmed() bool { return !v.Guess && !v.Left }
 
 // promiseQuorum is how many voters' promises a sync needs: a majority of
 // the configuration (with a fixed quorum, that number). Half of an even
