@@ -41,6 +41,10 @@ type Conn struct {
 	lastWatch *ctxWatch
 	omu       sync.Mutex
 	open      slotTable[Request] // requests we serve that outlived their handler call
+	openBytes int                // the size of the read blocks they hold (see heldBlock); under omu
+	rd        *wire.Reader       // the reader's; reader goroutine only
+	blk       *heldBlock         // the reader's current block, if open requests hold it; reader goroutine only
+	accepted  bool               // a Server accepted it: its first frame has a deadline
 
 	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
@@ -66,7 +70,7 @@ var (
 	_ Caller = (*Peer)(nil)
 )
 
-func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
+func newConn(nc net.Conn, cfg *config, h Handler, accepted bool) *Conn {
 	c := &Conn{
 		nc:         nc,
 		cfg:        cfg,
@@ -74,10 +78,19 @@ func newConn(nc net.Conn, cfg *config, h Handler) *Conn {
 		out:        newOutbox(cfg.outboxLimit),
 		readerDone: make(chan struct{}),
 		done:       make(chan struct{}),
+		accepted:   accepted,
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.oneway = Request{conn: c, kind: wire.KindSend}
 	c.out.buf = append(c.out.buf, preface[:]...)
+	if !accepted {
+		// A server closes a connection whose first frame does not come
+		// within the connect timeout, so that a peer cannot hold one by
+		// saying nothing. An idle client must not look like that: it
+		// sends a first frame at once, a cancel of call id 0, which no
+		// call uses (ids start at 1), so every version ignores it.
+		c.out.buf = wire.AppendFrame(c.out.buf, wire.KindCancel, 0, 0, nil)
+	}
 	c.out.keep = 2 * cfg.maxBatch
 	if !cfg.noDirect {
 		c.out.direct = directWriter(nc)
@@ -136,8 +149,14 @@ func dialConn(ctx context.Context, addr string, cfg *config) (*Conn, error) {
 		}
 		nc = tlsConn
 	}
-	c := newConn(nc, cfg, cfg.handler)
+	c := newConn(nc, cfg, cfg.handler, false)
 	c.start()
+	if cfg.onDial != nil {
+		if err := cfg.onDial(ctx, c); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -217,12 +236,23 @@ func (c *Conn) lost(cause error) error {
 
 func (c *Conn) readLoop() {
 	defer close(c.readerDone)
-	if err := c.readPreface(); err != nil {
+	// On an accepted connection the preface and the first frame share
+	// one deadline; see WithConnectTimeout.
+	by := time.Now().Add(c.cfg.connectTimeout)
+	if err := c.readPreface(by); err != nil {
 		c.cfg.logger.Warn("fero: transport: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
 		c.end(c.lost(err), false)
 		return
 	}
 	r := wire.NewReader(c.nc, c.cfg.maxFrame)
+	c.rd = r
+	if !c.accepted {
+		by = time.Time{}
+	}
+	if err := r.SetFrameTimeout(c.cfg.frameTimeout, by, c.nc.SetReadDeadline); err != nil {
+		c.end(c.lost(err), false)
+		return
+	}
 	holding := false
 	for {
 		var f wire.Frame
@@ -230,9 +260,12 @@ func (c *Conn) readLoop() {
 			if c.ended.Load() {
 				return // we closed it
 			}
-			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge) {
+			switch {
+			case errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge):
 				c.cfg.logger.Warn("fero: transport: closing connection after bad input", "remote", c.nc.RemoteAddr(), "err", err)
-			} else {
+			case errors.Is(err, wire.ErrFrameTimeout):
+				c.cfg.logger.Warn("fero: transport: closing connection: a frame did not arrive in time", "remote", c.nc.RemoteAddr(), "err", err)
+			default:
 				c.cfg.logger.Debug("fero: transport: connection lost", "remote", c.nc.RemoteAddr(), "err", err)
 			}
 			c.end(c.lost(err), false)
@@ -264,9 +297,12 @@ func (c *Conn) readLoop() {
 	}
 }
 
-func (c *Conn) readPreface() error {
+// readPreface reads and checks the peer's preface, which must arrive by
+// the given time. It leaves the read deadline set on an accepted
+// connection, for the first frame.
+func (c *Conn) readPreface(by time.Time) error {
 	var got [len(preface)]byte
-	if err := c.nc.SetReadDeadline(time.Now().Add(c.cfg.connectTimeout)); err != nil {
+	if err := c.nc.SetReadDeadline(by); err != nil {
 		return err
 	}
 	if _, err := io.ReadFull(c.nc, got[:]); err != nil {
@@ -277,6 +313,9 @@ func (c *Conn) readPreface() error {
 	}
 	if got[7] != protocolVersion {
 		return fmt.Errorf("%w: peer speaks protocol version %d, we speak %d", wire.ErrMalformed, got[7], protocolVersion)
+	}
+	if c.accepted {
+		return nil
 	}
 	return c.nc.SetReadDeadline(time.Time{})
 }
@@ -397,6 +436,10 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 	}
 	c.omu.Lock()
 	dup := c.open.get(f.ID) != nil
+	var full error
+	if !dup {
+		full = c.inflightFull()
+	}
 	c.omu.Unlock()
 	if dup {
 		return false, fmt.Errorf("%w: call id %d reused while open", wire.ErrMalformed, f.ID)
@@ -404,6 +447,12 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 	req := &Request{conn: c, kind: f.Kind, id: f.ID, op: f.Op, payload: f.Payload}
 	if c.handler == nil {
 		_ = req.Fail(errs.New(errs.Unimplemented, "this end serves no requests"))
+		return false, nil
+	}
+	if full != nil {
+		// Refused before the handler could keep it: its block is
+		// not pinned, and the reader reuses it.
+		_ = req.Fail(full)
 		return false, nil
 	}
 	req.eager.Store(!c.more)
@@ -417,12 +466,76 @@ func (c *Conn) serve(f *wire.Frame) (keep bool, err error) {
 	// either it sees the entry or we see done.
 	c.omu.Lock()
 	c.open.put(f.ID, req)
+	c.hold(req)
 	req.open.Store(true)
 	c.omu.Unlock()
 	if req.done.Load() {
 		c.closeRequest(f.ID, req)
 	}
 	return true, nil
+}
+
+// heldBlock is a read block that holds the payloads of open requests
+// (the requests in Conn.open). A payload aliases its block, and the block
+// stays in memory while any payload in it is in use, so the in-flight
+// limit counts each such block whole, once, however many requests share
+// it. Counting payload bytes instead would let a peer pin a 64 KiB block
+// with each request of a few bytes.
+type heldBlock struct {
+	id   uint64 // wire.Reader.Block's
+	size int
+	reqs int // open requests in it; under Conn.omu
+}
+
+// inflightFull returns the error that refuses the request the reader has
+// just read when the open requests are at a limit (WithMaxInflight,
+// WithMaxInflightBytes), or nil. The request would add its block, unless
+// open requests already hold that. A connection with nothing open takes
+// any request, so that one larger than the byte limit is not refused for
+// good. Called with omu held, on the reader goroutine.
+func (c *Conn) inflightFull() error {
+	if c.open.n == 0 {
+		return nil
+	}
+	if c.open.n >= c.cfg.maxInflight {
+		return errs.Errorf(errs.ResourceExhausted, "too many requests in flight on this connection: %d unanswered, limit %d", c.open.n, c.cfg.maxInflight)
+	}
+	id, size := c.rd.Block()
+	if b := c.blk; b != nil && b.id == id && b.reqs > 0 {
+		return nil // its block is counted already
+	}
+	if c.openBytes+size > c.cfg.maxInflightB {
+		return errs.Errorf(errs.ResourceExhausted, "too many request bytes in flight on this connection: %d unanswered requests hold %d bytes, this one would add %d, limit %d",
+			c.open.n, c.openBytes, size, c.cfg.maxInflightB)
+	}
+	return nil
+}
+
+// hold counts an open request's block against the in-flight limit. Called
+// with omu held, on the reader goroutine, which read the request into its
+// current block.
+func (c *Conn) hold(r *Request) {
+	id, size := c.rd.Block()
+	b := c.blk
+	if b == nil || b.id != id {
+		b = &heldBlock{id: id, size: size}
+		c.blk = b
+	}
+	if b.reqs == 0 {
+		c.openBytes += b.size
+	}
+	b.reqs++
+	r.blk = b
+}
+
+// unhold undoes hold for a request leaving Conn.open. Called with omu
+// held.
+func (c *Conn) unhold(r *Request) {
+	b := r.blk
+	r.blk = nil
+	if b.reqs--; b.reqs == 0 {
+		c.openBytes -= b.size
+	}
 }
 
 func (c *Conn) callHandler(req *Request) {
@@ -439,13 +552,20 @@ func (c *Conn) closeRequest(id uint64, r *Request) {
 	c.omu.Lock()
 	if c.open.get(id) == r {
 		c.open.take(id)
+		c.unhold(r)
 	}
 	c.omu.Unlock()
 }
 
+// cancelRequest tells the handler of an open request that its caller gave
+// up. The request stops counting against the in-flight limits at once:
+// its handler is expected to drop it when its Context ends.
 func (c *Conn) cancelRequest(id uint64) {
 	c.omu.Lock()
 	r := c.open.take(id)
+	if r != nil {
+		c.unhold(r)
+	}
 	c.omu.Unlock()
 	if r == nil {
 		return // answered already

@@ -70,8 +70,13 @@
 // Each side starts with an 8-byte preface ("FERO", three zero bytes, the
 // protocol version) and checks the other's. A frame the reader cannot
 // parse, or one over MaxFrame, closes that connection with a logged error;
-// its calls fail with an Unavailable error and the server goes on serving
-// every other connection.
+// its calls fail with ErrConnLost (an Aborted error) and the server goes on
+// serving every other connection.
+//
+// The dialing end follows its preface with an empty cancel frame (call id
+// 0, which no call uses, so every version ignores it): a server closes a
+// connection whose first frame has not arrived within the connect timeout,
+// and an idle client must not look like a silent one.
 //
 // Conn is one established connection; both ends may call and serve over
 // it. Peer wraps a Conn to one address and redials it with capped
@@ -80,4 +85,34 @@
 // is reconnecting wait for the new connection (or fail fast), so nothing is
 // dropped silently. A one-way Send that returned nil is at most once: it
 // may be lost if the connection breaks before the bytes leave.
+//
+// # Limits on what a peer can make a node hold
+//
+// A Server's port is open to whoever can reach it, before any hello or
+// secret is checked, so what an unauthenticated peer can make the server
+// hold is bounded, each by an option with a default:
+//
+//   - Connections: at most MaxConns (4096) in all and MaxConnsPerIP (1024)
+//     from one source address, loopback included. One over is reset at
+//     once; refusals are logged at most once per source every 5 seconds.
+//   - Silence: the preface and the first frame must arrive within the
+//     connect timeout (10 s) of the connection being accepted.
+//   - Half-sent frames: the read buffer grows with the bytes that arrive,
+//     never with the length a frame declares, and once a frame has begun
+//     it must arrive whole within the frame timeout (30 s), or the
+//     connection is closed with a logged error. A new connection holds a
+//     4 KiB read block; a busy one grows it to 64 KiB, and keeps a block
+//     grown for a large frame (up to 512 KiB) for the next.
+//   - Unanswered requests: a connection holds at most MaxInflight (4096)
+//     calls and streams whose handler has not answered, in read blocks of
+//     at most MaxInflightBytes (64 MiB) in all. A request over either
+//     limit is answered at once with a ResourceExhausted error and never
+//     reaches its handler; a request stops counting when it is answered or
+//     its caller cancels it.
+//   - Outgoing data: the outbox (above).
+//
+// Each is per connection or per server, not per node: a node's memory under
+// attack is bounded by their product, and by how fast the attacker can
+// send, not by any one of them. Keep the data port off networks you do not
+// trust, or use TLS with client certificates.
 package transport

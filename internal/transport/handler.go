@@ -99,6 +99,9 @@ type Request struct {
 	// after it answers (the node sends a write's commit to every copy);
 	// the caller need not wait for it.
 	eager atomic.Bool
+	// blk is the read block its payload holds, while it is in conn.open;
+	// under conn.omu.
+	blk *heldBlock
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -120,8 +123,8 @@ func (r *Request) Payload() []byte { return r.payload }
 // new block rather than reuse this one, and leaves the old one to the
 // garbage collector. Call it from the handler, before it returns. A call's
 // Payload is kept until it is answered anyway, so Keep changes nothing for
-// one. A small payload kept long holds its whole block (64 KiB), so keep
-// what lasts only in copies of its own.
+// one. A small payload kept long holds its whole block (up to 64 KiB), so
+// keep what lasts only in copies of its own.
 func (r *Request) Keep() {
 	if r.kind == wire.KindSend {
 		r.kept = true

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -39,6 +40,21 @@ const (
 	// before the connection is closed (TCP_USER_TIMEOUT, Linux only; see
 	// WithUserTimeout).
 	DefaultUserTimeout = 5 * time.Second
+	// DefaultFrameTimeout bounds how long a frame may take to arrive once
+	// its first byte has (see WithFrameTimeout).
+	DefaultFrameTimeout = 30 * time.Second
+	// DefaultMaxConns bounds the connections a Server holds at once (see
+	// WithMaxConns).
+	DefaultMaxConns = 4096
+	// DefaultMaxConnsPerIP bounds the connections a Server holds at once
+	// from one source address (see WithMaxConnsPerIP).
+	DefaultMaxConnsPerIP = 1024
+	// DefaultMaxInflight bounds the requests a connection holds unanswered
+	// (see WithMaxInflight).
+	DefaultMaxInflight = 4096
+	// DefaultMaxInflightBytes bounds the memory a connection's unanswered
+	// requests hold (see WithMaxInflightBytes).
+	DefaultMaxInflightBytes = 64 << 20
 )
 
 type config struct {
@@ -49,6 +65,11 @@ type config struct {
 	connectTimeout time.Duration
 	closeTimeout   time.Duration
 	userTimeout    time.Duration
+	frameTimeout   time.Duration
+	maxConns       int
+	maxConnsPerIP  int
+	maxInflight    int
+	maxInflightB   int
 	retryBase      time.Duration
 	retryCap       time.Duration
 	retryMax       int
@@ -57,6 +78,7 @@ type config struct {
 	logger         *slog.Logger
 	handler        Handler
 	onConn         func(*Conn)
+	onDial         func(context.Context, *Conn) error
 }
 
 func defaultConfig() config {
@@ -67,6 +89,11 @@ func defaultConfig() config {
 		connectTimeout: DefaultConnectTimeout,
 		closeTimeout:   DefaultCloseTimeout,
 		userTimeout:    DefaultUserTimeout,
+		frameTimeout:   DefaultFrameTimeout,
+		maxConns:       DefaultMaxConns,
+		maxConnsPerIP:  DefaultMaxConnsPerIP,
+		maxInflight:    DefaultMaxInflight,
+		maxInflightB:   DefaultMaxInflightBytes,
 		retryBase:      DefaultRetryBase,
 		retryCap:       DefaultRetryCap,
 		retryMax:       DefaultRetryMax,
@@ -97,8 +124,14 @@ func newConfig(opts []Option) (config, error) {
 	if c.maxBatch <= 0 {
 		errs = append(errs, fmt.Errorf("max batch %d must be positive", c.maxBatch))
 	}
-	if c.connectTimeout <= 0 || c.closeTimeout < 0 || c.userTimeout < 0 {
+	if c.connectTimeout <= 0 || c.closeTimeout < 0 || c.userTimeout < 0 || c.frameTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
+	}
+	if c.maxConns <= 0 || c.maxConnsPerIP <= 0 {
+		errs = append(errs, fmt.Errorf("max conns %d and per IP %d must be positive", c.maxConns, c.maxConnsPerIP))
+	}
+	if c.maxInflight <= 0 || c.maxInflightB <= 0 {
+		errs = append(errs, fmt.Errorf("max in flight %d requests and %d bytes must be positive", c.maxInflight, c.maxInflightB))
 	}
 	if c.retryBase <= 0 || c.retryCap < c.retryBase || c.retryMax < 1 {
 		errs = append(errs, fmt.Errorf("retry base %v, cap %v, max %d: need 0 < base <= cap and max >= 1", c.retryBase, c.retryCap, c.retryMax))
@@ -136,7 +169,11 @@ func WithMaxBatch(n int) Option { return optionFunc(func(c *config) { c.maxBatch
 func WithDirectWrites(on bool) Option { return optionFunc(func(c *config) { c.noDirect = !on }) }
 
 // WithConnectTimeout bounds a dial plus the TLS handshake and preface
-// (default DefaultConnectTimeout, the original's connections.timeout).
+// (default DefaultConnectTimeout, the original's connections.timeout). On a
+// connection a Server accepted it also bounds the wait, from the start, for
+// the peer's preface and first frame: a connection that says nothing is
+// closed when it passes. (A dialing Conn sends an empty frame after its
+// preface, so an idle client is not mistaken for a silent one.)
 func WithConnectTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.connectTimeout = d })
 }
@@ -158,6 +195,65 @@ func WithCloseTimeout(d time.Duration) Option {
 func WithUserTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.userTimeout = d })
 }
+
+// WithFrameTimeout bounds how long a frame may take to arrive once its
+// first byte has (default DefaultFrameTimeout; 0 turns it off). A peer
+// that sends part of a frame and stops holds the buffer of what it sent;
+// when d passes, the connection is closed with a logged error. Frames that
+// arrive whole cost nothing: the read deadline is set only when the
+// connection waits for the rest of a frame. Each frame has its own
+// deadline, so a long stream of frames is never cut, but one frame must
+// arrive whole within d: at the default, a frame of the largest size
+// (wire.DefaultMaxFrame, 16 MiB) needs a link of at least 0.6 MB/s.
+func WithFrameTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.frameTimeout = d })
+}
+
+// WithMaxConns bounds the connections a Server holds at once (default
+// DefaultMaxConns). A connection accepted beyond it is closed at once, and
+// a line is logged, at most one per source address every few seconds (see
+// WithMaxConnsPerIP). A fresh idle connection costs about 15 KiB (its
+// state, the stacks of its two goroutines and a read block of
+// wire.MinBlockSize bytes), about 60 MiB at the default; one that has
+// carried large frames keeps the buffers it grew for them (a read block of
+// up to 512 KiB, outbox buffers of up to 2×MaxBatch), several hundred KiB.
+// A cluster uses one connection per pair of nodes, and one per client
+// node or Remote and server node, so the default leaves room for
+// thousands of clients.
+func WithMaxConns(n int) Option { return optionFunc(func(c *config) { c.maxConns = n }) }
+
+// WithMaxConnsPerIP bounds the connections a Server holds at once from one
+// source address (default DefaultMaxConnsPerIP): one host cannot take
+// every connection the server allows. Each address counts alone (an IPv6
+// host with many addresses gets as many shares). Loopback is not exempt:
+// every process on the server's host (a load generator, the other nodes
+// of a cluster run on one machine) shares 127.0.0.1, which is why the
+// default is well above the hundreds of client connections a load
+// generator opens from one host. A connection over the limit is closed at
+// once; the refusal is logged at most once per source address every 5
+// seconds, with the number of refusals held back since the last line.
+func WithMaxConnsPerIP(n int) Option { return optionFunc(func(c *config) { c.maxConnsPerIP = n }) }
+
+// WithMaxInflight bounds the requests (calls and streams, not one-way
+// messages) that one connection holds unanswered after their handler
+// returned (default DefaultMaxInflight). A request beyond it is answered
+// at once with a ResourceExhausted error, without reaching its handler.
+// A request answered inline never counts; one that is answered, or that
+// its caller cancels, stops counting.
+func WithMaxInflight(n int) Option { return optionFunc(func(c *config) { c.maxInflight = n }) }
+
+// WithMaxInflightBytes bounds the memory that one connection's unanswered
+// requests hold (default DefaultMaxInflightBytes, 64 MiB). A request's
+// payload aliases the read block it arrived in and keeps that whole
+// block, so what counts is the blocks that hold the payloads of requests
+// still open, each once, however many requests share it: at least the
+// payloads' bytes, and what they really keep in memory. A request that
+// would take the total over n is answered at once with a
+// ResourceExhausted error, without reaching its handler, and its bytes
+// are released; a connection with no request open takes one of any size
+// (up to the frame limit), so no request is refused for good. Requests
+// stop counting when answered or cancelled by their caller.
+func WithMaxInflightBytes(n int) Option { return optionFunc(func(c *config) { c.maxInflightB = n }) }
 
 // WithRetry sets a Peer's reconnect backoff: the first delay, the largest,
 // and how many failed redials in a row make the peer unreachable (defaults
@@ -183,6 +279,14 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.l
 // WithHandler serves requests that the remote end sends over a dialed
 // connection. A Server takes its handler as an argument instead.
 func WithHandler(h Handler) Option { return optionFunc(func(c *config) { c.handler = h }) }
+
+// WithOnDial runs f on every connection dialed (by DialConn, Dial and
+// each of a Peer's redials) before it is used, within the connect
+// timeout: to authenticate it, say. An error closes the connection and
+// fails the dial.
+func WithOnDial(f func(ctx context.Context, c *Conn) error) Option {
+	return optionFunc(func(c *config) { c.onDial = f })
+}
 
 // WithOnConn calls f with each connection a Server accepts, before its
 // first request is handled, so the server can call back over it.

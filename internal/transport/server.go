@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -16,10 +17,12 @@ type Server struct {
 	cfg     config
 	handler Handler
 
-	mu     sync.Mutex
-	conns  map[*Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[*Conn]struct{}
+	perIP    map[netip.Addr]int // connections in conns by source address
+	closed   bool
+	wg       sync.WaitGroup
+	refusals refusalLog
 }
 
 // Listen listens on the TCP address addr ("127.0.0.1:0" picks a free
@@ -36,7 +39,7 @@ func Listen(addr string, h Handler, opts ...Option) (*Server, error) {
 	if cfg.tls != nil {
 		ln = tls.NewListener(ln, cfg.tls)
 	}
-	s := &Server{ln: ln, cfg: cfg, handler: h, conns: make(map[*Conn]struct{})}
+	s := &Server{ln: ln, cfg: cfg, handler: h, conns: make(map[*Conn]struct{}), perIP: make(map[netip.Addr]int)}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -63,21 +66,32 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		setNoDelay(nc)
-		setUserTimeout(nc, s.cfg.userTimeout)
-		c := newConn(nc, &s.cfg, s.handler)
+		ip := sourceIP(nc)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
 			return
 		}
+		total, fromIP := len(s.conns), s.perIP[ip]
+		if total >= s.cfg.maxConns || fromIP >= s.cfg.maxConnsPerIP {
+			s.mu.Unlock()
+			s.refuse(nc, ip, total, fromIP)
+			continue
+		}
+		setNoDelay(nc)
+		setUserTimeout(nc, s.cfg.userTimeout)
+		c := newConn(nc, &s.cfg, s.handler, true)
 		s.conns[c] = struct{}{}
+		s.perIP[ip]++
 		s.wg.Add(1)
 		s.mu.Unlock()
 		c.onEnd = func() {
 			s.mu.Lock()
 			delete(s.conns, c)
+			if s.perIP[ip]--; s.perIP[ip] == 0 {
+				delete(s.perIP, ip)
+			}
 			s.mu.Unlock()
 			s.wg.Done()
 		}
@@ -113,4 +127,93 @@ func (s *Server) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// sourceIP returns the address a connection comes from; connections
+// whose address is not an IP share the zero Addr.
+func sourceIP(nc net.Conn) netip.Addr {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// refuse closes a connection over a limit (WithMaxConns,
+// WithMaxConnsPerIP) at once, and logs it, rate-limited per source.
+func (s *Server) refuse(nc net.Conn, ip netip.Addr, total, fromIP int) {
+	if log, held := s.refusals.note(ip, time.Now()); log {
+		limit, n, why := s.cfg.maxConnsPerIP, fromIP, "too many connections from this address"
+		if total >= s.cfg.maxConns {
+			limit, n, why = s.cfg.maxConns, total, "too many connections"
+		}
+		s.cfg.logger.Warn("fero: transport: refusing connection: "+why, "remote", nc.RemoteAddr(),
+			"open", n, "limit", limit, "refused_since_last_line", held)
+	}
+	// A reset, not a close: the socket is freed now, rather than linger
+	// in the kernel for a peer that may never close its side.
+	raw := nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		raw = tc.NetConn() // the handshake has not begun: nothing to say over TLS
+	}
+	if tc, ok := raw.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	nc.Close()
+}
+
+// refusalLogEvery is how often refused connections from one source are
+// logged at most.
+const refusalLogEvery = 5 * time.Second
+
+// refusalLogKeys bounds the sources a refusalLog tells apart; beyond it,
+// new sources share one line.
+const refusalLogKeys = 1024
+
+// refusalLog lets through one log line per source address per
+// refusalLogEvery, so that whoever can reach the port cannot flood the log
+// by opening connections over the limit, and counts the refusals it held
+// back, for the next line to report.
+type refusalLog struct {
+	mu     sync.Mutex
+	seen   map[netip.Addr]refusalEntry
+	pruned time.Time
+}
+
+type refusalEntry struct {
+	at   time.Time // when the last line for the source was logged
+	held int       // refusals not logged since
+}
+
+// note records a refusal of a connection from ip at now, and reports
+// whether to log it, with the number held back before it.
+func (l *refusalLog) note(ip netip.Addr, now time.Time) (log bool, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = make(map[netip.Addr]refusalEntry)
+	}
+	e, ok := l.seen[ip]
+	if !ok && len(l.seen) >= refusalLogKeys {
+		if now.Sub(l.pruned) >= refusalLogEvery {
+			// At most once per interval: under a flood from many
+			// sources this is the expensive part.
+			for k, e := range l.seen {
+				if now.Sub(e.at) >= refusalLogEvery {
+					delete(l.seen, k)
+				}
+			}
+			l.pruned = now
+		}
+		if len(l.seen) >= refusalLogKeys {
+			ip = netip.Addr{} // too many sources: the rest share one line
+			e, ok = l.seen[ip]
+		}
+	}
+	if ok && now.Sub(e.at) < refusalLogEvery {
+		e.held++
+		l.seen[ip] = e
+		return false, 0
+	}
+	l.seen[ip] = refusalEntry{at: now}
+	return true, e.held
 }

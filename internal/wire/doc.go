@@ -16,8 +16,11 @@
 // The body is plain msgpack, so any msgpack decoder reads it; integers may
 // use any msgpack integer encoding (we write the shortest). A frame whose
 // length exceeds the reader's limit, whose body is not exactly one such
-// array, or that ends early is an error: the reader never allocates more
-// than the limit and never panics.
+// array, or that ends early is an error, and the reader never panics. The
+// reader's memory follows the bytes that have arrived, not the length a
+// frame declares (at most twice what is buffered, or one block), and with
+// a frame timeout a frame must arrive whole within it once begun (see
+// Reader).
 //
 // The payload of a KindError frame is a msgpack array [code uint, message str].
 //

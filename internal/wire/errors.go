@@ -7,4 +7,7 @@ var (
 	ErrMalformed = errors.New("fero: malformed frame")
 	// ErrFrameTooLarge reports a frame longer than the configured maximum.
 	ErrFrameTooLarge = errors.New("fero: frame too large")
+	// ErrFrameTimeout reports a frame that did not arrive whole in time
+	// (see Reader.SetFrameTimeout).
+	ErrFrameTimeout = errors.New("fero: frame timed out")
 )

@@ -2,9 +2,12 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"time"
 )
 
 // Kind says what a frame is.
@@ -198,21 +201,50 @@ func parseBodySlow(body []byte, f *Frame) error {
 // block and leaves the old one to the garbage collector once no payload
 // refers to it. Keep a copy of a pinned payload you retain for long, or a
 // small payload will hold its whole block.
+//
+// The stream may be hostile, so the reader's memory follows the bytes that
+// have arrived, never the length a frame declares: a frame larger than the
+// block is read into a buffer that at most doubles what is buffered at each
+// step, so a peer that declares 16 MiB and sends ten bytes costs a block,
+// not 16 MiB. A Reader starts with a small block (MinBlockSize) and doubles
+// it, up to DefaultBlockSize, each time a read fills it, so an idle stream
+// costs little and a busy one reads in large blocks. SetFrameTimeout bounds
+// how long a half-sent frame can hold its buffer.
 type Reader struct {
-	r         io.Reader
-	max       int
-	blockSize int
-	buf       []byte // len(buf) is the block's capacity in use
-	start     int    // first unparsed byte
-	end       int    // end of bytes read
-	pinned    bool   // a payload in buf must stay valid
+	r        io.Reader
+	max      int
+	block    int    // size of the next block started; grows to maxBlock
+	maxBlock int    // DefaultBlockSize but in tests
+	buf      []byte // len(buf) is the block's capacity in use
+	start    int    // first unparsed byte
+	end      int    // end of bytes read
+	pinned   bool   // a payload in buf must stay valid
+	blockID  uint64 // counts the blocks started (see Block)
+	frames   uint64 // frames Next has returned
+
+	// Read deadlines; see SetFrameTimeout.
+	timeout     time.Duration
+	setDeadline func(time.Time) error
+	armed       bool   // a deadline is set on the stream
+	armedFor    uint64 // the value of frames when it was set: the frame it bounds
+	first       bool   // the deadline set is the first frame's, from SetFrameTimeout
 }
 
 // Pin keeps every payload returned so far valid after later calls to Next.
 func (r *Reader) Pin() { r.pinned = true }
 
-// DefaultBlockSize is the read block size of a Reader.
+// Block identifies the block that the last frame returned by Next was read
+// into, and returns its size. A block's id is never reused by a Reader. It
+// lets a caller that keeps payloads (Pin) account for the memory they hold:
+// a payload keeps its whole block.
+func (r *Reader) Block() (id uint64, size int) { return r.blockID, len(r.buf) }
+
+// DefaultBlockSize is the largest read block of a Reader: the block it
+// grows to while reads fill its blocks.
 const DefaultBlockSize = 64 << 10
+
+// MinBlockSize is the first read block of a Reader.
+const MinBlockSize = 4 << 10
 
 // maxKeptBlock bounds the block a Reader keeps for reuse after a frame
 // larger than its block size made it grow.
@@ -224,7 +256,31 @@ func NewReader(r io.Reader, maxFrame int) *Reader {
 	if maxFrame <= 0 {
 		maxFrame = DefaultMaxFrame
 	}
-	return &Reader{r: r, max: maxFrame, blockSize: DefaultBlockSize}
+	return &Reader{r: r, max: maxFrame, block: MinBlockSize, maxBlock: DefaultBlockSize}
+}
+
+// SetFrameTimeout bounds how long a frame may take to arrive: once part of
+// a frame has arrived, the rest must arrive within d, or Next fails with
+// ErrFrameTimeout. setDeadline is the stream's SetReadDeadline; the stream
+// must fail a Read that passes it with an error that wraps
+// os.ErrDeadlineExceeded, as a net.Conn does.
+//
+// The reader sets a deadline only when it is about to wait for the rest of
+// a frame, and clears it only when it is about to wait with nothing
+// buffered, so frames that arrive whole cost no deadline calls at all. A
+// deadline is set once per frame: more bytes of the same frame do not
+// extend it.
+//
+// A non-zero firstBy is a deadline for the first frame, whether any of it
+// has arrived or not: a stream that says nothing fails too. d <= 0 turns
+// the per-frame bound off. Call it before the first Next.
+func (r *Reader) SetFrameTimeout(d time.Duration, firstBy time.Time, setDeadline func(time.Time) error) error {
+	r.timeout, r.setDeadline = d, setDeadline
+	if firstBy.IsZero() {
+		return nil
+	}
+	r.armed, r.armedFor, r.first = true, 0, true
+	return setDeadline(firstBy)
 }
 
 // Next reads the next frame into f. At a clean end of stream it returns
@@ -245,6 +301,7 @@ func (r *Reader) Next(f *Frame) error {
 	}
 	body := r.buf[r.start+LengthSize : r.start+LengthSize+n : r.start+LengthSize+n]
 	r.start += LengthSize + n
+	r.frames++
 	return ParseBody(body, f)
 }
 
@@ -258,31 +315,47 @@ func (r *Reader) Buffered() bool {
 	return avail-LengthSize >= int(binary.BigEndian.Uint32(r.buf[r.start:]))
 }
 
-// fill makes at least n unparsed bytes available.
+// fill makes at least n unparsed bytes available. The check is all that
+// runs while frames are buffered, so it stays small enough to inline.
 func (r *Reader) fill(n int) error {
 	if r.end-r.start >= n {
 		return nil
 	}
-	if len(r.buf)-r.start < n {
-		if !r.pinned && n <= len(r.buf) && len(r.buf) <= maxKeptBlock {
-			// Nothing cut from this block is in use: refill it. A block
-			// grown for a large frame is kept (up to maxKeptBlock), so a
-			// stream of large frames does not allocate one each.
-			r.end = copy(r.buf, r.buf[r.start:r.end])
-		} else {
-			// Start a new block; a pinned one stays with its payloads.
-			nb := make([]byte, max(r.blockSize, n))
-			r.end = copy(nb, r.buf[r.start:r.end])
-			r.buf = nb
-		}
-		r.start, r.pinned = 0, false
+	return r.read(n)
+}
+
+// read reads until n unparsed bytes are buffered.
+func (r *Reader) read(n int) error {
+	if r.end == r.start && !r.pinned {
+		// Nothing buffered and nothing in use: read from the block's
+		// start, which gives the read the whole block.
+		r.start, r.end = 0, 0
 	}
 	for r.end-r.start < n {
+		// Move the unparsed bytes when the frame cannot fit where it
+		// starts: now, while they are few, or once the block is full.
+		if len(r.buf)-r.start < n && (r.start > 0 || r.end == len(r.buf)) {
+			r.grow(n)
+		}
+		if r.setDeadline != nil {
+			if err := r.arm(); err != nil {
+				return err
+			}
+		}
+		room := len(r.buf) - r.end
 		m, err := r.r.Read(r.buf[r.end:])
 		r.end += m
+		if m == room && room >= len(r.buf)/2 && r.block < r.maxBlock {
+			// The read took all the room there was: more is probably
+			// waiting, and a larger block would take it in fewer reads.
+			r.block = min(2*r.block, r.maxBlock)
+		}
 		if err != nil {
 			if r.end-r.start >= n {
 				return nil
+			}
+			if r.armed && errors.Is(err, os.ErrDeadlineExceeded) {
+				return r.timedOut(n, err)
 			}
 			if err == io.EOF && r.end-r.start > 0 {
 				return io.ErrUnexpectedEOF
@@ -291,6 +364,63 @@ func (r *Reader) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// grow makes room for more of a frame of n bytes (length prefix included),
+// of which r.end-r.start have arrived. The new buffer is at most twice what
+// has arrived (or a block), never the n the frame declares, so memory
+// follows the bytes received; a large frame that keeps arriving doubles it
+// read by read.
+func (r *Reader) grow(n int) {
+	size := max(r.block, min(n, 2*(r.end-r.start)))
+	if !r.pinned && size <= len(r.buf) && len(r.buf) <= maxKeptBlock {
+		// Nothing cut from this block is in use: refill it. A block
+		// grown for a large frame is kept (up to maxKeptBlock), so a
+		// stream of large frames does not allocate one each.
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+	} else {
+		// Start a new block; a pinned one stays with its payloads.
+		nb := make([]byte, size)
+		r.end = copy(nb, r.buf[r.start:r.end])
+		r.buf = nb
+		r.blockID++
+	}
+	r.start, r.pinned = 0, false
+}
+
+// arm sets or clears the stream's read deadline before a read that may
+// block (see SetFrameTimeout).
+func (r *Reader) arm() error {
+	if r.first {
+		if r.frames == 0 {
+			return nil // the first frame's deadline stands until it is in
+		}
+		r.first = false
+	}
+	if r.end > r.start && r.timeout > 0 {
+		if r.armed && r.armedFor == r.frames {
+			return nil // this frame's deadline, set at its first byte
+		}
+		r.armed, r.armedFor = true, r.frames
+		return r.setDeadline(time.Now().Add(r.timeout))
+	}
+	if r.armed {
+		r.armed = false
+		return r.setDeadline(time.Time{})
+	}
+	return nil
+}
+
+func (r *Reader) timedOut(n int, err error) error {
+	got := r.end - r.start
+	want := "at least 4"
+	if got >= LengthSize {
+		want = fmt.Sprint(n)
+	}
+	if r.first {
+		return fmt.Errorf("%w: the first frame was not in by its deadline (%d of %s bytes arrived): %w", ErrFrameTimeout, got, want, err)
+	}
+	return fmt.Errorf("%w: %d of %s bytes of a frame arrived in %v: %w", ErrFrameTimeout, got, want, r.timeout, err)
 }
 
 // AppendErrorPayload appends the payload of a KindError frame.

@@ -184,7 +184,7 @@ func TestReaderSplitAtEveryByte(t *testing.T) {
 	stream, want := testStream(t)
 	for cut := 0; cut <= len(stream); cut++ {
 		r := NewReader(io.MultiReader(bytes.NewReader(stream[:cut]), bytes.NewReader(stream[cut:])), 0)
-		r.blockSize = 512 // force block changes mid-frame too
+		setBlock(r, 512) // force block changes mid-frame too
 		got, err := readAll(r)
 		require.NoError(t, err, "cut %d", cut)
 		sameFrames(t, want, got)
@@ -210,7 +210,7 @@ func TestReaderSplitLargeFrame(t *testing.T) {
 	}
 	for _, cut := range cuts {
 		r := NewReader(io.MultiReader(bytes.NewReader(stream[:cut]), bytes.NewReader(stream[cut:])), 0)
-		r.blockSize = 512
+		setBlock(r, 512)
 		got, err := readAll(r)
 		require.NoError(t, err, "cut %d", cut)
 		sameFrames(t, want, got)
@@ -222,7 +222,7 @@ func TestReaderSplitLargeFrame(t *testing.T) {
 func TestPinnedPayloadsSurviveLaterReads(t *testing.T) {
 	stream, want := testStream(t)
 	r := NewReader(bytes.NewReader(bytes.Repeat(stream, 20)), 0)
-	r.blockSize = 1024
+	setBlock(r, 1024)
 	var got []Frame
 	for {
 		var f Frame
@@ -244,7 +244,7 @@ func TestPinnedPayloadsSurviveLaterReads(t *testing.T) {
 func TestUnpinnedBlocksAreReused(t *testing.T) {
 	stream, want := testStream(t)
 	r := NewReader(bytes.NewReader(bytes.Repeat(stream, 50)), 0)
-	r.blockSize = 1024
+	setBlock(r, 1024)
 	var first *byte
 	for i := 0; i < 50*len(want); i++ {
 		var f Frame
@@ -450,7 +450,7 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
 		c := int(cut) % (len(data) + 1)
 		r := NewReader(io.MultiReader(bytes.NewReader(data[:c]), bytes.NewReader(data[c:])), 4096)
-		r.blockSize = 256
+		setBlock(r, 256)
 		for i := 0; i <= len(data); i++ {
 			var fr Frame
 			if err := r.Next(&fr); err != nil {
