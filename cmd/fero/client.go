@@ -20,13 +20,42 @@ import (
 
 // remoteFlags are what every command that talks to a running node takes.
 type remoteFlags struct {
-	addr    string
-	timeout time.Duration
+	addr       string
+	timeout    time.Duration
+	tokenFile  string
+	secretFile string
 }
 
 func (f *remoteFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "addr", os.Getenv("FERO_ADDR"), "data address of any node (default $FERO_ADDR)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", os.Getenv("FERO_TOKEN_FILE"), "file whose first line is a client token, for a node that takes tokens (default $FERO_TOKEN_FILE)")
+	cmd.Flags().StringVar(&f.secretFile, "cluster-secret-file", os.Getenv("FERO_CLUSTER_SECRET_FILE"), "the cluster's secret file, for a node with one: an operator's credential, which forget needs (default $FERO_CLUSTER_SECRET_FILE)")
+}
+
+// dial connects to --addr, proving --token-file's token or the cluster
+// secret when given.
+func (f *remoteFlags) dial(ctx context.Context) (*fero.Remote, error) {
+	var opts []fero.Option
+	switch {
+	case f.tokenFile != "":
+		tokens, err := fero.ReadSecretFile(f.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, fero.WithToken(tokens[0]))
+	case f.secretFile != "":
+		secrets, err := readSecrets(f.secretFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, fero.WithClusterSecret(secrets...))
+	}
+	rc, err := fero.Dial(ctx, f.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.addr, err)
+	}
+	return rc, nil
 }
 
 var errNoAddr = errors.New("no node to talk to: give --addr <data address> (fero serve prints it) or set FERO_ADDR")
@@ -39,9 +68,9 @@ func (f *remoteFlags) run(cmd *cobra.Command, do func(ctx context.Context, rc *f
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
-	rc, err := fero.Dial(ctx, f.addr)
+	rc, err := f.dial(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", f.addr, err)
+		return err
 	}
 	defer rc.Close()
 	return do(ctx, rc)
@@ -134,10 +163,10 @@ for a slow reader and then drops them; "missed" counts them.`,
 			}
 			ctx := cmd.Context()
 			dctx, cancel := context.WithTimeout(ctx, f.timeout)
-			rc, err := fero.Dial(dctx, f.addr)
+			rc, err := f.dial(dctx)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("connect to %s: %w", f.addr, err)
+				return err
 			}
 			defer rc.Close()
 			ctx, stop := context.WithCancel(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,8 +21,8 @@ import (
 )
 
 // memberIDs returns the members the node at addr lists, by fero status.
-func memberIDs(ctx context.Context, addr string) []string {
-	out, err := run(ctx, "status", "--addr", addr, "--json")
+func memberIDs(ctx context.Context, addr string, cred ...string) []string {
+	out, err := run(ctx, append([]string{"status", "--addr", addr, "--json"}, cred...)...)
 	if err != nil {
 		return nil
 	}
@@ -75,6 +76,11 @@ func TestClusterSecret(t *testing.T) {
 	fileOld := filepath.Join(dir, "old.secret")
 	writeSecrets(t, fileOld, oldS)
 
+	// The operator's credential: a file holding whichever secret the
+	// cluster takes now.
+	fileAdmin := filepath.Join(dir, "admin.secret")
+	writeSecrets(t, fileAdmin, oldS)
+	admin := []string{"--cluster-secret-file", fileAdmin}
 	base := []string{"users", "--partitions", "31"}
 	a := serve(t, append(base, "--id", "a", "--cluster-secret-file", fileA)...)
 	b := serve(t, append(base, "--id", "b", "--cluster-secret-file", fileB, "--seeds", a.gossip, "--wait-servers", "2")...)
@@ -87,10 +93,10 @@ func TestClusterSecret(t *testing.T) {
 	serve(t, append(base, "--id", "plain", "--seeds", a.gossip)...)
 	serve(t, append(base, "--id", "friend", "--cluster-secret-file", fileA, "--seeds", a.gossip)...)
 	require.Eventually(t, func() bool {
-		return slices.Contains(memberIDs(ctx, a.data), "friend") && slices.Contains(memberIDs(ctx, b.data), "friend")
+		return slices.Contains(memberIDs(ctx, a.data, admin...), "friend") && slices.Contains(memberIDs(ctx, b.data, admin...), "friend")
 	}, 30*time.Second, 50*time.Millisecond)
-	require.Equal(t, []string{"a", "b", "friend"}, memberIDs(ctx, a.data))
-	require.Equal(t, []string{"a", "b", "friend"}, memberIDs(ctx, b.data))
+	require.Equal(t, []string{"a", "b", "friend"}, memberIDs(ctx, a.data, admin...))
+	require.Equal(t, []string{"a", "b", "friend"}, memberIDs(ctx, b.data, admin...))
 
 	// A forger names b in its hello: it gets a's answer but cannot prove
 	// the secret, and a closes the connection.
@@ -127,13 +133,14 @@ func TestClusterSecret(t *testing.T) {
 			require.Contains(t, s.out.Text(), "took "+string(rune('0'+len(round)))+" cluster secrets")
 		}
 	}
+	writeSecrets(t, fileAdmin, newS)
 	serve(t, append(base, "--id", "stale", "--cluster-secret-file", fileOld, "--seeds", a.gossip)...)
 	serve(t, append(base, "--id", "rotated", "--cluster-secret-file", fileNew, "--seeds", a.gossip)...)
 	require.Eventually(t, func() bool {
-		return slices.Contains(memberIDs(ctx, a.data), "rotated") && slices.Contains(memberIDs(ctx, b.data), "rotated")
+		return slices.Contains(memberIDs(ctx, a.data, admin...), "rotated") && slices.Contains(memberIDs(ctx, b.data, admin...), "rotated")
 	}, 30*time.Second, 50*time.Millisecond)
-	require.NotContains(t, memberIDs(ctx, a.data), "stale")
-	require.NotContains(t, memberIDs(ctx, b.data), "stale")
+	require.NotContains(t, memberIDs(ctx, a.data, admin...), "stale")
+	require.NotContains(t, memberIDs(ctx, b.data, admin...), "stale")
 }
 
 // TestServeRefusesBeyondLoopbackWithoutSecret: serve will not listen or
@@ -154,4 +161,57 @@ func TestServeRefusesBeyondLoopbackWithoutSecret(t *testing.T) {
 	s := serve(t, "users", "--listen", "0.0.0.0:0", "--insecure")
 	require.True(t, strings.HasPrefix(s.data, "[::]:") || strings.HasPrefix(s.data, "0.0.0.0:"), s.data)
 	s.stop(t)
+}
+
+// TestClientTokens, on real processes: a node with a cluster secret and a
+// token file refuses the CLI without a credential, serves it with a
+// token (writes, reads, status) but refuses it forget, serves forget with
+// the cluster secret, and takes a new token file on SIGHUP.
+func TestClientTokens(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	gen := func() string {
+		out, err := run(ctx, "secret")
+		require.NoError(t, err)
+		return strings.TrimSpace(out)
+	}
+	secretFile, tokenFile, newTokenFile := filepath.Join(dir, "s"), filepath.Join(dir, "t"), filepath.Join(dir, "t2")
+	tok1, tok2 := gen(), gen()
+	writeSecrets(t, secretFile, gen())
+	writeSecrets(t, tokenFile, tok1)
+	writeSecrets(t, newTokenFile, tok2)
+	a := serve(t, "users", "--id", "a", "--partitions", "31", "--cluster-secret-file", secretFile, "--token-file", tokenFile)
+	b := serve(t, "users", "--id", "b", "--partitions", "31", "--cluster-secret-file", secretFile, "--token-file", tokenFile,
+		"--seeds", a.gossip, "--wait-servers", "2")
+	require.True(t, b.out.Scan())
+
+	_, err := run(ctx, "status", "--addr", a.data)
+	require.ErrorContains(t, err, "permission_denied")
+	_, err = run(ctx, "put", "--addr", a.data, "k", `"v"`)
+	require.ErrorContains(t, err, "permission_denied")
+
+	tok := []string{"--token-file", tokenFile}
+	require.Eventually(t, func() bool {
+		_, err := run(ctx, append([]string{"put", "--addr", a.data, "k", `"v"`}, tok...)...)
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "a token writes once the cluster has formed")
+	out, err := run(ctx, append([]string{"get", "--addr", b.data, "k"}, tok...)...)
+	require.NoError(t, err)
+	require.JSONEq(t, `"v"`, out)
+	_, err = run(ctx, append([]string{"forget", "--addr", a.data, "nobody"}, tok...)...)
+	require.ErrorContains(t, err, "permission_denied")
+	_, err = run(ctx, "forget", "--addr", a.data, "nobody", "--cluster-secret-file", secretFile)
+	require.NotContains(t, fmt.Sprint(err), "permission_denied")
+
+	// A new token on SIGHUP: the old one is refused from then on.
+	writeSecrets(t, tokenFile, tok2)
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGHUP))
+	for a.out.Scan() && !strings.Contains(a.out.Text(), "client tokens") {
+	}
+	_, err = run(ctx, "status", "--addr", a.data, "--token-file", newTokenFile)
+	require.NoError(t, err)
+	writeSecrets(t, newTokenFile, tok1)
+	_, err = run(ctx, "status", "--addr", a.data, "--token-file", newTokenFile)
+	require.ErrorContains(t, err, "permission_denied")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +37,7 @@ type serveFlags struct {
 	logLevel     string
 	readyServer  int
 	secretFile   string
+	tokenFile    string
 	insecure     bool
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
@@ -79,6 +81,7 @@ SIGHUP three times over, each round done on every node before the next:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.secretFile, "cluster-secret-file", "", "file of cluster secrets, one per line (the first proves this node, any is accepted); SIGHUP re-reads it; make one with `fero secret`")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file of client tokens this node accepts, one per line (fero put/get/status/tail --token-file); SIGHUP re-reads it")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve beyond loopback without a cluster secret: anyone who reaches the ports can pose as a peer")
 	fl.StringVar(&f.id, "id", "", "node ID (default: random)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
@@ -172,6 +175,8 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 			return err
 		}
 		opts = append(opts, fero.WithClusterSecret(secrets...))
+	} else if f.tokenFile != "" {
+		return errors.New("--token-file needs --cluster-secret-file: client tokens mean nothing while anyone can pose as a peer")
 	} else if !f.insecure {
 		bind := f.bind
 		if bind == "" && f.preset == "lan" {
@@ -183,13 +188,20 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 			}
 		}
 	}
+	if f.tokenFile != "" {
+		tokens, err := fero.ReadSecretFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		opts = append(opts, fero.WithClientTokens(tokens...))
+	}
 	r, err := fero.Open(ctx, resource, opts...)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	if f.secretFile != "" {
-		stop := reloadSecretsOnHUP(r, f.secretFile, cmd.OutOrStdout(), logger)
+		stop := reloadSecretsOnHUP(r, f.secretFile, f.tokenFile, cmd.OutOrStdout(), logger)
 		defer stop()
 	} else {
 		logger.Warn("fero: serving without a cluster secret: any process that reaches this node can pose as a peer (development only)")
@@ -223,7 +235,7 @@ func readSecrets(path string) ([][]byte, error) {
 
 // reloadSecretsOnHUP re-reads the secret file on each SIGHUP and installs
 // it; it logs how many secrets it took, never what they are.
-func reloadSecretsOnHUP(r *fero.Resource, path string, out io.Writer, logger *slog.Logger) (stop func()) {
+func reloadSecretsOnHUP(r *fero.Resource, path, tokenPath string, out io.Writer, logger *slog.Logger) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -243,6 +255,18 @@ func reloadSecretsOnHUP(r *fero.Resource, path string, out io.Writer, logger *sl
 				continue
 			}
 			fmt.Fprintf(out, "fero: node %s took %d cluster secrets from %s\n", r.ID(), len(secrets), path)
+			if tokenPath == "" {
+				continue
+			}
+			tokens, err := fero.ReadSecretFile(tokenPath)
+			if err == nil {
+				err = r.SetClientTokens(tokens...)
+			}
+			if err != nil {
+				logger.Error("fero: client tokens not reloaded; the node keeps the tokens it had", "err", err)
+				continue
+			}
+			fmt.Fprintf(out, "fero: node %s took %d client tokens from %s\n", r.ID(), len(tokens), tokenPath)
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }

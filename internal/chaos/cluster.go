@@ -305,7 +305,7 @@ func (c *Cluster) startTail(node string, server *proc) error {
 		return nil
 	}
 	dir := c.cfg.Dir
-	t, err := c.spawn(node+"/tail", []string{c.cfg.Fero, "tail", "--addr", c.Addr(node)},
+	t, err := c.spawn(node+"/tail", []string{c.cfg.Fero, "tail", "--addr", c.Addr(node), "--cluster-secret-file", SecretFile(c.cfg.Dir)},
 		filepath.Join(dir, node+".tail.jsonl"), filepath.Join(dir, node+".log"))
 	if err != nil {
 		return err
@@ -527,7 +527,7 @@ func (c *Cluster) Retire(ctx context.Context, node string) error {
 			if s == node {
 				continue
 			}
-			out, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s")
+			out, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s", "--cluster-secret-file", SecretFile(c.cfg.Dir))
 			if err == nil {
 				// Through a node that never heard the spare take its vote
 				// too: the peers that list it drop it (seed 2286).
@@ -700,7 +700,7 @@ func (c *Cluster) StatusFull(ctx context.Context, node string) (*Status, string,
 }
 
 func (c *Cluster) status(ctx context.Context, node string, parts bool) (*Status, string, error) {
-	args := []string{c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s"}
+	args := []string{c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s", "--cluster-secret-file", SecretFile(c.cfg.Dir)}
 	if parts {
 		args = append(args, "--partitions")
 	}

@@ -118,3 +118,66 @@ func TestSecretRotation(t *testing.T) {
 	_, err = d.pool.get(ctxT(t), "c", c.addr())
 	require.NoError(t, err, "after d takes the new secret")
 }
+
+// TestConnectionsProveACredential: on a node with a cluster secret and a
+// client token, a connection that is not a peer's gets nothing but the
+// proof exchange until it proves one; a token lets it make requests and
+// read the status but not forget a server; the secret lets it forget; a
+// wrong token is refused and its connection closed. A node without
+// credentials serves anyone (loopback development).
+func TestConnectionsProveACredential(t *testing.T) {
+	nw := memnet.New(3)
+	secret, token := []byte("cluster-secret-0123456789"), []byte("client-token-0123456789")
+	a := startNodeCfg(t, nw, "a", false, nil, func(c *Config) { c.Secrets, c.Tokens = [][]byte{secret}, [][]byte{token} })
+	ctx := ctxT(t)
+	dial := func() *transport.Conn {
+		c, err := transport.DialConn(ctx, a.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	forget, err := msgpack.Marshal([]string{"nobody"})
+	require.NoError(t, err)
+
+	anon := dial()
+	for _, op := range []uint32{OpStatus, OpRequest, OpTail, OpForget} {
+		_, err := anon.Call(ctx, op, nil)
+		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "op %d: %v", op, err)
+	}
+
+	client := dial()
+	require.NoError(t, Authenticate(ctx, client, CredToken, TokenKey(token)))
+	_, err = client.Call(ctx, OpStatus, nil)
+	require.NoError(t, err)
+	_, err = client.Call(ctx, OpForget, forget)
+	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a token does not forget servers: %v", err)
+
+	admin := dial()
+	require.NoError(t, Authenticate(ctx, admin, CredSecret, SecretKey(secret)))
+	_, err = admin.Call(ctx, OpForget, forget)
+	require.NotEqual(t, errs.PermissionDenied, errs.CodeOf(err), "the secret forgets servers: %v", err)
+
+	wrong := dial()
+	err = Authenticate(ctx, wrong, CredToken, TokenKey([]byte("not-the-token-0123456789")))
+	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
+	// A caller that names the right key but cannot prove it.
+	liar := dial()
+	b, err := msgpack.Marshal(authHello{Kind: CredToken, KeyID: keyID(TokenKey(token)), Nonce: newNonce()})
+	require.NoError(t, err)
+	_, err = liar.Call(ctx, OpAuth, b)
+	require.NoError(t, err)
+	b, err = msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	require.NoError(t, err)
+	_, err = liar.Call(ctx, OpAuthProof, b)
+	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
+	require.Eventually(t, func() bool { return liar.Err() != nil }, 10*time.Second, 5*time.Millisecond, "the liar's connection is closed")
+	_, err = liar.Call(ctx, OpStatus, nil)
+	require.Error(t, err)
+
+	open := startNode(t, nw, "open", false)
+	c, err := transport.DialConn(ctx, open.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Call(ctx, OpStatus, nil)
+	require.NoError(t, err, "a node without credentials serves anyone")
+}

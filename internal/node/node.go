@@ -63,6 +63,13 @@ type Config struct {
 	// running node with SetSecrets. None: peers are trusted on their word,
 	// fit only for loopback.
 	Secrets [][]byte
+	// Tokens are the client tokens the node accepts from connections that
+	// are not peers' (fero.Dial, the fero CLI): they may make requests,
+	// read the status and tail, but not forget servers (that takes the
+	// cluster secret). With a secret or tokens, a connection that proved
+	// neither is refused everything but the proof itself. Replace them on a
+	// running node with SetTokens.
+	Tokens [][]byte
 }
 
 // DefaultMaxRequests is the default bound on handlers running at once.
@@ -77,6 +84,7 @@ type Node struct {
 
 	srv   *transport.Server
 	pool  *pool
+	auth  auth
 	ms    *membership.Membership
 	ring  *ring.Ring
 	view  *view
@@ -200,13 +208,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
 	n.pool.logger = n.logger
 	n.pool.setSecrets(cfg.Secrets)
+	n.auth.conns, n.auth.proving = make(map[*transport.Conn]role), make(map[*transport.Conn]authProving)
+	n.SetTokens(cfg.Tokens...)
 	mux.HandleFunc(OpHello, n.pool.serveHello)
 	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
+	mux.HandleFunc(OpAuth, n.serveAuth)
+	mux.HandleFunc(OpAuthProof, n.serveAuthProof)
 	mux.HandleFunc(OpEngine, n.serveEngine)
-	mux.HandleFunc(OpRequest, n.whenStarted(n.serveRequest))
-	mux.HandleFunc(OpStatus, n.whenStarted(n.serveStatus))
-	mux.HandleFunc(OpForget, n.whenStarted(n.serveForget))
-	mux.HandleFunc(OpTail, n.whenStarted(n.serveTail))
+	mux.HandleFunc(OpRequest, n.allow(roleClient, n.whenStarted(n.serveRequest)))
+	mux.HandleFunc(OpStatus, n.allow(roleClient, n.whenStarted(n.serveStatus)))
+	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
+	mux.HandleFunc(OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
 	}

@@ -31,8 +31,14 @@ func startNode(t *testing.T, nw *memnet.Network, id string, client bool, seeds .
 // startNodeWith is startNode with a handler.
 func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h Handler, seeds ...string) *Node {
 	t.Helper()
+	return startNodeCfg(t, nw, id, client, h, nil, seeds...)
+}
+
+// startNodeCfg is startNodeWith with a last word on the Config.
+func startNodeCfg(t *testing.T, nw *memnet.Network, id string, client bool, h Handler, edit func(*Config), seeds ...string) *Node {
+	t.Helper()
 	logger := testLogger(t)
-	n, err := Start(ctxT(t), Config{
+	cfg := Config{
 		Handler: h, ID: id, Resource: "test", Client: client,
 		Membership: []membership.Option{
 			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
@@ -43,7 +49,11 @@ func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h H
 		Engine: []partition.Option{partition.WithSyncTimeout(500 * time.Millisecond)},
 		Tick:   20 * time.Millisecond,
 		Logger: logger,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := Start(ctxT(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = n.Close() })
 	return n

@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,11 +273,7 @@ func (p *pool) serveProof(r *transport.Request) {
 // once a second per remote host, so that a flood of them cannot flood the
 // log.
 func (p *pool) refused(c *transport.Conn, id, why string) {
-	host := c.RemoteAddr().String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if p.refusals.Allow(host, time.Now()) {
+	if p.refusals.Allow(remoteHost(c), time.Now()) {
 		p.logger.Warn("fero: node: refused a peer's hello", "remote", c.RemoteAddr(), "claims", id, "why", why)
 	}
 }

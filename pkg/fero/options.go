@@ -35,6 +35,8 @@ type config struct {
 	maxRequests int
 	tick        time.Duration
 	secrets     [][]byte
+	tokens      [][]byte // accepted from clients (WithClientTokens)
+	token       []byte   // proved by Dial (WithToken)
 
 	membership []membership.Option
 	ring       []ring.Option
@@ -190,6 +192,30 @@ func WithClusterSecret(secrets ...[]byte) Option {
 			c.secrets = append(c.secrets, append([]byte(nil), s...))
 		}
 	}
+}
+
+// WithClientTokens sets the client tokens a server accepts from
+// connections that are not a peer's ([Dial], the fero CLI): a token lets
+// them make requests (reads, writes, custom verbs), read the status and
+// tail changes, but not forget servers, which takes the cluster secret.
+// With a cluster secret or tokens, a connection that proves neither is
+// refused everything. Each token is at least 16 bytes; a node accepts any
+// of them, so tokens can rotate ([Resource.SetClientTokens]).
+func WithClientTokens(tokens ...[]byte) Option {
+	return func(c *config) {
+		c.tokens = c.tokens[:0]
+		for _, t := range tokens {
+			c.tokens = append(c.tokens, append([]byte(nil), t...))
+		}
+	}
+}
+
+// WithToken makes [Dial] prove a client token on every connection it
+// opens (a node with credentials refuses a connection that proves none).
+// To [Dial] as an operator who may also forget servers, give
+// [WithClusterSecret] instead.
+func WithToken(token []byte) Option {
+	return func(c *config) { c.token = append([]byte(nil), token...) }
 }
 
 // MinSecretSize is the shortest cluster secret WithClusterSecret takes.

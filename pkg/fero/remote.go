@@ -35,11 +35,33 @@ type NodeStatus = node.StatusReport
 type MemberStatus = node.MemberReport
 
 // Dial connects to the node at addr (its data-plane address, which
-// [Resource.Addr] and `fero serve` print). Of the options, only the
-// transport's apply: TLS, connect timeout, retry, frame size.
+// [Resource.Addr] and `fero serve` print). Of the options, the transport's
+// apply (TLS, connect timeout, retry, frame size), and the credential it
+// proves on every connection: [WithToken], or [WithClusterSecret]'s first
+// secret (which also lets it forget servers). A node with credentials
+// refuses a connection that proves none.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	cfg := newConfig(opts)
-	p, err := transport.Dial(ctx, addr, cfg.transport...)
+	if err := checkSecrets(cfg.secrets); err != nil {
+		return nil, err
+	}
+	if len(cfg.token) > 0 && len(cfg.token) < MinSecretSize {
+		return nil, errs.Errorf(errs.InvalidArgument, "client token is %d bytes; want at least %d", len(cfg.token), MinSecretSize)
+	}
+	topts := cfg.transport
+	switch {
+	case len(cfg.token) > 0:
+		key := node.TokenKey(cfg.token)
+		topts = append(slices.Clone(topts), transport.WithOnDial(func(ctx context.Context, c *transport.Conn) error {
+			return node.Authenticate(ctx, c, node.CredToken, key)
+		}))
+	case len(cfg.secrets) > 0:
+		key := node.SecretKey(cfg.secrets[0])
+		topts = append(slices.Clone(topts), transport.WithOnDial(func(ctx context.Context, c *transport.Conn) error {
+			return node.Authenticate(ctx, c, node.CredSecret, key)
+		}))
+	}
+	p, err := transport.Dial(ctx, addr, topts...)
 	if err != nil {
 		return nil, err
 	}

@@ -57,11 +57,14 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 	if err := checkSecrets(cfg.secrets); err != nil {
 		return nil, err
 	}
+	if err := checkSecrets(cfg.tokens); err != nil {
+		return nil, err
+	}
 	r := &Resource{name: name, cfg: cfg, logger: cfg.logger.With("resource", name)}
 	ncfg := node.Config{
 		ID: cfg.id, Resource: name, Client: cfg.client, Listen: cfg.listen,
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
-		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets,
+		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
 	}
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
@@ -123,6 +126,18 @@ func ReadSecretFile(path string) ([][]byte, error) {
 		return nil, errs.Errorf(errs.InvalidArgument, "cluster secret file %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// SetClientTokens replaces the client tokens this node accepts (see
+// [WithClientTokens]); connections that proved a token keep their rights
+// until they close. To rotate a token: give every server (old, new), move
+// every client to the new token, then give every server (new).
+func (r *Resource) SetClientTokens(tokens ...[]byte) error {
+	if err := checkSecrets(tokens); err != nil {
+		return err
+	}
+	r.n.SetTokens(tokens...)
+	return nil
 }
 
 func checkSecrets(secrets [][]byte) error {
