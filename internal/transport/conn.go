@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -240,7 +241,7 @@ func (c *Conn) readLoop() {
 	// one deadline; see WithConnectTimeout.
 	by := time.Now().Add(c.cfg.connectTimeout)
 	if err := c.readPreface(by); err != nil {
-		c.cfg.logger.Warn("fero: transport: closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+		c.warn("fero: transport: closing connection", err)
 		c.end(c.lost(err), false)
 		return
 	}
@@ -262,9 +263,9 @@ func (c *Conn) readLoop() {
 			}
 			switch {
 			case errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge):
-				c.cfg.logger.Warn("fero: transport: closing connection after bad input", "remote", c.nc.RemoteAddr(), "err", err)
+				c.warn("fero: transport: closing connection after bad input", err)
 			case errors.Is(err, wire.ErrFrameTimeout):
-				c.cfg.logger.Warn("fero: transport: closing connection: a frame did not arrive in time", "remote", c.nc.RemoteAddr(), "err", err)
+				c.warn("fero: transport: closing connection: a frame did not arrive in time", err)
 			default:
 				c.cfg.logger.Debug("fero: transport: connection lost", "remote", c.nc.RemoteAddr(), "err", err)
 			}
@@ -282,7 +283,7 @@ func (c *Conn) readLoop() {
 		}
 		keep, err := c.dispatch(&f)
 		if err != nil {
-			c.cfg.logger.Warn("fero: transport: closing connection after protocol error", "remote", c.nc.RemoteAddr(), "err", err)
+			c.warn("fero: transport: closing connection after protocol error", err)
 			c.end(c.lost(err), false)
 			return
 		}
@@ -300,6 +301,24 @@ func (c *Conn) readLoop() {
 // readPreface reads and checks the peer's preface, which must arrive by
 // the given time. It leaves the read deadline set on an accepted
 // connection, for the first frame.
+// warn logs why the connection closes. On a server's connections the
+// lines pass at most once per source address per refusalLogEvery (with a
+// count of those held back), so that whoever reaches the port cannot flood
+// the log by sending garbage on many connections.
+func (c *Conn) warn(msg string, err error) {
+	if c.cfg.warns == nil {
+		c.cfg.logger.Warn(msg, "remote", c.nc.RemoteAddr(), "err", err)
+		return
+	}
+	ip := netip.Addr{}
+	if ap, perr := netip.ParseAddrPort(c.nc.RemoteAddr().String()); perr == nil {
+		ip = ap.Addr().Unmap()
+	}
+	if log, held := c.cfg.warns.note(ip, time.Now()); log {
+		c.cfg.logger.Warn(msg, "remote", c.nc.RemoteAddr(), "err", err, "held_back", held)
+	}
+}
+
 func (c *Conn) readPreface(by time.Time) error {
 	var got [len(preface)]byte
 	if err := c.nc.SetReadDeadline(by); err != nil {

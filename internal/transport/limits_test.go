@@ -375,3 +375,44 @@ func TestInflightAloneOverByteLimit(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 }
+
+// countingHandler counts the records logged at each level.
+type countingHandler struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[slog.Level]int{}
+	}
+	h.n[r.Level]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[l]
+}
+
+// TestBadConnectionsCannotFloodTheLog: 100 connections from one host that
+// send garbage instead of the preface log one warning, not 100.
+func TestBadConnectionsCannotFloodTheLog(t *testing.T) {
+	h := &countingHandler{}
+	srv, err := Listen("127.0.0.1:0", HandlerFunc(func(r *Request) { _ = r.Reply(nil) }), WithLogger(slog.New(h)))
+	require.NoError(t, err)
+	defer srv.Close()
+	for range 100 {
+		nc, err := net.Dial("tcp", srv.Addr().String())
+		require.NoError(t, err)
+		_, _ = nc.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		_, _ = io.Copy(io.Discard, nc) // until the server closes it
+		nc.Close()
+	}
+	require.Equal(t, 1, h.count(slog.LevelWarn))
+}

@@ -79,6 +79,7 @@ type config struct {
 	handler        Handler
 	onConn         func(*Conn)
 	onDial         func(context.Context, *Conn) error
+	warns          *refusalLog // a Server's: rate-limits its connections' warnings
 }
 
 func defaultConfig() config {

@@ -39,6 +39,7 @@ func Listen(addr string, h Handler, opts ...Option) (*Server, error) {
 	if cfg.tls != nil {
 		ln = tls.NewListener(ln, cfg.tls)
 	}
+	cfg.warns = &refusalLog{}
 	s := &Server{ln: ln, cfg: cfg, handler: h, conns: make(map[*Conn]struct{}), perIP: make(map[netip.Addr]int)}
 	s.wg.Add(1)
 	go s.acceptLoop()
