@@ -301,22 +301,44 @@ func (c *Conn) readLoop() {
 // readPreface reads and checks the peer's preface, which must arrive by
 // the given time. It leaves the read deadline set on an accepted
 // connection, for the first frame.
-// warn logs why the connection closes. On a server's connections the
-// lines pass at most once per source address per refusalLogEvery (with a
-// count of those held back), so that whoever reaches the port cannot flood
-// the log by sending garbage on many connections.
+// warn logs why the connection closes. On a server's connections a line
+// passes at most once per source address, kind of line and kind of error
+// per refusalLogEvery (with a count of those held back), so that whoever
+// reaches the port cannot flood the log by sending garbage on many
+// connections.
 func (c *Conn) warn(msg string, err error) {
 	if c.cfg.warns == nil {
 		c.cfg.logger.Warn(msg, "remote", c.nc.RemoteAddr(), "err", err)
 		return
 	}
-	ip := netip.Addr{}
+	k := warnKey{msg: msg, kind: errKind(err)}
 	if ap, perr := netip.ParseAddrPort(c.nc.RemoteAddr().String()); perr == nil {
-		ip = ap.Addr().Unmap()
+		k.ip = ap.Addr().Unmap()
 	}
-	if log, held := c.cfg.warns.note(ip, time.Now()); log {
+	if log, held := c.cfg.warns.note(k, time.Now()); log {
 		c.cfg.logger.Warn(msg, "remote", c.nc.RemoteAddr(), "err", err, "held_back", held)
 	}
+}
+
+// warnKey is what a connection's warnings are rate-limited by.
+type warnKey struct {
+	ip   netip.Addr
+	msg  string
+	kind int
+}
+
+// errKind sorts the errors a connection closes on into a few kinds, so
+// that each kind is logged from a source even while another floods.
+func errKind(err error) int {
+	switch {
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		return 1
+	case errors.Is(err, wire.ErrMalformed):
+		return 2
+	case errors.Is(err, wire.ErrFrameTimeout):
+		return 3
+	}
+	return 0
 }
 
 func (c *Conn) readPreface(by time.Time) error {

@@ -109,8 +109,10 @@ func TestSilentConnectionsAreClosed(t *testing.T) {
 	for _, nc := range conns {
 		closedWithin(t, nc, 10*time.Second)
 	}
-	assert.Contains(t, logs.String(), "the first frame was not in by its deadline (0 of at least 4 bytes arrived)")
-	assert.Contains(t, logs.String(), "the first frame was not in by its deadline (1 of at least 4 bytes arrived)")
+	// One line for all 500 (they come from one host and fail alike), with
+	// the count of those held back; which of the two kinds came first
+	// varies.
+	assert.Regexp(t, `the first frame was not in by its deadline \([01] of at least 4 bytes arrived\)`, logs.String())
 
 	select {
 	case <-idleConn.Done():

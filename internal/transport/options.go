@@ -79,7 +79,7 @@ type config struct {
 	handler        Handler
 	onConn         func(*Conn)
 	onDial         func(context.Context, *Conn) error
-	warns          *refusalLog // a Server's: rate-limits its connections' warnings
+	warns          *rateLog[warnKey] // a Server's: rate-limits its connections' warnings
 }
 
 func defaultConfig() config {

@@ -39,7 +39,7 @@ func Listen(addr string, h Handler, opts ...Option) (*Server, error) {
 	if cfg.tls != nil {
 		ln = tls.NewListener(ln, cfg.tls)
 	}
-	cfg.warns = &refusalLog{}
+	cfg.warns = &rateLog[warnKey]{}
 	s := &Server{ln: ln, cfg: cfg, handler: h, conns: make(map[*Conn]struct{}), perIP: make(map[netip.Addr]int)}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -174,9 +174,13 @@ const refusalLogKeys = 1024
 // refusalLogEvery, so that whoever can reach the port cannot flood the log
 // by opening connections over the limit, and counts the refusals it held
 // back, for the next line to report.
-type refusalLog struct {
+type refusalLog = rateLog[netip.Addr]
+
+// rateLog is refusalLog for any key: a source address, or a source and
+// the kind of line (a connection's warnings).
+type rateLog[K comparable] struct {
 	mu     sync.Mutex
-	seen   map[netip.Addr]refusalEntry
+	seen   map[K]refusalEntry
 	pruned time.Time
 }
 
@@ -187,11 +191,11 @@ type refusalEntry struct {
 
 // note records a refusal of a connection from ip at now, and reports
 // whether to log it, with the number held back before it.
-func (l *refusalLog) note(ip netip.Addr, now time.Time) (log bool, held int) {
+func (l *rateLog[K]) note(ip K, now time.Time) (log bool, held int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen == nil {
-		l.seen = make(map[netip.Addr]refusalEntry)
+		l.seen = make(map[K]refusalEntry)
 	}
 	e, ok := l.seen[ip]
 	if !ok && len(l.seen) >= refusalLogKeys {
@@ -206,7 +210,8 @@ func (l *refusalLog) note(ip netip.Addr, now time.Time) (log bool, held int) {
 			l.pruned = now
 		}
 		if len(l.seen) >= refusalLogKeys {
-			ip = netip.Addr{} // too many sources: the rest share one line
+			var zero K
+			ip = zero // too many sources: the rest share one line
 			e, ok = l.seen[ip]
 		}
 	}
