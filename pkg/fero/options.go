@@ -383,6 +383,33 @@ func WithMaxFrame(n int) Option {
 	return func(c *config) { c.transport = append(c.transport, transport.WithMaxFrame(n)) }
 }
 
+// WithMaxConns caps the data connections a node accepts, in all and from
+// one source IP (defaults 4,096 and 1,024, loopback included); a
+// connection over a cap is closed at once. docs/security.md lists every
+// input limit.
+func WithMaxConns(total, perIP int) Option {
+	return func(c *config) {
+		c.transport = append(c.transport, transport.WithMaxConns(total), transport.WithMaxConnsPerIP(perIP))
+	}
+}
+
+// WithMaxInflight caps the requests one connection may have open on this
+// node (its handler not yet answered): by count, and by the bytes of read
+// buffer they hold (defaults 4,096 and 64 MiB). A request over a cap is
+// answered at once with a ResourceExhausted error.
+func WithMaxInflight(n, bytes int) Option {
+	return func(c *config) {
+		c.transport = append(c.transport, transport.WithMaxInflight(n), transport.WithMaxInflightBytes(bytes))
+	}
+}
+
+// WithFrameTimeout bounds how long the rest of a message may take once its
+// first byte has arrived (default 30 s; 0 turns it off): a half-sent
+// message cannot hold its buffer longer.
+func WithFrameTimeout(d time.Duration) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithFrameTimeout(d)) }
+}
+
 // WithTLS runs the data plane over TLS; for mutual TLS set ClientAuth and
 // ClientCAs too. Every node of a resource needs a compatible config.
 func WithTLS(cfg *tls.Config) Option {
