@@ -64,6 +64,10 @@ chaos-scenarios: ## Issue 16's regression cases on real processes: paused-owner 
 		--max-time 45m --out $$out/long-split $(CHAOS_ARGS) || rc=1; \
 	exit $$rc
 
+.PHONY: soak
+soak: ## Issue 17's soak: a fixed load at 80% of max for SOAK_DURATION (10m), alone then beside fero-hostile; RSS sampled.
+	./scripts/soak.sh
+
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
 	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s --parallel 2 \

@@ -45,10 +45,24 @@ type System struct{}
 var _ bench.System = System{}
 
 func baseOptions() []fero.Option {
-	return []fero.Option{
+	o := []fero.Option{
 		fero.WithBind("127.0.0.1:0"), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
 	}
+	// The soak (scripts/soak.sh) runs the cluster with a secret, as a node
+	// beside a hostile process must.
+	if path := os.Getenv(SecretFileEnv); path != "" {
+		secrets, err := fero.ReadSecretFile(path)
+		if err != nil {
+			panic(fmt.Sprintf("ferosut: %s: %v", SecretFileEnv, err))
+		}
+		o = append(o, fero.WithClusterSecret(secrets...))
+	}
+	return o
 }
+
+// SecretFileEnv names a cluster secret file (fero secret) that every
+// server and client node of the system uses when it is set.
+const SecretFileEnv = "FERO_BENCH_SECRET_FILE"
 
 // Serve runs a fero server node until ctx is done. Its address, for
 // clients and later servers, is "<gossip address> <data address>".
@@ -277,7 +291,7 @@ func (c *conn) Close() error { return c.r.Close() }
 func dialAll(ctx context.Context, addrs []string) ([]*fero.Remote, error) {
 	remotes := make([]*fero.Remote, 0, len(addrs))
 	for _, addr := range addrs {
-		rc, err := fero.Dial(ctx, addr)
+		rc, err := fero.Dial(ctx, addr, baseOptions()...)
 		if err != nil {
 			return remotes, err
 		}
