@@ -3,6 +3,9 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,4 +183,49 @@ func TestConnectionsProveACredential(t *testing.T) {
 	defer c.Close()
 	_, err = c.Call(ctx, OpStatus, nil)
 	require.NoError(t, err, "a node without credentials serves anyone")
+}
+
+// TestNoSecretInTheLogs: a node with a cluster secret and a client token
+// that refuses hellos and credentials, and takes new secrets, logs none
+// of them, nor the keys derived from them, at any level.
+func TestNoSecretInTheLogs(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedBuffer{b: &logs, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	secret, token, next := []byte("the-cluster-secret-0001"), []byte("the-client-token-0001"), []byte("the-next-secret-00001")
+	nw := memnet.New(2)
+	a := startNodeCfg(t, nw, "a", false, nil, func(c *Config) {
+		c.Secrets, c.Tokens, c.Logger = [][]byte{secret}, [][]byte{token}, logger
+	})
+	ctx := ctxT(t)
+	c, err := transport.DialConn(ctx, a.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, _ = c.Call(ctx, OpStatus, nil)
+	_ = Authenticate(ctx, c, CredToken, TokenKey([]byte("a-wrong-token-0000001")))
+	c2, err := transport.DialConn(ctx, a.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	require.NoError(t, Authenticate(ctx, c2, CredToken, TokenKey(token)))
+	require.NoError(t, a.SetSecrets(next, secret))
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	require.NotEmpty(t, out)
+	for _, s := range [][]byte{secret, token, next, helloKey(secret), TokenKey(token), GossipKey(secret)} {
+		require.NotContains(t, out, string(s))
+		require.NotContains(t, out, fmt.Sprintf("%x", s))
+		require.NotContains(t, out, fmt.Sprintf("%v", s))
+	}
+}
+
+type lockedBuffer struct {
+	b  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
