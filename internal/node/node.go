@@ -241,6 +241,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// A node given seeds joins a cluster: alone in its map (its seeds cut
 	// off), it waits rather than found a cluster of one (rule 9).
 	n.eng.SetJoining(n.ms.HasSeeds())
+	if !n.ms.HasSeeds() && !cfg.Client {
+		n.logger.Warn("fero: node: no seeds: this server founds a new cluster if it finds no peer, now and each time it restarts, and a restarted founder that finds none can replace the cluster's history with its own empty one; give every server the others as seeds (docs/engine.md, rule 9)")
+	}
 	if err := n.ms.Start(ctx); err != nil {
 		n.srv.Close()
 		return nil, err
