@@ -427,7 +427,7 @@ func (s *Store) GetInto(path string, v any) (ok bool, err error) {
 	if !ok {
 		return false, nil
 	}
-	if err := msgpack.Unmarshal(b, v); err != nil {
+	if err := wire.Unmarshal(b, v); err != nil {
 		return true, errs.Errorf(errs.InvalidArgument, "decode %q into %T: %w", path, v, err)
 	}
 	return true, nil

@@ -49,6 +49,22 @@ func DecodeValue(b []byte, v any) error {
 	if err := ValidateValue(b); err != nil {
 		return err
 	}
+	return Unmarshal(b, v)
+}
+
+// Unmarshal is msgpack.Unmarshal that returns an error where msgpack
+// panics: a value that meets a nil interface field with methods (a
+// fmt.Stringer, an error) which its type does not implement makes msgpack
+// call reflect.Set with it. Anyone who can write a value or answer a call
+// could otherwise crash every process that decodes it into such a type
+// (found by FuzzRemoteReply). Use DecodeValue for bytes off the network;
+// this for bytes already validated, such as stored values.
+func Unmarshal(b []byte, v any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: cannot decode into %T: %v", ErrMalformed, v, p)
+		}
+	}()
 	return msgpack.Unmarshal(b, v)
 }
 

@@ -81,7 +81,7 @@ func (c Change) Decode(v any) error {
 	if len(c.Value) == 0 {
 		return errs.Errorf(errs.NotFound, "fero: %s %q has no value", c.Type, c.Key)
 	}
-	return msgpack.Unmarshal(c.Value, v)
+	return wire.DecodeValue(c.Value, v)
 }
 
 func (c Change) String() string {

@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // Map is the typed form of a resource: top-level keys mapped to values of
@@ -64,7 +65,7 @@ func (m *Map[V]) All() iter.Seq2[string, V] {
 		for k, val := range m.r.All() {
 			var v V
 			b, err := msgpack.Marshal(val)
-			if err != nil || msgpack.Unmarshal(b, &v) != nil {
+			if err != nil || wire.Unmarshal(b, &v) != nil {
 				continue
 			}
 			if !yield(k, v) {

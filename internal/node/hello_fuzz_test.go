@@ -1,0 +1,320 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/testkit"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+var (
+	fuzzSecret = []byte("fuzz-cluster-secret-0123456789")
+	fuzzToken  = []byte("fuzz-client-token-0123456789")
+)
+
+// fuzzExecTimeout bounds the calls of one fuzz input: a hang fails the
+// input rather than the whole run.
+const fuzzExecTimeout = 10 * time.Second
+
+// reusableConn hands out one client connection across fuzz inputs while
+// it is open and clean, and dials anew otherwise: a dial per input would
+// cost more than the input itself.
+type reusableConn struct {
+	addr string
+	c    *transport.Conn
+}
+
+func (r *reusableConn) get(ctx context.Context, t *testing.T) *transport.Conn {
+	if r.c != nil && r.c.Err() == nil {
+		return r.c
+	}
+	r.drop()
+	c, err := transport.DialConn(ctx, r.addr)
+	require.NoError(t, err)
+	r.c = c
+	return c
+}
+
+// drop closes the connection, so the next input starts on a fresh one.
+func (r *reusableConn) drop() {
+	if r.c != nil {
+		r.c.Close()
+		r.c = nil
+	}
+}
+
+// validHello is an OpHello payload as a dialing node with a cluster secret
+// sends it.
+func validHello(f *testing.F, id string, nonce bool) []byte {
+	h := hello{ID: id}
+	if nonce {
+		h.Nonce = make([]byte, nonceSize)
+	}
+	b, err := msgpack.Marshal(h)
+	require.NoError(f, err)
+	return b
+}
+
+// FuzzHello sends arbitrary bytes as an OpHello payload and then as an
+// OpHelloProof payload (or, when asked and possible, the right proof) to
+// a pool with or without a cluster secret. The pool must never panic; a
+// hello is refused with a coded error, or answered (with the pool's MAC
+// under a secret); a connection is adopted at once without a secret, and
+// with one only after the right proof, which fuzzed bytes cannot forge.
+// Each input meets a fresh pool behind one long-lived server.
+func FuzzHello(f *testing.F) {
+	var cur atomic.Pointer[pool]
+	mux := transport.NewMux()
+	mux.HandleFunc(OpHello, func(r *transport.Request) { cur.Load().serveHello(r) })
+	mux.HandleFunc(OpHelloProof, func(r *transport.Request) { cur.Load().serveProof(r) })
+	srv, err := transport.Listen("127.0.0.1:0", mux)
+	require.NoError(f, err)
+	client := &reusableConn{addr: srv.Addr().String()}
+	f.Cleanup(func() {
+		client.drop()
+		srv.Close()
+	})
+	key := helloKey(fuzzSecret)
+
+	proof, err := msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	require.NoError(f, err)
+	for _, secret := range []bool{false, true} {
+		f.Add(nested(1<<20), nested(1<<20), secret, false)
+		f.Add([]byte("\xde\xad\xbe\xef garbage"), []byte{0xc1}, secret, false)
+		f.Add([]byte{}, []byte{}, secret, false)
+		f.Add(validHello(f, "b", false), proof, secret, false)
+		f.Add(validHello(f, "b", true), proof, secret, false)
+		f.Add(validHello(f, "b", true), proof, secret, true)
+		f.Add([]byte{0x81, 0xa2, 'i', 'd', 0xa0}, []byte{0x80}, secret, false) // an empty ID
+	}
+
+	f.Fuzz(func(t *testing.T, helloB, proofB []byte, secret, prove bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), fuzzExecTimeout)
+		defer cancel()
+		p := newPool("a")
+		if secret {
+			p.setSecrets([][]byte{fuzzSecret})
+		}
+		cur.Store(p)
+		c := client.get(ctx, t)
+		answered := false
+		defer func() {
+			// An answered hello's connection is the pool's, or is being
+			// closed for a wrong proof: only a refused one is reused.
+			// Close it first, so that closing the pool finds it ended.
+			if answered {
+				client.drop()
+			}
+			p.close()
+		}()
+
+		var want hello
+		valid := wire.DecodeValue(helloB, &want) == nil && want.ID != ""
+		reply, err := c.Call(ctx, OpHello, helloB)
+		switch {
+		case !valid:
+			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed hello: %v", err)
+		case secret && len(want.Nonce) != nonceSize:
+			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a hello without a nonce to a pool with a secret: %v", err)
+		default:
+			require.NoError(t, err, "a well-formed hello")
+			var got hello
+			require.NoError(t, wire.DecodeValue(reply, &got))
+			require.Equal(t, "a", got.ID)
+			if secret {
+				require.True(t, verifyMAC([][]byte{key}, got.MAC, "server", want.Nonce, got.Nonce, "a", want.ID), "the pool proves the secret")
+			} else {
+				require.Empty(t, got.MAC)
+			}
+		}
+		answered = err == nil
+
+		right := secret && answered && prove
+		if right {
+			var got hello
+			require.NoError(t, wire.DecodeValue(reply, &got))
+			proofB, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "client", want.Nonce, got.Nonce, want.ID, "a")})
+			require.NoError(t, err)
+		}
+		_, err = c.Call(ctx, OpHelloProof, proofB)
+		switch {
+		case right:
+			require.NoError(t, err, "the right proof")
+			// The pool adopts the connection after it answers the proof;
+			// a call behind it on the same connection is served after.
+			_, err := c.Call(ctx, 0xfffe, nil)
+			require.Equal(t, errs.Unimplemented, errs.CodeOf(err), "%v", err)
+		case secret && answered:
+			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a proof of fuzzed bytes: %v", err)
+		default:
+			require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "a proof with no hello to prove: %v", err)
+		}
+
+		// Without a secret the answered hello's connection is the
+		// caller's at once; with one, only after the right proof.
+		switch peers := p.peers(); {
+		case answered && (!secret || right):
+			require.Equal(t, []string{want.ID}, peers)
+		default:
+			require.Empty(t, peers, "a connection adopted without the proof")
+		}
+	})
+}
+
+// startFuzzNode starts a node of its own for a fuzz target, with edit's
+// last word on its Config, and waits until its map names it the owner of
+// every partition.
+func startFuzzNode(tb testing.TB, edit func(*Config)) *Node {
+	tb.Helper()
+	cfg := Config{
+		ID: "a", Resource: "fuzz",
+		Membership: []membership.Option{
+			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
+			membership.WithTransport(memnet.New(1).NewTransport()), membership.WithTuning(testkit.ClusterTimers),
+			membership.WithLeaveTimeout(time.Second),
+		},
+		Ring:   []ring.Option{ring.WithPartitions(8)},
+		Engine: []partition.Option{partition.WithSyncTimeout(500 * time.Millisecond)},
+		Tick:   20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler), // every refused input logs a warning
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = n.Close() })
+	require.Eventually(tb, func() bool {
+		m := n.Map()
+		if m == nil {
+			return false
+		}
+		for p := range m.Partitions() {
+			if o, ok := m.Owner(p); !ok || o.ID != n.ID() {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 5*time.Millisecond)
+	return n
+}
+
+// FuzzAuth sends arbitrary bytes as an OpAuth payload and then as an
+// OpAuthProof payload (or, when asked and possible, the right proof) to a
+// node with a cluster secret and a client token. The node must never
+// panic; an OpAuth is refused with a coded error or answered with the
+// node's MAC under the key it names; a connection gets a role only with
+// the right proof: the client role for the token, the admin role for the
+// secret.
+func FuzzAuth(f *testing.F) {
+	accepted := make(chan *transport.Conn, 16)
+	n := startFuzzNode(f, func(c *Config) {
+		c.Secrets, c.Tokens = [][]byte{fuzzSecret}, [][]byte{fuzzToken}
+		c.Transport = []transport.Option{transport.WithOnConn(func(c *transport.Conn) { accepted <- c })}
+	})
+	client := &reusableConn{addr: n.Addr()}
+	var served *transport.Conn // the node's end of client.c
+	f.Cleanup(client.drop)
+	keys := map[string][]byte{CredToken: TokenKey(fuzzToken), CredSecret: SecretKey(fuzzSecret)}
+	grants := map[string]role{CredToken: roleClient, CredSecret: roleAdmin}
+
+	auth := func(kind string, key []byte) []byte {
+		b, err := msgpack.Marshal(authHello{Kind: kind, KeyID: keyID(key), Nonce: make([]byte, nonceSize)})
+		require.NoError(f, err)
+		return b
+	}
+	proof, err := msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	require.NoError(f, err)
+	for _, prove := range []bool{false, true} {
+		f.Add(auth(CredToken, keys[CredToken]), proof, prove)
+		f.Add(auth(CredSecret, keys[CredSecret]), proof, prove)
+	}
+	f.Add(auth(CredToken, keys[CredSecret]), proof, true) // the secret's key named as a token
+	f.Add(auth("nobody", keys[CredToken]), proof, true)
+	f.Add(nested(1<<20), nested(1<<20), false)
+	f.Add([]byte("\xde\xad\xbe\xef garbage"), []byte{0xc1}, false)
+	f.Add([]byte{}, []byte{}, false)
+
+	f.Fuzz(func(t *testing.T, authB, proofB []byte, prove bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), fuzzExecTimeout)
+		defer cancel()
+		c := client.get(ctx, t)
+		if served == nil || served.RemoteAddr().String() != c.LocalAddr().String() {
+			select {
+			case served = <-accepted:
+			case <-ctx.Done():
+				t.Fatal("the node never reported the connection")
+			}
+			require.Equal(t, c.LocalAddr().String(), served.RemoteAddr().String())
+		}
+		answered := false
+		defer func() {
+			// An answered auth's connection holds a role now, or is
+			// being closed for a wrong proof: only a refused one is
+			// reused.
+			if answered {
+				client.drop()
+			}
+		}()
+		require.Equal(t, roleNone, n.roleOf(served), "a fresh connection holds no role")
+
+		var want authHello
+		var key []byte
+		valid := wire.DecodeValue(authB, &want) == nil && len(want.Nonce) == nonceSize
+		if valid {
+			key = keys[want.Kind]
+			if key != nil && string(keyID(key)) != string(want.KeyID) {
+				key = nil
+			}
+		}
+		reply, err := c.Call(ctx, OpAuth, authB)
+		switch {
+		case !valid:
+			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed auth: %v", err)
+		case key == nil:
+			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "an auth naming no key the node takes: %v", err)
+		default:
+			require.NoError(t, err, "an auth naming the node's key")
+		}
+		var got authHello
+		if err == nil {
+			require.NoError(t, wire.DecodeValue(reply, &got))
+			require.Len(t, got.Nonce, nonceSize)
+			require.Equal(t, helloMAC(key, "node", want.Nonce, got.Nonce, "", ""), got.MAC, "the node proves the key")
+		}
+		answered = err == nil
+
+		right := answered && prove
+		if right {
+			proofB, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "caller", want.Nonce, got.Nonce, "", "")})
+			require.NoError(t, err)
+		}
+		_, err = c.Call(ctx, OpAuthProof, proofB)
+		switch {
+		case right:
+			require.NoError(t, err, "the right proof")
+			require.Equal(t, grants[want.Kind], n.roleOf(served))
+		case answered:
+			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a proof of fuzzed bytes: %v", err)
+			require.Equal(t, roleNone, n.roleOf(served), "a role without the right proof")
+		default:
+			require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "a proof with no auth to prove: %v", err)
+			require.Equal(t, roleNone, n.roleOf(served), "a role without an auth")
+		}
+	})
+}
