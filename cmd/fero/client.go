@@ -76,15 +76,19 @@ func (f *remoteFlags) run(cmd *cobra.Command, do func(ctx context.Context, rc *f
 	return do(ctx, rc)
 }
 
+const waitUsage = `what the write waits for: none (queued on the node), ack (the owner committed it), majority (a majority of the servers applied it: it survives any owner change) or replicas=K`
+
 func newPut() *cobra.Command {
 	var f remoteFlags
 	var add bool
+	var wait string
 	cmd := &cobra.Command{
 		Use:   "put KEY JSON",
 		Short: "Set the value at KEY, through the cluster",
 		Long: `put sets the value at KEY (an UPDATE, or an ADD with --add, which fails if
-KEY has a value) and returns once the owner committed it. JSON is any JSON
-value; a bare word that is not JSON is taken as a string.`,
+KEY has a value) and returns once the write reached --wait (by default
+once the owner committed it). JSON is any JSON value; a bare word that is
+not JSON is taken as a string.`,
 		Example: `  fero put --addr 127.0.0.1:7400 ada '{"name":"Ada","langs":["en"]}'
   fero put --addr 127.0.0.1:7400 ada.langs.- fr       # push onto the array`,
 		Args: cobra.ExactArgs(2),
@@ -97,13 +101,21 @@ value; a bare word that is not JSON is taken as a string.`,
 			if add || strings.HasSuffix(args[0], ".-") {
 				verb = fero.VerbAdd
 			}
+			w, err := fero.ParseWait(wait)
+			if err != nil {
+				return fmt.Errorf("--wait: %w", err)
+			}
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
-				return rc.Call(ctx, verb, args[0], v, nil)
+				if verb == fero.VerbAdd {
+					return rc.Add(ctx, args[0], v, w)
+				}
+				return rc.Update(ctx, args[0], v, w)
 			})
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&add, "add", false, "create only: fail if KEY has a value")
+	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
 	return cmd
 }
 
@@ -133,15 +145,21 @@ func newGet() *cobra.Command {
 
 func newRm() *cobra.Command {
 	var f remoteFlags
+	var wait string
 	cmd := &cobra.Command{
 		Use:   "rm KEY",
 		Short: "Remove the value at KEY (removing what is not there succeeds)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error { return rc.Remove(ctx, args[0]) })
+			w, err := fero.ParseWait(wait)
+			if err != nil {
+				return fmt.Errorf("--wait: %w", err)
+			}
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error { return rc.Remove(ctx, args[0], w) })
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
 	return cmd
 }
 

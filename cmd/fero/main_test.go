@@ -138,6 +138,16 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 	}
 	_, err := run(ctx, "put", "--addr", c.data, "user1.tags.-", "admin")
 	require.NoError(t, err)
+	for _, w := range []string{"none", "ack", "majority", "replicas=2"} {
+		_, err = run(ctx, "put", "--addr", a.data, "--wait", w, "waited", `"`+w+`"`)
+		require.NoError(t, err, "--wait %s", w)
+	}
+	_, err = run(ctx, "put", "--addr", a.data, "--wait", "replicas=3", "waited", "1")
+	require.ErrorContains(t, err, "more replica acks asked than the replica group has")
+	_, err = run(ctx, "rm", "--addr", a.data, "--wait", "sometimes", "waited")
+	require.ErrorContains(t, err, "--wait")
+	_, err = run(ctx, "rm", "--addr", a.data, "--wait", "majority", "waited")
+	require.NoError(t, err)
 	out, err := run(ctx, "get", "--addr", a.data, "user1")
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"n":1,"tags":["admin"]}`, out)

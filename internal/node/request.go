@@ -41,6 +41,18 @@ type Request struct {
 	Payload   []byte
 	// Local is true when the caller runs in this process.
 	Local bool
+	// Wait is what the caller asked a built-in write to wait for; unset,
+	// the owner's commit (Ack).
+	Wait WaitSpec
+}
+
+// WaitSpec is a wait level a request carries to the owner, for the
+// built-in writes: a remote caller (fero.Remote, fero put --wait) chooses
+// it as a local one does.
+type WaitSpec struct {
+	Set  bool
+	Kind partition.Wait
+	K    uint8 // for partition.WaitReplicas
 }
 
 // Handler answers requests on the owner of their key. It returns the
@@ -105,8 +117,19 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 		// whose context ended, a one-way message's reused buffer).
 		value = append([]byte(nil), value...)
 	}
-	err := n.writeAsync(ctx, doc.Change{Type: t, Key: req.Key, Value: value}, partition.WaitAck, 0,
-		func(c partition.Completion) { done(nil, c.Err) }, inline)
+	change := doc.Change{Type: t, Key: req.Key, Value: value}
+	var err error
+	switch w := req.Wait; {
+	case !w.Set:
+		err = n.writeAsync(ctx, change, partition.WaitAck, 0, func(c partition.Completion) { done(nil, c.Err) }, inline)
+	case w.Kind == partition.WaitNone:
+		// Queued is all the caller asked for.
+		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, inline); err == nil {
+			done(nil, nil)
+		}
+	default:
+		err = n.writeAsync(ctx, change, w.Kind, int(w.K), func(c partition.Completion) { done(nil, c.Err) }, inline)
+	}
 	if errors.Is(err, ErrClosed) {
 		return false
 	}
@@ -117,12 +140,14 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 }
 
 // wireRequest is OpRequest's payload: the msgpack array [verb, key,
-// payload, hops], written and read by hand (one per request).
+// payload, hops], or [verb, key, payload, hops, wait, k] when the caller
+// chose a wait level, written and read by hand (one per request).
 type wireRequest struct {
 	Verb    string
 	Key     string
 	Payload []byte
 	Hops    uint8
+	Wait    WaitSpec
 }
 
 func (w *wireRequest) append(b []byte) []byte {
@@ -131,17 +156,29 @@ func (w *wireRequest) append(b []byte) []byte {
 		// allocation instead of one per field as it grows.
 		b = make([]byte, 0, 1+5+len(w.Verb)+5+len(w.Key)+5+len(w.Payload)+2)
 	}
-	b = wire.AppendArrayHeader(b, 4)
+	n := 4
+	if w.Wait.Set {
+		n = 6
+	}
+	b = wire.AppendArrayHeader(b, n)
 	b = wire.AppendStr(b, w.Verb)
 	b = wire.AppendStr(b, w.Key)
 	b = wire.AppendBin(b, w.Payload)
-	return wire.AppendUint(b, uint64(w.Hops))
+	b = wire.AppendUint(b, uint64(w.Hops))
+	if w.Wait.Set {
+		b = wire.AppendUint(b, uint64(w.Wait.Kind))
+		b = wire.AppendUint(b, uint64(w.Wait.K))
+	}
+	return b
 }
 
 // decode reads a request; Payload aliases b.
 func (w *wireRequest) decode(b []byte) error {
 	c := wire.NewCursor(b)
-	c.Array("request", 4)
+	n := c.Array("request", -1)
+	if n != 4 && n != 6 {
+		c.Fail("request: array of %d elements, want 4 or 6", n)
+	}
 	verb := c.Bytes("verb")
 	if w.Verb = builtinVerb(verb); w.Verb == "" { // a built-in verb costs no allocation
 		w.Verb = string(verb)
@@ -149,6 +186,13 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Key = c.Str("key", "")
 	w.Payload = c.Bytes("payload")
 	w.Hops = c.Uint8("hops")
+	w.Wait = WaitSpec{}
+	if n == 6 {
+		w.Wait = WaitSpec{Set: true, Kind: partition.Wait(c.Uint8("wait")), K: c.Uint8("k")}
+		if w.Wait.Kind > partition.WaitMajority {
+			c.Fail("request: unknown wait %d", w.Wait.Kind)
+		}
+	}
 	return c.End()
 }
 
@@ -311,7 +355,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		// Queuing the write waits only on the driver (and on spilled
 		// writes), never on the caller, so the node's context will do: a
 		// request's own context costs an allocation per request.
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait}
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
@@ -337,7 +381,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if oneway {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait}
 		ok := n.spawn(func() {
 			reply, err := n.handle(r.Context(), req)
 			if err != nil {
@@ -431,7 +475,13 @@ func (r *Request) String() string { return fmt.Sprintf("%s %q", r.Verb, r.Key) }
 // "retry" answer (the node's map and the owner's disagree for now) is
 // retried with backoff until ctx ends.
 func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload []byte) ([]byte, error) {
-	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append(nil)
+	return CallNodeWait(ctx, c, verb, key, payload, WaitSpec{})
+}
+
+// CallNodeWait is CallNode with the wait level a built-in write waits for
+// on the owner (unset: the owner's commit).
+func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec) ([]byte, error) {
+	b := (&wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}).append(nil)
 	backoff := retryBackoffMin
 	for {
 		reply, retry, err := callOnce(ctx, c, b)

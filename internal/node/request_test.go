@@ -15,6 +15,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -174,6 +175,9 @@ func TestWireRequestRoundTrip(t *testing.T) {
 	for _, w := range []wireRequest{
 		{Verb: VerbUpdate, Key: "users.ada", Payload: []byte{0x81, 0xa1, 'n', 0x01}, Hops: 1},
 		{Verb: "LOGIN", Key: strings.Repeat("k", 300)},
+		{Verb: VerbUpdate, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}},
+		{Verb: VerbRemove, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitReplicas, K: 2}},
+		{Verb: VerbAdd, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitNone}},
 	} {
 		var got wireRequest
 		require.NoError(t, got.decode(w.append(nil)))
@@ -187,6 +191,8 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		"three fields": {0x93, 0xa1, 'V', 0xa1, 'k', 0xc0},
 		"trailing":     append((&wireRequest{Verb: "V"}).append(nil), 0),
 		"hops too big": {0x94, 0xa1, 'V', 0xa1, 'k', 0xc0, 0xcd, 0x01, 0x00},
+		"five fields":  {0x95, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x01},
+		"unknown wait": {0x96, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x09, 0x00},
 	} {
 		var got wireRequest
 		assert.ErrorIs(t, got.decode(b), wire.ErrMalformed, name)

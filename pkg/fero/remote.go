@@ -101,19 +101,39 @@ func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error
 	return true, nil
 }
 
-// Update sets the value at key; it returns once the owner committed it.
-func (c *Remote) Update(ctx context.Context, key string, value any) error {
-	return c.Call(ctx, VerbUpdate, key, value, nil)
+// Update sets the value at key; it returns once the write reached the
+// wait level given ([Ack], the owner's commit, unless one is given).
+func (c *Remote) Update(ctx context.Context, key string, value any, wait ...Wait) error {
+	return c.write(ctx, VerbUpdate, key, value, wait)
 }
 
 // Add sets the value at key only if there is none.
-func (c *Remote) Add(ctx context.Context, key string, value any) error {
-	return c.Call(ctx, VerbAdd, key, value, nil)
+func (c *Remote) Add(ctx context.Context, key string, value any, wait ...Wait) error {
+	return c.write(ctx, VerbAdd, key, value, wait)
 }
 
 // Remove deletes the value at key.
-func (c *Remote) Remove(ctx context.Context, key string) error {
-	return c.Call(ctx, VerbRemove, key, nil, nil)
+func (c *Remote) Remove(ctx context.Context, key string, wait ...Wait) error {
+	return c.write(ctx, VerbRemove, key, nil, wait)
+}
+
+// write sends a built-in write that waits, on the owner, for the last of
+// wait (the owner's commit when none is given).
+func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []Wait) error {
+	var spec node.WaitSpec
+	if len(wait) > 0 {
+		w := wait[len(wait)-1]
+		if err := w.validate(); err != nil {
+			return err
+		}
+		spec = w.spec()
+	}
+	b, err := encodePayload(value)
+	if err != nil {
+		return err
+	}
+	_, err = node.CallNodeWait(ctx, c.peer, verb, key, b, spec)
+	return err
 }
 
 // Status returns the node's view of its cluster.

@@ -84,3 +84,46 @@ func TestRemote(t *testing.T) {
 		t.Fatal("a cancelled tail reported an error")
 	}
 }
+
+// TestRemoteWaits: a remote write waits on the owner for the level its
+// caller chose, as a local one does (before, every remote write waited
+// for Ack whatever the caller wanted: Replicas(3) in a group of three
+// "succeeded").
+func TestRemoteWaits(t *testing.T) {
+	c := newTestCluster(t, 21)
+	a, b, d := c.open("a"), c.open("b"), c.open("d")
+	c.settle(3)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	defer rc.Close()
+	all := []*Resource{a, b, d}
+	for i := range 10 {
+		key := fmt.Sprint("m", i)
+		require.NoError(t, retry(ctx, func() error { return rc.Update(ctx, key, i, Majority) }))
+		have := 0
+		for _, r := range all {
+			if v, ok := r.Get(key); ok && v == int64(i) {
+				have++
+			}
+		}
+		assert.GreaterOrEqual(t, have, 2, "%s: a Majority write returned before a majority applied it", key)
+	}
+	err = rc.Update(ctx, "r", 1, Replicas(3))
+	require.Error(t, err, "three replicas besides the owner in a group of three")
+	require.NoError(t, retry(ctx, func() error { return rc.Update(ctx, "r", 1, Replicas(2)) }))
+	require.NoError(t, rc.Update(ctx, "n", 1, NoWait))
+	require.Eventually(t, func() bool { _, ok := a.Get("n"); return ok }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, rc.Remove(ctx, "n", Majority))
+	assert.Equal(t, CodeInvalidArgument, CodeOf(rc.Update(ctx, "x", 1, Replicas(0))))
+
+	for s, want := range map[string]Wait{"none": NoWait, "ack": Ack, "majority": Majority, "replicas=2": Replicas(2)} {
+		got, err := ParseWait(s)
+		require.NoError(t, err, s)
+		assert.Equal(t, want, got, s)
+	}
+	for _, s := range []string{"", "all", "replicas=0", "replicas=x", "replicas=300"} {
+		_, err := ParseWait(s)
+		assert.Equal(t, CodeInvalidArgument, CodeOf(err), s)
+	}
+}

@@ -2,8 +2,10 @@ package fero
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
 )
 
@@ -61,4 +63,30 @@ func (w Wait) String() string {
 		return "replicas(" + strconv.Itoa(w.k) + ")"
 	}
 	return "unknown"
+}
+
+// ParseWait reads a wait level as the fero CLI's --wait spells it:
+// "none", "ack", "majority" or "replicas=K".
+func ParseWait(s string) (Wait, error) {
+	switch s {
+	case "none":
+		return NoWait, nil
+	case "ack":
+		return Ack, nil
+	case "majority":
+		return Majority, nil
+	}
+	if k, ok := strings.CutPrefix(s, "replicas="); ok {
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 1 || n > 255 {
+			return Wait{}, errs.Errorf(errs.InvalidArgument, "fero: wait %q: replicas=K needs K from 1 to 255", s)
+		}
+		return Replicas(n), nil
+	}
+	return Wait{}, errs.Errorf(errs.InvalidArgument, "fero: wait %q: want none, ack, majority or replicas=K", s)
+}
+
+// spec is the wait a remote write carries to the owner.
+func (w Wait) spec() node.WaitSpec {
+	return node.WaitSpec{Set: true, Kind: w.kind, K: uint8(min(max(w.k, 0), 255))}
 }
