@@ -153,6 +153,10 @@ type network struct {
 	durable []commitKey // writes acked by a majority of their group
 	waits   map[uint64]Wait
 	steps   int
+	// lose, when set, drops the messages it matches at delivery: a link
+	// that loses one kind of message (the fault suite's loss and one-way
+	// faults do).
+	lose func(envelope) bool
 }
 
 func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
@@ -359,7 +363,7 @@ func (n *network) deliver(i int) {
 func (n *network) step(env envelope) {
 	n.t.Helper()
 	to := n.nodes[env.to]
-	if to == nil || to.dead || n.nodes[env.from].dead || n.cut[[2]string{env.from, env.to}] {
+	if to == nil || to.dead || n.nodes[env.from].dead || n.cut[[2]string{env.from, env.to}] || (n.lose != nil && n.lose(env)) {
 		return
 	}
 	msg := env.msg

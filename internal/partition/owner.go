@@ -351,6 +351,13 @@ func (e *Engine) expireWaits(pt *part) {
 // incarnation) holds nothing of what it acked: it trails. Without that, a
 // restarted copy that missed the announcement on the map change waited
 // for good, the owner taking it for caught up (fault suite seed 5328).
+//
+// A caught-up copy gets the EpochStart again once per lease: one that has
+// accepted a newer epoch answers Fenced. An owner paused past failure
+// detection resumed with its lease refreshed by messages that arrived
+// during the pause; with nothing to write, nothing else told it that the
+// others had taken its partitions over meanwhile, and it stayed owner in
+// its old epoch while they held the newer one (fault suite seed 11981).
 func (e *Engine) probe(pt *part) {
 	last := pt.log.last()
 	var es *EpochStart
@@ -364,10 +371,14 @@ func (e *Engine) probe(pt *part) {
 			pr.pos, pr.inc, pr.checked = Position{}, inc, 0
 		}
 		caughtUp := pr.pos.Epoch == pt.accepted && pr.pos.Offset >= last
-		if caughtUp || e.now.Sub(pr.probed) < e.cfg.probeInterval {
+		if caughtUp {
+			if e.now.Sub(pr.probed) < e.lease() {
+				continue
+			}
+		} else if e.now.Sub(pr.probed) < e.cfg.probeInterval {
 			continue
 		}
-		moved := pr.pos.Epoch == pt.accepted && pr.pos.Offset > pr.checked && !pr.probed.IsZero()
+		moved := !caughtUp && pr.pos.Epoch == pt.accepted && pr.pos.Offset > pr.checked && !pr.probed.IsZero()
 		pr.probed, pr.checked = e.now, pr.pos.Offset
 		if moved {
 			continue // behind but catching up

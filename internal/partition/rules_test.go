@@ -712,6 +712,12 @@ func TestRestartedServerLearnsItsPromisesBack(t *testing.T) {
 
 	// o2 declares o dead and takes the partition with w's promise; w still
 	// sees o, so o keeps its lease and its epoch. v2 is acked at Majority.
+	// o's re-announcements of its epoch to w are lost (w would fence it:
+	// rule 7); safety must not rest on them arriving.
+	n.lose = func(e envelope) bool {
+		_, ok := e.msg.(*EpochStart)
+		return ok && e.from == o && e.to == w
+	}
 	n.isolate([]string{o}, []string{o2})
 	n.setMap(others, o2)
 	n.settle()
@@ -726,6 +732,7 @@ func TestRestartedServerLearnsItsPromisesBack(t *testing.T) {
 	if !n.nodes[o].e.parts[p].active {
 		t.Fatalf("the test needs the old owner still active: %s", n.statusLine())
 	}
+	n.lose = nil
 
 	// w restarts empty, and o2 is cut off from it too. w catches up with o.
 	n.isolate([]string{o2}, []string{w})
@@ -1217,5 +1224,71 @@ func TestForgetDuringFormationKeepsTheGuesses(t *testing.T) {
 			t.Fatalf("%s is not voting after the heal; its configuration: %+v", id, n.nodes[id].e.Voters())
 		}
 	}
+	n.converged()
+}
+
+// TestIdleDeposedOwnerLearnsTheNewerEpoch (rule 7): an owner paused past
+// failure detection resumes with its epoch, and messages that arrived
+// during the pause refresh its lease before its first tick, so it does
+// not step down. The others took the partition over meanwhile, then gave
+// it back by the map. With no write or read on the partition, nothing
+// told the old owner of the newer epoch: it stayed "owner" in its old
+// epoch, the others in the newer one, for good (fault suite seed 11981,
+// servers-disagree a minute after the heal). An owner re-announces its
+// epoch to every copy once per lease, caught up or not, and a copy that
+// accepted a newer one fences it.
+func TestIdleDeposedOwnerLearnsTheNewerEpoch(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 8, ids)
+	n.settle()
+	const p = 0
+	o := n.owner(p)
+	before, _ := n.propose(o, p, "k", "before", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[o], before); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+	n.isolate([]string{o}, others)
+	n.setMap(others, others...)
+	for range 40 { // o is paused: no tick reaches it
+		n.deliverAll()
+		n.now = n.now.Add(250 * time.Millisecond)
+		for _, id := range others {
+			n.nodes[id].e.Tick(n.now)
+			n.collect(n.nodes[id])
+		}
+	}
+	x := ""
+	for _, id := range others {
+		if n.nodes[id].e.parts[p].active {
+			x = id
+		}
+	}
+	if x == "" {
+		t.Fatal("nobody took the partition over")
+	}
+	after, _ := n.propose(x, p, "k", "after", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[x], after); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	// o resumes: what its peers sent while it was paused arrives before
+	// its first tick, so its lease holds.
+	n.heal()
+	n.setMap(ids, others...)
+	for _, id := range others {
+		n.nodes[id].e.Tick(n.now)
+		n.collect(n.nodes[id])
+	}
+	// As the driver does: the clock first, then the messages.
+	n.nodes[o].e.Clock(n.now)
+	n.deliverWhere(func(e envelope) bool { return e.to == o })
+	n.nodes[o].e.Tick(n.now)
+	n.collect(n.nodes[o])
+	if !n.nodes[o].e.parts[p].active {
+		t.Fatal("the test needs the old owner still active when it resumes")
+	}
+	n.settle()
 	n.converged()
 }
