@@ -419,28 +419,7 @@ func TestDeposedOwnerReadNeverCompletes(t *testing.T) {
 	if c := mustDone(t, n.nodes[o], first); c.Err != nil {
 		t.Fatal(c.Err)
 	}
-	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
-	n.isolate([]string{o}, others)
-	n.setMap(others, others...)
-	for range 40 { // o is paused: no tick reaches it
-		n.deliverAll()
-		n.now = n.now.Add(250 * time.Millisecond)
-		for _, id := range others {
-			n.nodes[id].e.Tick(n.now)
-			n.collect(n.nodes[id])
-		}
-	}
-	x := ""
-	for _, id := range others {
-		if n.nodes[id].e.parts[p].active {
-			x = id
-		}
-	}
-	after, _ := n.propose(x, p, "k", "after", WaitMajority)
-	n.deliverAll()
-	if c := mustDone(t, n.nodes[x], after); c.Err != nil {
-		t.Fatal(c.Err)
-	}
+	others := pauseOwner(t, n, ids, o, p)
 	// o resumes with its old map and epoch and takes a read at once, before
 	// any tick; the others see it again.
 	n.heal()
@@ -1248,31 +1227,7 @@ func TestIdleDeposedOwnerLearnsTheNewerEpoch(t *testing.T) {
 	if c := mustDone(t, n.nodes[o], before); c.Err != nil {
 		t.Fatal(c.Err)
 	}
-	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
-	n.isolate([]string{o}, others)
-	n.setMap(others, others...)
-	for range 40 { // o is paused: no tick reaches it
-		n.deliverAll()
-		n.now = n.now.Add(250 * time.Millisecond)
-		for _, id := range others {
-			n.nodes[id].e.Tick(n.now)
-			n.collect(n.nodes[id])
-		}
-	}
-	x := ""
-	for _, id := range others {
-		if n.nodes[id].e.parts[p].active {
-			x = id
-		}
-	}
-	if x == "" {
-		t.Fatal("nobody took the partition over")
-	}
-	after, _ := n.propose(x, p, "k", "after", WaitMajority)
-	n.deliverAll()
-	if c := mustDone(t, n.nodes[x], after); c.Err != nil {
-		t.Fatal(c.Err)
-	}
+	others := pauseOwner(t, n, ids, o, p)
 	// o resumes: what its peers sent while it was paused arrives before
 	// its first tick, so its lease holds.
 	n.heal()
@@ -1291,4 +1246,37 @@ func TestIdleDeposedOwnerLearnsTheNewerEpoch(t *testing.T) {
 	}
 	n.settle()
 	n.converged()
+}
+
+// pauseOwner pauses owner o of partition p (no tick reaches it, and it is
+// cut off) while the others, whose map drops it, take p over and commit a
+// newer Majority write; it returns the others.
+func pauseOwner(t *testing.T, n *network, ids []string, o string, p int) []string {
+	t.Helper()
+	others := slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == o })
+	n.isolate([]string{o}, others)
+	n.setMap(others, others...)
+	for range 40 { // o is paused: no tick reaches it
+		n.deliverAll()
+		n.now = n.now.Add(250 * time.Millisecond)
+		for _, id := range others {
+			n.nodes[id].e.Tick(n.now)
+			n.collect(n.nodes[id])
+		}
+	}
+	x := ""
+	for _, id := range others {
+		if n.nodes[id].e.parts[p].active {
+			x = id
+		}
+	}
+	if x == "" {
+		t.Fatalf("nobody took partition %d over: %s", p, n.statusLine())
+	}
+	after, _ := n.propose(x, p, "k", "after", WaitMajority)
+	n.deliverAll()
+	if c := mustDone(t, n.nodes[x], after); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	return others
 }
