@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -71,7 +72,7 @@ func SecretKey(secret []byte) []byte { return helloKey(secret) }
 // auth holds what the node accepts from connections that are not peers'.
 type auth struct {
 	mu      sync.Mutex
-	tokens  [][]byte // token keys
+	tokens  atomic.Pointer[[][]byte] // token keys; read on every request, so without the lock
 	conns   map[*transport.Conn]role
 	proving map[*transport.Conn]authProving
 }
@@ -82,12 +83,11 @@ type authProving struct {
 	mine, theirs []byte
 }
 
-// required reports whether connections must prove a credential: the node
+// authRequired reports whether connections must prove a credential: the node
 // has a cluster secret or client tokens.
 func (n *Node) authRequired() bool {
-	n.auth.mu.Lock()
-	defer n.auth.mu.Unlock()
-	return n.pool.keys.Load() != nil || len(n.auth.tokens) > 0
+	t := n.auth.tokens.Load()
+	return n.pool.keys.Load() != nil || (t != nil && len(*t) > 0)
 }
 
 // SetTokens replaces the client tokens the node accepts (none: only the
@@ -97,9 +97,7 @@ func (n *Node) SetTokens(tokens ...[]byte) {
 	for i, t := range tokens {
 		keys[i] = TokenKey(t)
 	}
-	n.auth.mu.Lock()
-	n.auth.tokens = keys
-	n.auth.mu.Unlock()
+	n.auth.tokens.Store(&keys)
 }
 
 // roleOf returns what the connection r came on may do: everything on a
@@ -209,9 +207,10 @@ func (n *Node) serveAuthProof(r *transport.Request) {
 func (n *Node) acceptKeys(kind string) ([][]byte, role) {
 	switch kind {
 	case CredToken:
-		n.auth.mu.Lock()
-		defer n.auth.mu.Unlock()
-		return n.auth.tokens, roleClient
+		if t := n.auth.tokens.Load(); t != nil {
+			return *t, roleClient
+		}
+		return nil, roleClient
 	case CredSecret:
 		if k := n.pool.keys.Load(); k != nil {
 			return *k, roleAdmin
