@@ -39,6 +39,14 @@ type part struct {
 	ackDirty  bool
 	dirty     bool
 
+	// Durability (WithDurable, durable.go): what the disk has seen.
+	durDirty bool     // in Engine.durDirty
+	durReset bool     // the log was replaced by a snapshot since the last Ready
+	durOff   uint64   // the last offset handed to the driver
+	durMeta  PartMeta // the meta handed to the driver
+	durCount int      // entries on disk past its snapshot
+	durBytes int      // and their keys' and values' bytes
+
 	// Owner side.
 	active    bool
 	startPrev Epoch  // epoch of the entry at logStart, for EpochStart
@@ -121,6 +129,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 	pt.accepted = ep
 	pt.started = false
 	pt.knownLast = 0
+	e.touch(pt)
 	clear(pt.gap)
 	pt.fetch = fetchState{}
 	if _, seen := e.seen[ep.Owner]; ep.Owner != e.id && (e.alive[ep.Owner] || !seen) {
@@ -137,6 +146,7 @@ func (e *Engine) apply(pt *part, ent Entry) {
 	// From here on, the log's copy: the event outlives the message.
 	ent = pt.log.append(ent, e.cfg.historyMax, e.cfg.historyBytes)
 	e.st.Apply(pt.p, ent)
+	e.touch(pt)
 	if pt.logEpoch.Less(ent.Epoch) {
 		// An entry of a newer epoch means this log now holds that epoch's
 		// start (it is the offset before the epoch's first entry).
@@ -180,6 +190,7 @@ func (e *Engine) stepCommit(pt *part, from string, m *Commit) error {
 		return nil
 	}
 	pt.started = true
+	e.touch(pt)
 	pt.knownLast = max(pt.knownLast, m.Entries[len(m.Entries)-1].Offset)
 	for _, ent := range m.Entries {
 		n := pt.log.last()
@@ -253,6 +264,7 @@ func (e *Engine) stepEpochStart(pt *part, from string, m *EpochStart) {
 		return
 	}
 	pt.started = true
+	e.touch(pt)
 	pt.knownLast = max(pt.knownLast, m.Last)
 	if pt.logEpoch != m.Epoch && pt.log.last() == m.Start {
 		if ep, ok := pt.log.epochAt(m.Start); ok && ep == m.PrevEpoch {
@@ -413,6 +425,8 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	}
 	pt.log.reset(m.Position.Offset, m.OffsetEpoch, m.Runs)
 	pt.logEpoch, pt.logStart = m.Position.Epoch, m.Start
+	pt.durReset = true
+	e.touch(pt)
 	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
 	pt.ackDirty = true
 	e.afterCatchUp(pt, m.Position, m.Start)
@@ -422,6 +436,7 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 // whose epoch started at start.
 func (e *Engine) afterCatchUp(pt *part, pos Position, start uint64) {
 	pt.gapStale = true
+	e.touch(pt)
 	if pt.logEpoch.Less(pos.Epoch) && pt.log.last() >= start {
 		pt.logEpoch, pt.logStart = pos.Epoch, start
 	}

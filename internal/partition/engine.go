@@ -84,6 +84,16 @@ type Engine struct {
 	dirty []int
 	rd    Ready
 
+	// Durability (WithDurable, durable.go).
+	durDirty  []int  // partitions whose copy changed since the last Ready
+	configVer uint64 // counts changes to voters
+	dur       struct {
+		configVer uint64
+		heard     bool
+		inc       uint64
+	} // what the last Ready's Config said
+	continues uint64 // RestoreConfig's incarnation, whose vote this node continues
+
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 
 	out chunks // the messages sent per write or per round
@@ -146,13 +156,11 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	if m == nil {
 		return errs.New(errs.InvalidArgument, "nil ring map")
 	}
-	if e.parts == nil {
-		e.parts = make([]*part, m.Partitions())
-		for p := range e.parts {
-			e.parts[p] = &part{p: p}
-		}
-	} else if m.Partitions() != len(e.parts) {
+	if e.parts != nil && m.Partitions() != len(e.parts) {
 		return errs.Errorf(errs.InvalidArgument, "ring map has %d partitions, engine has %d", m.Partitions(), len(e.parts))
+	}
+	if err := e.initParts(m.Partitions()); err != nil {
+		return errs.Errorf(errs.InvalidArgument, "%w", err)
 	}
 	prev := e.m
 	e.m = m
@@ -687,7 +695,7 @@ func (e *Engine) Pending() int {
 
 // HasReady reports whether Ready would return anything.
 func (e *Engine) HasReady() bool {
-	if len(e.rd.Messages) > 0 || len(e.rd.Events) > 0 || len(e.rd.Completions) > 0 {
+	if len(e.rd.Messages) > 0 || len(e.rd.Events) > 0 || len(e.rd.Completions) > 0 || e.durablePending() {
 		return true
 	}
 	for _, p := range e.dirty {
@@ -723,6 +731,7 @@ func (e *Engine) Ready() Ready {
 		}
 	}
 	e.dirty = e.dirty[:0]
+	e.durableReady()
 	return e.rd
 }
 
@@ -752,6 +761,9 @@ func (e *Engine) Advance() {
 	e.rd.Messages = e.rd.Messages[:0]
 	e.rd.Events = e.rd.Events[:0]
 	e.rd.Completions = e.rd.Completions[:0]
+	clear(e.rd.Durable)
+	e.rd.Durable = e.rd.Durable[:0]
+	e.rd.Config = nil
 }
 
 // ackTarget is the node a copy reports its position to: the owner of the

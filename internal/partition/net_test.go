@@ -117,6 +117,10 @@ type node struct {
 	events   []Event
 	accepted []Epoch
 	pos      []Position
+
+	// disk is what the node's driver would have on disk (WithDurable):
+	// every Ready's durable part, applied as a store would.
+	disk *testDisk
 }
 
 type commitKey struct {
@@ -157,6 +161,9 @@ type network struct {
 	// that loses one kind of message (the fault suite's loss and one-way
 	// faults do).
 	lose func(envelope) bool
+	// inc is each server's incarnation in the maps setMap builds (1 when
+	// unset); restartDurable raises it.
+	inc map[string]uint64
 }
 
 func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
@@ -190,6 +197,9 @@ func (n *network) add(id string, client bool, opts ...Option) *node {
 	}
 	e.Tick(n.now)
 	nd := &node{id: id, e: e, st: st, client: client, done: map[uint64]Completion{}}
+	if e.cfg.durable {
+		nd.disk = newTestDisk(n.parts)
+	}
 	n.nodes[id] = nd
 	return nd
 }
@@ -199,7 +209,7 @@ func (n *network) ids() []string { return slices.Sorted(maps.Keys(n.nodes)) }
 func (n *network) buildMap(members []string) *ring.Map {
 	ms := make([]ring.Member, len(members))
 	for i, id := range members {
-		ms[i] = ring.Member{ID: id, Incarnation: 1}
+		ms[i] = ring.Member{ID: id, Incarnation: max(n.inc[id], 1)}
 	}
 	m, err := n.ring.Build(ms)
 	if err != nil {
@@ -234,6 +244,10 @@ func (n *network) setMap(members []string, on ...string) {
 func (n *network) collect(nd *node) {
 	n.t.Helper()
 	rd := nd.e.Ready()
+	if nd.disk != nil {
+		// Durable before anything leaves the node (docs/storage.md).
+		nd.disk.write(n.t, rd)
+	}
 	for _, env := range rd.Messages {
 		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, msg: env.Msg})
 	}
@@ -293,6 +307,9 @@ func (n *network) checkNode(nd *node) {
 	for p, pt := range nd.e.parts {
 		if err := n.checkPart(nd, pt); err != nil {
 			n.t.Fatalf("step %d: %s partition %d: %v", n.steps, nd.id, p, err)
+		}
+		if err := nd.disk.check(nd.e, pt); err != nil {
+			n.t.Fatalf("step %d: %s partition %d: disk: %v", n.steps, nd.id, p, err)
 		}
 		nd.accepted[p], nd.pos[p] = pt.accepted, pt.position()
 	}

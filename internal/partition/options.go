@@ -159,6 +159,7 @@ func WithSettleDelay(d time.Duration) Option {
 func WithJoining() Option { return optionFunc(func(c *config) { c.joining = true }) }
 
 type config struct {
+	durable       bool
 	joining       bool
 	settle        time.Duration
 	maxEntry      int

@@ -77,6 +77,7 @@ func (e *Engine) startSync(pt *part) {
 	}
 	ep := Epoch{Term: term, Owner: e.id}
 	pt.accepted, pt.started, pt.knownLast = ep, false, 0
+	e.touch(pt)
 	clear(pt.gap)
 	pt.fetch = fetchState{}
 	s := &syncState{
@@ -192,6 +193,7 @@ func (e *Engine) startEpoch(pt *part) {
 	start := pt.log.last()
 	pt.continued = pt.logEpoch
 	pt.logEpoch, pt.logStart, pt.started = s.epoch, start, true
+	e.touch(pt)
 	pt.startPrev = pt.log.lastEpoch()
 	pt.active = true
 	pt.sent = start
@@ -251,6 +253,7 @@ func (e *Engine) commit(pt *part, w write, o origin) error {
 	// From here on, the log's copy: the event outlives the write's value,
 	// which may sit in a receive buffer.
 	ent = pt.log.append(ent, e.cfg.historyMax, e.cfg.historyBytes)
+	e.touch(pt)
 	if !oneStep {
 		e.st.Apply(pt.p, ent)
 	}

@@ -30,7 +30,12 @@ type proposed struct {
 
 func newChaos(t testing.TB, seed uint64) *chaos {
 	servers := []string{"s0", "s1", "s2", "s3", "s4"}
-	n := newNetwork(t, 4, servers, WithHistoryMax(16), WithFetchMax(4), WithGapBufferMax(8))
+	opts := []Option{WithHistoryMax(16), WithFetchMax(4), WithGapBufferMax(8)}
+	if seed%4 == 3 {
+		// Durable servers: the crash is a restart from disk (restart).
+		opts = append(opts, WithDurable())
+	}
+	n := newNetwork(t, 4, servers, opts...)
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)
 	n.roundTrip, n.shared = seed%3 == 1, seed%3 == 2
@@ -116,6 +121,8 @@ func (c *chaos) op(r int) {
 		if len(sub) > 0 {
 			n.setMap(sub, c.pick(c.live()))
 		}
+	case r < 98 && c.n.nodes["s0"].disk != nil:
+		c.restart()
 	case r < 98:
 		if !c.crashed && len(c.liveServers()) > 3 {
 			c.crashed = true
@@ -130,6 +137,47 @@ func (c *chaos) op(r int) {
 			n.setMap(c.liveServers(), c.live()...)
 		}
 	}
+}
+
+// restart restarts servers from their disks: one, or now and then all of
+// them at once (a power cut), taking the messages they had not yet read.
+//
+// Only once every live server has confirmed its vote: a server restarted while the cluster
+// still forms is a learner whose guessed entry names its previous
+// incarnation, disk or not (rule 9), and with enough of them the forming
+// cluster waits for good (a limit the restart from disk does not lift). So
+// a restart during formation heals the network and lets it form first.
+func (c *chaos) restart() {
+	n := c.n
+	formed := func() bool {
+		for _, id := range c.liveServers() {
+			e := n.nodes[id].e
+			if v, ok := e.voters[id]; !ok || !v.confirmed() || v.Inc != e.inc {
+				return false
+			}
+		}
+		return true
+	}
+	if !formed() {
+		// Let it form: heal, and run until every server votes.
+		n.heal()
+		n.setMap(c.liveServers(), c.live()...)
+		n.settle()
+		if !formed() {
+			return
+		}
+	}
+	ids := []string{c.pick(c.liveServers())}
+	if c.rng.IntN(4) == 0 {
+		ids = c.liveServers()
+	}
+	for _, id := range ids {
+		n.queue = slices.DeleteFunc(n.queue, func(e envelope) bool { return e.to == id })
+		n.restartDurable(id)
+		// Its callers lost their connection with the process.
+		c.accepted = slices.DeleteFunc(c.accepted, func(p proposed) bool { return p.node == id })
+	}
+	n.setMap(c.liveServers(), c.live()...)
 }
 
 func (c *chaos) finish() {

@@ -243,6 +243,12 @@ type Ready struct {
 	Events []Event
 	// Completions for waiting callers.
 	Completions []Completion
+	// Durable lists, with WithDurable, what changed in each partition's
+	// copy, and Config the configuration when it changed: the driver makes
+	// them durable before it sends Messages or hands out Completions
+	// (docs/storage.md).
+	Durable []Durable
+	Config  *Config
 }
 
 // Envelope is a message and its destination node.

@@ -58,7 +58,7 @@ func (e *Engine) mergeVoter(v Voter) bool {
 		return false
 	}
 	e.voters[v.ID] = v
-	e.votersPresent = -1
+	e.votersChanged()
 	e.quorumKnown = false
 	return true
 }
@@ -79,6 +79,9 @@ func (e *Engine) mergeVoter(v Voter) bool {
 func (e *Engine) mapVoter(s ring.Member, n int) {
 	if s.ID == e.id {
 		e.inc = s.Incarnation
+		if e.continues != 0 {
+			e.continueVote(s.Incarnation)
+		}
 	} else if e.liveInc[s.ID] != s.Incarnation {
 		e.liveInc[s.ID] = s.Incarnation
 		e.quorumKnown = false
@@ -118,7 +121,7 @@ func (e *Engine) maybeTakeVote() {
 		}
 	}
 	e.voters[e.id] = Voter{ID: e.id, Inc: e.inc}
-	e.votersPresent = -1
+	e.votersChanged()
 	e.quorumKnown = false
 }
 
@@ -233,7 +236,7 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 		for id, cur := range e.voters {
 			if cur.Guess && !slices.ContainsFunc(vs, func(v Voter) bool { return v.ID == id }) {
 				delete(e.voters, id)
-				e.votersPresent = -1
+				e.votersChanged()
 				e.quorumKnown = false
 			}
 		}
@@ -265,7 +268,7 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 		}
 		if take && cur != v {
 			e.voters[v.ID] = v
-			e.votersPresent = -1
+			e.votersChanged()
 			e.quorumKnown = false
 		}
 	}

@@ -606,6 +606,15 @@ func (l *segLog) Meta(key string) ([]byte, bool, error) {
 	return bytes.Clone(m.value), ok, nil
 }
 
+func (l *segLog) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	return l.flushLocked()
+}
+
 func (l *segLog) Sync() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()

@@ -288,3 +288,22 @@ func TestSegmentLogStopsAfterAFailedWrite(t *testing.T) {
 	require.ErrorIs(t, s.Close(), err)
 	require.ErrorIs(t, s.Sync(), ErrClosed)
 }
+
+// A killed process loses nothing it flushed: Flush hands the buffer to
+// the OS, where crash (which drops only the buffer) leaves it.
+func TestSegmentLogFlushSurvivesAProcessCrash(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSegmentLog(dir, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Append(0, entries(ep1, 1, 10)))
+	require.NoError(t, s.Flush())
+	require.NoError(t, s.Append(0, entries(ep1, 11, 20)))
+	crash(t, s)
+
+	s, err = OpenSegmentLog(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	first, last, err := s.Bounds(0)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 10}, []uint64{first, last}, "the flushed entries, not the buffered ones")
+}

@@ -93,6 +93,11 @@ type Store interface {
 	// from then on: the kernel may have dropped the pages it could not
 	// write, so a later fsync could succeed without them.
 	Sync() error
+	// Flush hands every write made so far to the operating system without
+	// waiting for the disk: a crash of the process alone then loses
+	// nothing, a crash of the machine whatever the OS had not written back.
+	// The fsync policies that do not sync each group call it every round.
+	Flush() error
 	// Bounds returns the offsets of partition p's first and last entries;
 	// first = last+1 when the log is empty (first = 1, last = 0 for a
 	// partition never written).
