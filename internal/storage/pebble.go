@@ -385,14 +385,21 @@ func (s *pebbleStore) SaveSnapshot(p int, snap Snapshot) error {
 		return err
 	}
 	bd := s.bounds(uint32(p))
-	if snap.Base+1 < bd.first {
-		return fmt.Errorf("partition %d: snapshot at %d, below the current base %d: %w", p, snap.Base, bd.first-1, ErrStaleSnapshot)
+	// Entries at or below the base go; below the old base, the snapshot
+	// replaces the whole log.
+	end := entryKey(nil, uint32(p), snap.Base+1)
+	replace := snap.Base+1 < bd.first
+	if replace {
+		end = partKey(keyEntry, uint32(p)+1)
+		if uint64(p) == MaxPartition {
+			end = []byte{keyEntry + 1}
+		}
 	}
 	b := s.db.NewBatch()
 	err := errors.Join(
 		b.Set(partKey(keySnapHead, uint32(p)), appendSnapshotHeader(nil, p, &snap), nil),
 		b.Set(partKey(keySnap, uint32(p)), snap.State, nil),
-		b.DeleteRange(entryKey(nil, uint32(p), 0), entryKey(nil, uint32(p), snap.Base+1), nil),
+		b.DeleteRange(entryKey(nil, uint32(p), 0), end, nil),
 	)
 	if err != nil {
 		_ = b.Close()
@@ -403,7 +410,11 @@ func (s *pebbleStore) SaveSnapshot(p int, snap Snapshot) error {
 	if err := s.apply(b, true); err != nil {
 		return err
 	}
-	s.setBounds(uint32(p), bounds{first: snap.Base + 1, last: max(bd.last, snap.Base)})
+	last := max(bd.last, snap.Base)
+	if replace {
+		last = snap.Base
+	}
+	s.setBounds(uint32(p), bounds{first: snap.Base + 1, last: last})
 	return nil
 }
 

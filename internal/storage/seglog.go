@@ -57,6 +57,8 @@ type segLog struct {
 	rec   Recovery
 	// streamBytes is the size of every segment at Open.
 	streamBytes int64
+	// snapSeq is the sequence number of the last snapshot written.
+	snapSeq uint64
 }
 
 type segment struct {
@@ -102,11 +104,15 @@ const (
 
 func segName(id uint32) string { return fmt.Sprintf("%010d%s", id, segSuffix) }
 
-func snapName(p uint32, base uint64) string {
-	return fmt.Sprintf("p%010d-%020d%s", p, base, snapExt)
+// snapName names partition p's snapshot by its sequence number: of a
+// partition's snapshot files (a crash may leave two), the one written
+// last counts, whatever its base (a copy whose divergent suffix a peer's
+// snapshot replaced moves its base back).
+func snapName(p uint32, seq uint64) string {
+	return fmt.Sprintf("p%010d-%020d%s", p, seq, snapExt)
 }
 
-func parseSnapName(name string) (p uint32, base uint64, ok bool) {
+func parseSnapName(name string) (p uint32, seq uint64, ok bool) {
 	s, found := strings.CutSuffix(name, snapExt)
 	if !found || len(s) != 32 || s[0] != 'p' || s[11] != '-' {
 		return 0, 0, false
@@ -183,16 +189,17 @@ func (l *segLog) recover() error {
 			snaps[p] = append(snaps[p], base)
 		}
 	}
-	for p, bases := range snaps {
-		slices.Sort(bases)
-		info, err := l.readSnapInfo(p, bases[len(bases)-1])
+	for p, seqs := range snaps {
+		slices.Sort(seqs)
+		info, err := l.readSnapInfo(p, seqs[len(seqs)-1])
 		if err != nil {
 			return err
 		}
 		l.parts[p] = &part{first: info.base + 1, last: info.base, snap: info}
+		l.snapSeq = max(l.snapSeq, seqs[len(seqs)-1])
 		// Older snapshots are left over from a crash before their removal.
-		for _, b := range bases[:len(bases)-1] {
-			if err := os.Remove(filepath.Join(l.dir, snapName(p, b))); err != nil {
+		for _, q := range seqs[:len(seqs)-1] {
+			if err := os.Remove(filepath.Join(l.dir, snapName(p, q))); err != nil {
 				return fmt.Errorf("storage: remove old snapshot: %w", err)
 			}
 		}
@@ -217,8 +224,8 @@ func (l *segLog) recover() error {
 }
 
 // readSnapInfo reads and checks the header of a snapshot file.
-func (l *segLog) readSnapInfo(p uint32, base uint64) (*snapInfo, error) {
-	name := snapName(p, base)
+func (l *segLog) readSnapInfo(p uint32, seq uint64) (*snapInfo, error) {
+	name := snapName(p, seq)
 	f, err := os.Open(filepath.Join(l.dir, name))
 	if err != nil {
 		return nil, fmt.Errorf("storage: open snapshot: %w", err)
@@ -248,10 +255,10 @@ func (l *segLog) readSnapInfo(p uint32, base uint64) (*snapInfo, error) {
 		return nil, fmt.Errorf("storage: snapshot %s: %w", name, err)
 	}
 	off := int64(len(snapMagic) + n)
-	if h.partition != uint64(p) || h.base != base || uint64(st.Size()-off) != h.stateLen {
+	if h.partition != uint64(p) || uint64(st.Size()-off) != h.stateLen {
 		return nil, fmt.Errorf("storage: snapshot %s: header does not match the file: %w", name, ErrCorrupt)
 	}
-	return &snapInfo{name: name, base: base, epoch: h.epoch, stateOff: off, stateLen: h.stateLen, stateCRC: h.stateCRC}, nil
+	return &snapInfo{name: name, base: h.base, epoch: h.epoch, stateOff: off, stateLen: h.stateLen, stateCRC: h.stateCRC}, nil
 }
 
 // replay applies one segment's records. While replaying, a partition's
@@ -780,22 +787,43 @@ func (l *segLog) SaveSnapshot(p int, s Snapshot) error {
 	}
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	pt := l.part(uint32(p))
+	if s.Base+1 < pt.first {
+		// Below the old base: the snapshot replaces the whole log, and a
+		// truncation record ahead of it keeps any replay from putting the
+		// old entries back.
+		if _, err := l.reserveLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		l.buf = appendTruncRecord(l.buf, p, s.Base)
+		for _, lc := range pt.locs {
+			sg := l.seg(lc.seg)
+			sg.live--
+			sg.liveBytes -= int64(lc.n)
+		}
+		pt.locs = pt.locs[:0]
+		pt.last = pt.first - 1
+		if err := l.wroteLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	old := pt.snap
+	seq := l.snapSeq + 1
+	l.mu.Unlock()
 	// Everything written before the snapshot is durable before it is, so a
 	// crash never keeps the snapshot without the writes before it.
 	if err := l.syncPass(); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	pt := l.part(uint32(p))
-	if s.Base+1 < pt.first {
-		first := pt.first
-		l.mu.Unlock()
-		return fmt.Errorf("partition %d: snapshot at %d, below the current base %d: %w", p, s.Base, first-1, ErrStaleSnapshot)
-	}
-	old := pt.snap
-	l.mu.Unlock()
 
-	name := snapName(uint32(p), s.Base)
+	name := snapName(uint32(p), seq)
 	header := appendSnapshotHeader([]byte(snapMagic), p, &s)
 	if err := writeFileAtomic(l.dir, name, header, s.State); err != nil {
 		return err
@@ -803,7 +831,12 @@ func (l *segLog) SaveSnapshot(p int, s Snapshot) error {
 	info := &snapInfo{name: name, base: s.Base, epoch: s.Epoch, stateOff: int64(len(header)), stateLen: uint64(len(s.State)), stateCRC: crc(s.State)}
 
 	l.mu.Lock()
+	l.snapSeq = seq
 	pt.snap = info
+	if s.Base+1 < pt.first {
+		// Back below the old base: nothing of the old log is left.
+		pt.first, pt.last = s.Base+1, s.Base
+	}
 	l.dropThroughLocked(pt, s.Base)
 	err := l.compactLocked()
 	l.mu.Unlock()

@@ -148,7 +148,7 @@ func TestSegmentLogCorruption(t *testing.T) {
 		s, err := OpenSegmentLog(dir, opts)
 		require.NoError(t, err)
 		require.NoError(t, s.SaveSnapshot(3, Snapshot{Base: 10, Epoch: ep1, State: bytes.Repeat([]byte("x"), 1000)}))
-		path := filepath.Join(dir, snapName(3, 10))
+		path := filepath.Join(dir, snapName(3, 1)) // the first snapshot written
 		flipByte(t, path, 500)
 		_, _, err = s.Snapshot(3)
 		require.ErrorIs(t, err, ErrCorrupt)

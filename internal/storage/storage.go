@@ -112,9 +112,11 @@ type Store interface {
 	// it had, and drops the entries at or below s.Base (compaction);
 	// entries above it stay. A base past Last leaves the log empty at
 	// s.Base (a copy restored from a snapshot). An engine whose entries
-	// past s.Base conflict with s truncates them first. s.Base below
-	// First-1 is ErrStaleSnapshot. Durable when it returns, and so is
-	// every write made before it.
+	// past s.Base conflict with s truncates them first. A base below
+	// First-1 replaces the whole log (a copy whose divergent suffix, past
+	// its old snapshot, gave way to a peer's shorter history): every entry
+	// goes. Durable when it returns, and so is every write made before it;
+	// a crash keeps the old snapshot and log or the new, never a mix.
 	SaveSnapshot(p int, s Snapshot) error
 	// Snapshot returns partition p's snapshot; ok is false when it has
 	// none. A snapshot that fails its checks is ErrCorrupt, never served.
@@ -145,8 +147,6 @@ var (
 	ErrUnavailable = errors.New("storage: entries unavailable")
 	// ErrNotContiguous: an append does not continue the log.
 	ErrNotContiguous = errors.New("storage: entries not contiguous")
-	// ErrStaleSnapshot: a snapshot older than the one the partition has.
-	ErrStaleSnapshot = errors.New("storage: snapshot older than the current one")
 	// ErrCorrupt: a file fails its checks (CRC, length, format) somewhere
 	// a crash cannot explain; the store refuses to serve it.
 	ErrCorrupt = errors.New("storage: corrupt")

@@ -182,11 +182,21 @@ func TestSnapshotCompaction(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, snap, got)
 
-		require.ErrorIs(t, s.SaveSnapshot(4, Snapshot{Base: 59, Epoch: ep1}), ErrStaleSnapshot)
 		require.ErrorIs(t, s.TruncateAfter(4, 59), ErrCompacted)
 		require.NoError(t, s.TruncateAfter(4, 60))
 		requireLog(t, s, 4, nil, 61)
 		require.NoError(t, s.Append(4, all[60:90]))
+
+		// A snapshot below the base replaces the whole log (a divergent
+		// suffix gives way to a peer's shorter history).
+		back := Snapshot{Base: 40, Epoch: ep2, State: []byte("their state at 40")}
+		require.NoError(t, s.SaveSnapshot(4, back))
+		requireLog(t, s, 4, nil, 41)
+		got, _, err = s.Snapshot(4)
+		require.NoError(t, err)
+		require.Equal(t, back, got)
+		require.NoError(t, s.Append(4, entries(ep2, 41, 30)))
+		requireLog(t, s, 4, entries(ep2, 41, 30), 41)
 
 		// A snapshot past the log (a copy catching up) empties it there.
 		snap = Snapshot{Base: 150, Epoch: ep2, State: bytes.Repeat([]byte("s"), 50_000)}
@@ -418,4 +428,30 @@ func TestCommitterPolicies(t *testing.T) {
 	_, err = NewCommitter(s, SyncPolicy{Mode: 9})
 	require.Error(t, err)
 	require.NoError(t, s.Sync())
+}
+
+// A snapshot below the base, then a new history after it: a reopen finds
+// the new snapshot and the new entries, none of the replaced history (the
+// segment log's stream still holds those records, before its truncation).
+func TestSnapshotBelowTheBaseSurvivesReopen(t *testing.T) {
+	forEach(t, func(t *testing.T, im impl) {
+		dir := t.TempDir()
+		s := mustOpen(t, im, dir)
+		require.NoError(t, s.Append(2, entries(ep1, 1, 100)))
+		require.NoError(t, s.SaveSnapshot(2, Snapshot{Base: 60, Epoch: ep1, State: []byte("ours at 60")}))
+		back := Snapshot{Base: 40, Epoch: ep2, State: []byte("theirs at 40")}
+		require.NoError(t, s.SaveSnapshot(2, back))
+		next := entries(ep2, 41, 10)
+		require.NoError(t, s.Append(2, next))
+		require.NoError(t, s.Sync())
+		require.NoError(t, s.Close())
+
+		s = mustOpen(t, im, dir)
+		defer s.Close()
+		requireLog(t, s, 2, next, 41)
+		got, ok, err := s.Snapshot(2)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, back, got)
+	})
 }
