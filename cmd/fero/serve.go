@@ -39,6 +39,8 @@ type serveFlags struct {
 	secretFile   string
 	tokenFile    string
 	insecure     bool
+	dataDir      string
+	fsync        string
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
 	syncTimeout   time.Duration
@@ -83,7 +85,9 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.StringVar(&f.secretFile, "cluster-secret-file", "", "file of cluster secrets, one per line (the first proves this node, any is accepted); SIGHUP re-reads it; make one with `fero secret`")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file of client tokens this node accepts, one per line (fero put/get/status/tail --token-file); SIGHUP re-reads it")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve beyond loopback without a cluster secret: anyone who reaches the ports can pose as a peer")
-	fl.StringVar(&f.id, "id", "", "node ID (default: random)")
+	fl.StringVar(&f.id, "id", "", "node ID (default: the data dir's, or random)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "keep this server's partitions in DIR and load them at start (default: memory only; the node comes back empty)")
+	fl.StringVar(&f.fsync, "fsync", "group", "with --data-dir, when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
@@ -141,6 +145,15 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	if f.id != "" {
 		opts = append(opts, fero.WithID(f.id))
+	}
+	if f.dataDir != "" {
+		fs, err := fero.ParseFsync(f.fsync)
+		if err != nil {
+			return fmt.Errorf("--fsync: %w", err)
+		}
+		opts = append(opts, fero.WithDataDir(f.dataDir), fero.WithFsync(fs))
+	} else if cmd.Flags().Changed("fsync") {
+		return errors.New("--fsync needs --data-dir")
 	}
 	if f.bind != "" {
 		opts = append(opts, fero.WithBind(f.bind))

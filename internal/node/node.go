@@ -19,6 +19,7 @@ import (
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/seqtab"
+	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -70,6 +71,14 @@ type Config struct {
 	// neither is refused everything but the proof itself. Replace them on a
 	// running node with SetTokens.
 	Tokens [][]byte
+	// DataDir, when set, is the server's data directory (docs/storage.md):
+	// its partitions, the epochs it promised and the configuration are kept
+	// there, each round's before the round's messages and answers leave,
+	// and the node loads them when it starts. A directory belongs to one
+	// node and resource; an empty ID takes the node's from it. Servers only.
+	DataDir string
+	// Sync is the data directory's fsync policy (default: each group).
+	Sync storage.SyncPolicy
 }
 
 // DefaultMaxRequests is the default bound on handlers running at once.
@@ -90,6 +99,9 @@ type Node struct {
 	view  *view
 	store *doc.Store
 	eng   *partition.Engine
+	disk  *disk // nil without a data directory
+	// diskLogged: the disk's failure has been logged.
+	diskLogged bool
 
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
@@ -158,11 +170,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Resource == "" {
 		return nil, errs.New(errs.InvalidArgument, "node: a resource name is required")
 	}
-	if cfg.ID == "" {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		cfg.ID = hex.EncodeToString(b[:])
-	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
@@ -178,6 +185,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
 	}
+	rg, err := ring.New(cfg.Ring...)
+	if err != nil {
+		return nil, err
+	}
+	var dk *disk
+	if cfg.DataDir != "" {
+		if cfg.Client {
+			return nil, errs.New(errs.InvalidArgument, "node: a client node keeps no data directory")
+		}
+		if dk, err = openDisk(&cfg, rg.Partitions(), cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ID == "" {
+		cfg.ID = randomID()
+	}
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
@@ -187,20 +210,35 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		out: make(map[string]*batchWriter),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.ring, n.disk = rg, dk
+	ok := false
+	defer func() {
+		if !ok && dk != nil {
+			_ = dk.close()
+		}
+	}()
 
-	var err error
-	if n.ring, err = ring.New(cfg.Ring...); err != nil {
-		return nil, err
-	}
 	if n.store, err = doc.New(n.ring.Partitions()); err != nil {
 		return nil, err
 	}
-	engOpts := cfg.Engine
+	engOpts := slices.Clone(cfg.Engine)
 	if cfg.Client {
-		engOpts = append(append([]partition.Option(nil), engOpts...), partition.WithClient())
+		engOpts = append(engOpts, partition.WithClient())
+	}
+	if dk != nil {
+		engOpts = append(engOpts, partition.WithDurable())
 	}
 	if n.eng, err = partition.New(n.id, docState{store: n.store, logger: n.logger}, engOpts...); err != nil {
 		return nil, err
+	}
+	if dk != nil {
+		start := time.Now()
+		entries, err := dk.load(n.eng, n.ring.Partitions())
+		if err != nil {
+			return nil, err
+		}
+		n.logger.Info("fero: node: loaded the data dir", "dir", cfg.DataDir, "entries", entries,
+			"took", time.Since(start).Round(time.Millisecond), "fsync", cfg.Sync.Mode)
 	}
 
 	mux := transport.NewMux()
@@ -253,7 +291,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() { defer n.wg.Done(); n.view.run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.drive() }()
 	n.started.Store(true)
+	ok = true
 	return n, nil
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // SetSecrets replaces the cluster secrets of a running node: it proves
@@ -592,6 +637,15 @@ func (n *Node) step(in inbound) {
 }
 
 func (n *Node) propose(p proposal) {
+	if n.disk != nil && n.disk.err() != nil {
+		switch {
+		case p.read != nil:
+			p.read(nil, ErrDisk)
+		case p.done != nil:
+			p.done(partition.Completion{Err: ErrDisk})
+		}
+		return
+	}
 	if p.read != nil {
 		n.proposeRead(p)
 		return
@@ -648,6 +702,12 @@ func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, erro
 // process acts on what the engine asks: events to this node's streams,
 // completions to the callers waiting for them, and messages out.
 func (n *Node) process(rd partition.Ready) {
+	if n.disk != nil {
+		if err := n.disk.write(rd); err != nil {
+			n.diskFailed(rd, err)
+			return
+		}
+	}
 	// One batch per peer. The engine sends one message to many copies
 	// back to back (a Commit to every copy): encode it once.
 	var last partition.Message
@@ -969,6 +1029,11 @@ func (n *Node) Close() error {
 			err = cerr
 		}
 		n.wg.Wait()
+		if n.disk != nil {
+			if derr := n.disk.close(); err == nil {
+				err = derr
+			}
+		}
 	})
 	return err
 }

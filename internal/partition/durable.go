@@ -192,10 +192,9 @@ func (e *Engine) Restore(partitions, p int, snap *Snapshot, entries []Entry, met
 	if meta != nil {
 		pt.accepted, pt.started, pt.logEpoch, pt.logStart = meta.Accepted, meta.Started, meta.LogEpoch, meta.LogStart
 	}
-	if pt.logStart > pt.log.last() {
-		return fmt.Errorf("partition %d: its log's epoch %v starts at %d, past its last entry %d", p, pt.logEpoch, pt.logStart, pt.log.last())
-	}
-	if last := pt.log.lastEpoch(); pt.logEpoch.Less(last) {
+	if last := pt.log.lastEpoch(); pt.logEpoch.Less(last) || pt.logStart > pt.log.last() {
+		// The meta is newer than the log: a crash while a snapshot
+		// replaced the log kept the old one. Claim only what the log holds.
 		lo, _, _ := pt.log.span(last)
 		pt.logEpoch, pt.logStart = last, max(lo, 1)-1
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -37,6 +38,8 @@ type config struct {
 	secrets     [][]byte
 	tokens      [][]byte // accepted from clients (WithClientTokens)
 	token       []byte   // proved by Dial (WithToken)
+	dataDir     string
+	fsync       storage.SyncPolicy
 
 	membership []membership.Option
 	ring       []ring.Option
