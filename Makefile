@@ -32,7 +32,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: ## Quick start: a three-process fero cluster on loopback replicates writes to every node.
+demo: ## Quick start: a three-process fero cluster on loopback replicates writes to every node, and keeps them through a SIGKILL of all three.
 	$(GO) run ./examples/cluster
 
 .PHONY: test
