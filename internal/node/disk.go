@@ -58,7 +58,7 @@ type disk struct {
 // openDisk opens (or creates) the data directory, checks that it belongs
 // to this resource and node, and fills in cfg.ID from it when unset.
 func openDisk(cfg *Config, partitions int, logger *slog.Logger) (*disk, error) {
-	st, err := storage.OpenSegmentLog(cfg.DataDir, storage.Options{Logger: logger})
+	st, err := storage.OpenSegmentLog(cfg.DataDir, storage.Options{}) // the node says what Open found
 	if err != nil {
 		if errors.Is(err, storage.ErrLocked) {
 			return nil, fmt.Errorf("fero: data dir %s is in use by another process (another fero serve on it?): %w", cfg.DataDir, err)

@@ -37,8 +37,20 @@ func startNodeWith(t *testing.T, nw *memnet.Network, id string, client bool, h H
 // startNodeCfg is startNodeWith with a last word on the Config.
 func startNodeCfg(t *testing.T, nw *memnet.Network, id string, client bool, h Handler, edit func(*Config), seeds ...string) *Node {
 	t.Helper()
+	cfg := baseConfig(t, nw, id, client, h, seeds...)
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := Start(ctxT(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// baseConfig is the Config of the nodes these tests start.
+func baseConfig(t *testing.T, nw *memnet.Network, id string, client bool, h Handler, seeds ...string) Config {
 	logger := testLogger(t)
-	cfg := Config{
+	return Config{
 		Handler: h, ID: id, Resource: "test", Client: client,
 		Membership: []membership.Option{
 			membership.WithPreset(membership.PresetLocal), membership.WithoutMulticast(),
@@ -50,13 +62,6 @@ func startNodeCfg(t *testing.T, nw *memnet.Network, id string, client bool, h Ha
 		Tick:   20 * time.Millisecond,
 		Logger: logger,
 	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	n, err := Start(ctxT(t), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = n.Close() })
-	return n
 }
 
 // testLogger sends the node's info logs to the test log, so a failure
