@@ -334,6 +334,16 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), len(cfg)/2+1)
 	}
 	fmt.Fprintf(w, "\nthis node: %d keys, digest %016x; partitions: %s\n", st.Keys, st.Digest, strings.Join(roles, ", "))
+	if d := st.Disk; d != nil {
+		where := "every partition on disk up to its last offset"
+		if d.Behind > 0 {
+			where = fmt.Sprintf("%d partitions on disk behind their last offset", d.Behind)
+		}
+		fmt.Fprintf(w, "data dir: %s, %s, fsync %s (%d syncs); %s\n", d.Dir, sizeString(d.Bytes), d.Fsync, d.Syncs, where)
+		if d.Err != "" {
+			fmt.Fprintf(w, "  DISK FAILED: %s (the node takes no writes until restarted)\n", d.Err)
+		}
+	}
 	for i, s := range st.Syncing {
 		if i == 5 {
 			fmt.Fprintf(w, "  ... %d more syncing (--json lists all)\n", len(st.Syncing)-i)
@@ -345,6 +355,20 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 	fmt.Fprintf(w, "since start: %d committed, %d applied, %d dropped, %d restored, %d ownerships gained, %d lost\n",
 		s.Committed, s.Applied, s.Dropped, s.Restored, s.Gained, s.Lost)
 	return nil
+}
+
+// sizeString spells a byte count for a person: 37.9 kB, 1.2 GB.
+func sizeString(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, i := float64(n)/unit, 0
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %cB", f, "kMGTP"[i])
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -56,6 +56,24 @@ type StatusReport struct {
 	// Parts is every partition's detail, when asked for (StatusRequest):
 	// where two nodes' digests differ, it shows which partitions do.
 	Parts []PartReport `msgpack:"parts,omitempty" json:"parts,omitempty"`
+	// Disk is the node's data directory; nil without one.
+	Disk *DiskReport `msgpack:"disk,omitempty" json:"disk,omitempty"`
+}
+
+// DiskReport is a node's data directory in a StatusReport.
+type DiskReport struct {
+	Dir   string `msgpack:"dir" json:"dir"`
+	Fsync string `msgpack:"fsync" json:"fsync"`
+	// Bytes is the directory's size on disk.
+	Bytes int64 `msgpack:"bytes" json:"bytes"`
+	// Syncs counts the fsyncs of write groups since start.
+	Syncs uint64 `msgpack:"syncs" json:"syncs"`
+	// Behind counts the partitions whose last offset on disk trails the
+	// last one applied (0 after every round under the group policy; under
+	// the others, "on disk" means handed to the OS).
+	Behind int `msgpack:"behind" json:"behind"`
+	// Err is what stopped the disk's writes, if anything did.
+	Err string `msgpack:"err,omitempty" json:"err,omitempty"`
 }
 
 // StatusRequest is OpStatus's payload, which may be empty.
@@ -71,6 +89,9 @@ type PartReport struct {
 	Position  string `msgpack:"position" json:"position"` // the epoch the log continues, and its last offset
 	Keys      int    `msgpack:"keys" json:"keys"`
 	Digest    uint64 `msgpack:"digest" json:"digest"`
+	// Disk is the partition's last offset on disk (0 without a data
+	// directory).
+	Disk uint64 `msgpack:"disk,omitempty" json:"disk,omitempty"`
 }
 
 // SyncingReport is one partition a node is syncing, in a StatusReport.
@@ -113,7 +134,17 @@ func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, er
 		Partitions: n.store.Partitions(), Roles: map[string]int{},
 		Keys: n.store.Len(), Digest: n.store.Digest(), Stats: n.Stats(),
 	}
+	if n.disk != nil {
+		rep.Disk = n.disk.report(n.cfg.DataDir)
+	}
 	for _, s := range st {
+		var onDisk uint64
+		if n.disk != nil {
+			_, onDisk, _ = n.disk.store.Bounds(s.Partition)
+			if onDisk < s.Position.Offset {
+				rep.Disk.Behind++
+			}
+		}
 		rep.Roles[s.Role.String()]++
 		if s.Role == partition.RoleSyncing {
 			rep.Syncing = append(rep.Syncing, SyncingReport{Partition: s.Partition, Why: s.Why})
@@ -122,7 +153,7 @@ func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, er
 			rep.Parts = append(rep.Parts, PartReport{
 				Partition: s.Partition, Role: s.Role.String(),
 				Accepted: fmt.Sprint(s.Accepted), Position: fmt.Sprint(s.Position),
-				Keys: n.store.PartitionLen(s.Partition), Digest: n.store.PartitionDigest(s.Partition),
+				Keys: n.store.PartitionLen(s.Partition), Digest: n.store.PartitionDigest(s.Partition), Disk: onDisk,
 			})
 		}
 	}

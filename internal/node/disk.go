@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync/atomic"
 
@@ -339,4 +340,24 @@ func (n *Node) diskFailed(rd partition.Ready, err error) {
 			w(partition.Completion{Token: c.Token, Partition: c.Partition, Err: errs.Errorf(errs.Aborted, "%v: %v", ErrDisk, err)})
 		}
 	}
+}
+
+// report describes the directory for the node's status.
+func (d *disk) report(dir string) *DiskReport {
+	r := &DiskReport{Dir: dir, Fsync: d.policy.Mode.String(), Syncs: d.syncs.Load()}
+	if d.policy.Mode == storage.SyncInterval {
+		r.Fsync += "=" + d.policy.Interval.String()
+		r.Syncs = d.commit.Syncs()
+	}
+	if err := d.err(); err != nil {
+		r.Err = err.Error()
+	}
+	if des, err := os.ReadDir(dir); err == nil {
+		for _, de := range des {
+			if info, err := de.Info(); err == nil {
+				r.Bytes += info.Size()
+			}
+		}
+	}
+	return r
 }
