@@ -24,6 +24,11 @@ CHAOS_MAX_TIME ?= 2h
 CHAOS_PARALLEL ?= 3
 CHAOS_ARGS     ?=
 CHAOS_OUT      ?= .chaos/$(shell date +%Y%m%d-%H%M%S)
+# Which seeds' servers keep data directories (off, on, odd): odd-numbered
+# ones by default, so the suite runs with durability on and off.
+CHAOS_DATA_DIRS ?= odd
+# Whole-cluster SIGKILL rounds of TestWholeClusterSIGKILL in make chaos.
+CHAOS_SIGKILL_ROUNDS ?= 20
 
 .DEFAULT_GOAL := help
 
@@ -50,10 +55,11 @@ test-multicast: ## Real UDP multicast discovery in a network namespace of its ow
 	./scripts/multicast-test.sh
 
 .PHONY: chaos
-chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespaces (needs root, ip, nft, tc).
+chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespaces (needs root, ip, nft, tc), then CHAOS_SIGKILL_ROUNDS whole-cluster SIGKILLs.
 	./scripts/chaos.sh full --seeds $(CHAOS_SEEDS) --nodes $(CHAOS_NODES) --clients $(CHAOS_CLIENTS) \
 		--duration $(CHAOS_DURATION) --settle $(CHAOS_SETTLE) --max-time $(CHAOS_MAX_TIME) --parallel $(CHAOS_PARALLEL) \
-		--out $(CHAOS_OUT) $(CHAOS_ARGS)
+		--data-dirs $(CHAOS_DATA_DIRS) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+	FERO_SIGKILL_ROUNDS=$(CHAOS_SIGKILL_ROUNDS) $(GO) test -count=1 -timeout 30m -run TestWholeClusterSIGKILL -v ./cmd/fero
 
 .PHONY: chaos-scenarios
 chaos-scenarios: ## Issue 16's regression cases on real processes: paused-owner 50 runs, long-split 20 (needs root, ip, nft, tc).
@@ -71,7 +77,7 @@ soak: ## Issue 17's soak: a fixed load at 80% of max for SOAK_DURATION (10m), al
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
 	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s --parallel 2 \
-		--max-time 150s --out .chaos/short-$(shell date +%Y%m%d-%H%M%S) $(CHAOS_ARGS)
+		--data-dirs $(CHAOS_DATA_DIRS) --max-time 150s --out .chaos/short-$(shell date +%Y%m%d-%H%M%S) $(CHAOS_ARGS)
 
 .PHONY: vet
 vet: ## go vet over every package.

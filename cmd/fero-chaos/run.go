@@ -40,6 +40,7 @@ type runFlags struct {
 	verbose  bool
 	maxTime  time.Duration
 	parallel int
+	dataDirs string
 }
 
 func newRun() *cobra.Command {
@@ -93,6 +94,7 @@ one; the seed varies only the workload (its keys and operations):
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print every step and process event as it happens")
 	fl.IntVar(&f.parallel, "parallel", 1, "seeds run at once, each on a network of its own (lines print as seeds end)")
 	fl.DurationVar(&f.maxTime, "max-time", 0, "start no seed after this long (0: no limit); seeds left out fail the run")
+	fl.StringVar(&f.dataDirs, "data-dirs", "off", "servers keep data directories (--data-dir, --fsync group), so a killed server restarts with its data and vote: off, on, or odd (odd-numbered seeds)")
 	return cmd
 }
 
@@ -118,6 +120,9 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 	}
 	if len(f.nodes) == 0 {
 		return errors.New("--nodes: give at least one server count")
+	}
+	if !slices.Contains([]string{"off", "on", "odd"}, f.dataDirs) {
+		return fmt.Errorf("--data-dirs %q: want off, on or odd", f.dataDirs)
 	}
 	for _, n := range f.nodes {
 		if n < 1 || n > 9 {
@@ -236,6 +241,8 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 		Rate: f.rate, Keys: f.keys, Converge: f.converge,
 		Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
 		Check: runCheck,
+		// Odd-numbered seeds, or all, or none.
+		DataDirs: f.dataDirs == "on" || (f.dataDirs == "odd" && seed%2 == 1),
 	}
 	if f.verbose {
 		cfg.Logf = func(format string, args ...any) {
@@ -248,8 +255,12 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 	mu.Lock()
 	defer mu.Unlock()
 	sum.add(res)
-	fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs\n",
-		seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds())
+	disk := ""
+	if cfg.DataDirs {
+		disk = "  disk"
+	}
+	fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs%s\n",
+		seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds(), disk)
 	for _, n := range res.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
@@ -333,6 +344,9 @@ func replay(f *runFlags, seed uint64, servers int) string {
 	}
 	if f.noSpare {
 		s += " --no-spare"
+	}
+	if f.dataDirs == "on" || (f.dataDirs == "odd" && seed%2 == 1) {
+		s += " --data-dirs on"
 	}
 	return s + serverArgs(f)
 }

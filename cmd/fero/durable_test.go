@@ -159,6 +159,9 @@ func checkCluster(ctx context.Context, t *testing.T, ss []*server, acked map[str
 			for _, m := range st.Members {
 				owned += m.Owned
 			}
+			if st.Disk == nil || st.Disk.Err != "" {
+				t.Fatalf("%s reports no healthy data dir: %+v", s.data, st.Disk)
+			}
 			if len(st.Members) != 3 || owned != 31 || !st.Voting || st.Keys < len(acked) {
 				last = fmt.Sprintf("%s: %d members owning %d, voting %v, %d keys of %d acked", s.data, len(st.Members), owned, st.Voting, st.Keys, len(acked))
 				return false

@@ -49,6 +49,9 @@ type ClusterConfig struct {
 	Ready time.Duration
 	// Logf, when set, receives one line per process event.
 	Logf func(format string, args ...any)
+	// DataDirs gives every server <Dir>/<node>.data as its data directory,
+	// with the group fsync policy: a restarted server loads its data.
+	DataDirs bool
 }
 
 // SecretFile is the cluster secret file in a cluster's Dir: the servers
@@ -193,6 +196,9 @@ func (c *Cluster) ServeArgs(node string, waitServers int) []string {
 	}
 	if waitServers > 0 {
 		args = append(args, "--wait-servers", fmt.Sprint(waitServers))
+	}
+	if c.cfg.DataDirs {
+		args = append(args, "--data-dir", filepath.Join(c.cfg.Dir, node+".data"), "--fsync", "group")
 	}
 	return append(args, c.cfg.Args...)
 }

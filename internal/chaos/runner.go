@@ -59,6 +59,9 @@ type Config struct {
 	// Fero is the fero binary; ServerArgs are extra `fero serve` flags.
 	Fero       string
 	ServerArgs []string
+	// DataDirs gives every server a data directory in Out (--data-dir,
+	// --fsync group): a killed server restarts with its data and its vote.
+	DataDirs bool
 	// Workload is the command that runs one workload process (the
 	// harness adds the workload's flags, see workloadArgs).
 	Workload []string
@@ -232,7 +235,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 
 	cl, err := StartCluster(ctx, nt, ClusterConfig{
 		Fero: cfg.Fero, Resource: "chaos", Servers: servers, Spare: spare,
-		Args: cfg.ServerArgs, Dir: cfg.Out, Logf: r.logf,
+		Args: cfg.ServerArgs, Dir: cfg.Out, Logf: r.logf, DataDirs: cfg.DataDirs,
 	})
 	if err != nil {
 		return err
