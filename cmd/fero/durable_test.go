@@ -189,3 +189,134 @@ func checkCluster(ctx context.Context, t *testing.T, ss []*server, acked map[str
 type lazy func() string
 
 func (f lazy) String() string { return f() }
+
+// restartKeys is how many keys TestRestartLoadsFromDisk loads: 20,000,
+// or FERO_RESTART_KEYS (the published figure uses 1,000,000).
+func restartKeys(t *testing.T) int {
+	if s := os.Getenv("FERO_RESTART_KEYS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "FERO_RESTART_KEYS")
+		return n
+	}
+	return 20_000
+}
+
+// TestRestartLoadsFromDisk (issue 18): one of three servers holding N keys
+// is killed while writes go on, and restarted on its data directory; it
+// serves again once it has loaded its disk and fetched the tail it missed.
+// Then the same with its directory wiped, which is a full resync from the
+// peers (what every restart was before data directories). The test logs
+// both times; it asserts only that each ends with the same copy as the
+// peers.
+func TestRestartLoadsFromDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads keys into real processes; runs without -short")
+	}
+	keys := restartKeys(t)
+	ids := []string{"n1", "n2", "n3"}
+	var data, gossip, dirs []string
+	for range ids {
+		data, gossip = append(data, freeAddr(t)), append(gossip, freeAddr(t))
+		dirs = append(dirs, t.TempDir())
+	}
+	start := func(i int) *server {
+		return serve(t, "kv", "--id", ids[i], "--listen", data[i], "--bind", gossip[i],
+			"--seeds", strings.Join(gossip, ","), "--data-dir", dirs[i], "--log-level", "error")
+	}
+	ss := []*server{start(0), start(1), start(2)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	load := func(prefix string, n int) {
+		var wg sync.WaitGroup
+		const writers = 64
+		for w := range writers {
+			wg.Go(func() {
+				r, err := fero.Dial(ctx, data[w%2*2]) // n1 and n3: n2 is the one restarted
+				require.NoError(t, err)
+				defer r.Close()
+				for i := w; i < n; i += writers {
+					key := fmt.Sprintf("%s%07d", prefix, i)
+					require.NoError(t, retryUnavailable(ctx, func() error { return r.Update(ctx, key, strings.Repeat("v", 90)) }), key)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	waitReady(ctx, t, ss)
+	began := time.Now()
+	load("k", keys)
+	t.Logf("loaded %d keys of 100 bytes in %v", keys, time.Since(began).Round(time.Millisecond))
+
+	for _, wipe := range []bool{false, true} {
+		_ = ss[1].cmd.Process.Kill()
+		_ = ss[1].cmd.Wait()
+		load(fmt.Sprintf("down-%v-", wipe), keys/100) // the tail n2 misses
+		if wipe {
+			require.NoError(t, os.RemoveAll(dirs[1]))
+		}
+		began := time.Now()
+		ss[1] = start(1)
+		waitCaughtUp(ctx, t, ss, 1)
+		how := "on its data directory (load plus the tail)"
+		if wipe {
+			how = "with its directory wiped (a full resync from the peers)"
+		}
+		t.Logf("restart of n2 %s: serving the same copy as its peers after %v", how, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+func retryUnavailable(ctx context.Context, write func() error) error {
+	for {
+		err := write()
+		if err == nil || fero.CodeOf(err) != fero.CodeUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitReady waits until the servers own every partition between them.
+func waitReady(ctx context.Context, t *testing.T, ss []*server) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range ss {
+			st, err := remoteStatus(ctx, s.data)
+			if err != nil || len(st.Members) != len(ss) || !st.Voting {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 50*time.Millisecond)
+}
+
+// waitCaughtUp polls ss[i] until it votes and holds the digest of ss[0].
+func waitCaughtUp(ctx context.Context, t *testing.T, ss []*server, i int) {
+	t.Helper()
+	var last string
+	require.Eventually(t, func() bool {
+		ref, err := remoteStatus(ctx, ss[0].data)
+		if err != nil {
+			return false
+		}
+		st, err := remoteStatus(ctx, ss[i].data)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("voting %v, %d keys of %d", st.Voting, st.Keys, ref.Keys)
+		return st.Voting && st.Keys == ref.Keys && st.Digest == ref.Digest
+	}, 10*time.Minute, 20*time.Millisecond, "%v", lazy(func() string { return last }))
+}
+
+func remoteStatus(ctx context.Context, addr string) (*fero.NodeStatus, error) {
+	r, err := fero.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Status(ctx)
+}
