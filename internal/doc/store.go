@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"io"
 	"iter"
 	"slices"
 	"strings"
@@ -520,29 +521,59 @@ func (s *Store) Snapshot(p int) ([]byte, error) {
 
 // Restore replaces partition p's state with a snapshot. The bytes are
 // validated first: they must be one msgpack map whose keys are top-level
-// keys of partition p (no separator) and whose values are valid. On error
-// the partition is unchanged. b is not retained.
+// keys of partition p (no separator), each once, and whose values are
+// valid. On error the partition is unchanged. b is not retained.
+//
+// Values are kept as the msgpack they arrived as, each checked without
+// decoding (wire.NextValue), and decoded when first read, as a written
+// value is: a copy catching up or a server loading its disk restores
+// whole partitions, and decoding every value into a tree cost most of it.
 func (s *Store) Restore(p int, b []byte) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	v, _, err := decodeValue(b)
-	if err != nil {
-		return errs.Errorf(errs.InvalidArgument, "%w: %w", ErrSnapshot, err)
+	bad := func(format string, args ...any) error {
+		return errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
 	}
-	top, ok := v.(map[string]any)
-	if !ok {
-		return errs.Errorf(errs.InvalidArgument, "%w: a %s, not a map", ErrSnapshot, kind(v))
+	r := bytes.NewReader(b)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(r)
+	n, err := dec.DecodeMapLen()
+	if err != nil || n < 0 {
+		return bad("not a map (%v)", err)
+	}
+	if n > len(b) {
+		return bad("a map of %d keys in %d bytes", n, len(b))
 	}
 	var t table
-	for k, v := range top {
+	for range n {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return bad("a key: %v", err)
+		}
 		if strings.Contains(k, s.sep) {
-			return errs.Errorf(errs.InvalidArgument, "%w: key %q contains the separator", ErrSnapshot, k)
+			return bad("key %q contains the separator", k)
 		}
 		if q := s.part(k); q != p {
-			return errs.Errorf(errs.InvalidArgument, "%w: key %q is in partition %d, not %d", ErrSnapshot, k, q, p)
+			return bad("key %q is in partition %d, not %d", k, q, p)
 		}
-		t.add(newCell(k, newDecodedEntry(v)), keyHash(k))
+		off := len(b) - r.Len()
+		vn, _, err := wire.NextValue(b[off:], true)
+		if err != nil {
+			return bad("the value of %q: %v", k, err)
+		}
+		h := keyHash(k)
+		if t.get(k, h) != nil {
+			return bad("key %q twice", k)
+		}
+		t.add(newCell(k, newRawEntry(b[off:off+vn])), h)
+		if _, err := r.Seek(int64(vn), io.SeekCurrent); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if r.Len() > 0 {
+		return bad("%d trailing bytes", r.Len())
 	}
 	s.replace(p, t)
 	return nil

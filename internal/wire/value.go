@@ -44,6 +44,18 @@ func ValueLevel(b []byte, stringKeys bool) (int, error) {
 	return d.level, nil
 }
 
+// NextValue validates the first msgpack value in b as ValueLevel does and
+// returns its length in bytes and how deeply it nests; bytes after it are
+// not looked at. It allocates nothing.
+func NextValue(b []byte, stringKeys bool) (n, level int, err error) {
+	d := decoder{b: b, stringKeys: stringKeys}
+	d.skipValue(0)
+	if d.err != nil {
+		return 0, 0, d.err
+	}
+	return d.off, d.level, nil
+}
+
 // DecodeValue validates b and decodes it into v.
 func DecodeValue(b []byte, v any) error {
 	if err := ValidateValue(b); err != nil {
