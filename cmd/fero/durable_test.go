@@ -191,7 +191,8 @@ type lazy func() string
 func (f lazy) String() string { return f() }
 
 // restartKeys is how many keys TestRestartLoadsFromDisk loads: 20,000,
-// or FERO_RESTART_KEYS (the published figure uses 1,000,000).
+// or FERO_RESTART_KEYS (the published figure uses 1,000,000), each with a
+// value of FERO_RESTART_VALUE bytes (90 by default).
 func restartKeys(t *testing.T) int {
 	if s := os.Getenv("FERO_RESTART_KEYS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -213,6 +214,13 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		t.Skip("loads keys into real processes; runs without -short")
 	}
 	keys := restartKeys(t)
+	size := 90
+	if s := os.Getenv("FERO_RESTART_VALUE"); s != "" {
+		var err error
+		size, err = strconv.Atoi(s)
+		require.NoError(t, err, "FERO_RESTART_VALUE")
+	}
+	value := strings.Repeat("v", size)
 	ids := []string{"n1", "n2", "n3"}
 	var data, gossip, dirs []string
 	for range ids {
@@ -236,7 +244,7 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 				defer r.Close()
 				for i := w; i < n; i += writers {
 					key := fmt.Sprintf("%s%07d", prefix, i)
-					require.NoError(t, retryUnavailable(ctx, func() error { return r.Update(ctx, key, strings.Repeat("v", 90)) }), key)
+					require.NoError(t, retryUnavailable(ctx, func() error { return r.Update(ctx, key, value) }), key)
 				}
 			})
 		}
@@ -245,7 +253,7 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	waitReady(ctx, t, ss)
 	began := time.Now()
 	load("k", keys)
-	t.Logf("loaded %d keys of 100 bytes in %v", keys, time.Since(began).Round(time.Millisecond))
+	t.Logf("loaded %d keys of ~%d bytes in %v", keys, size+10, time.Since(began).Round(time.Millisecond))
 
 	for _, wipe := range []bool{false, true} {
 		_ = ss[1].cmd.Process.Kill()

@@ -25,7 +25,7 @@ import (
 //	CommitAck     [partition, term, owner, offset, incarnation]
 //	Forward       [partition, id, hops, type, key, value, wait, k, term, owner, deadline]
 //	ForwardReply  [partition, id, term, owner, offset, code, msg, owner hint]
-//	FetchReply    [partition, id, term, owner, offset, start, [entry…]]
+//	FetchReply    [partition, id, term, owner, offset, start, [entry…], busy]
 //	EpochStart    [partition, term, owner, start, prev term, prev owner, last]
 //	Heartbeat     [partition]
 //	entry         [term, owner, offset, type, key, value]
@@ -60,7 +60,7 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		b = wire.AppendStr(b, m.Msg)
 		return wire.AppendStr(b, m.Owner), nil
 	case *FetchReply:
-		b = wire.AppendArrayHeader(b, 7)
+		b = wire.AppendArrayHeader(b, 8)
 		b = appendUints(b, uint64(m.Partition), m.ID)
 		b = appendPosition(b, m.Position)
 		b = wire.AppendUint(b, m.Start)
@@ -68,7 +68,11 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		for i := range m.Entries {
 			b = appendEntry(b, &m.Entries[i])
 		}
-		return b, nil
+		busy := uint64(0)
+		if m.Busy {
+			busy = 1
+		}
+		return wire.AppendUint(b, busy), nil
 	case *EpochStart:
 		b = wire.AppendArrayHeader(b, 7)
 		b = wire.AppendUint(b, uint64(m.Partition))
@@ -273,12 +277,13 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 		m.Msg = c.Str("msg", "")
 		m.Owner = c.Str("owner", m.Position.Epoch.Owner)
 	case *FetchReply:
-		c.Array("fetch reply", 7)
+		c.Array("fetch reply", 8)
 		m.Partition = c.Uint32("partition")
 		m.ID = c.Uint("id")
 		m.Position = d.position()
 		m.Start = c.Uint("start")
 		d.entries(&m.Entries)
+		m.Busy = c.Uint("busy") != 0
 	case *EpochStart:
 		c.Array("epoch start", 7)
 		m.Partition = c.Uint32("partition")

@@ -74,6 +74,8 @@ type fetchState struct {
 	sent time.Time
 	pos  Position // the asker's position when it sent the fetch
 	base uint64
+	// retry, when set, is when to ask again after a Busy reply.
+	retry time.Time
 }
 
 type write struct {
@@ -321,6 +323,11 @@ func (e *Engine) maybeFetch(pt *part) {
 	default:
 		return
 	}
+	e.fetchFrom(pt, to)
+}
+
+// fetchFrom sends a fetch for what the copy lacks to node to.
+func (e *Engine) fetchFrom(pt *part, to string) {
 	e.nextID++
 	pt.fetch = fetchState{id: e.nextID, to: to, sent: e.now, pos: pt.position(), base: pt.log.base}
 	e.send(to, &Fetch{
@@ -334,6 +341,9 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	if m.From == 0 || m.From-1 < m.Base {
 		return errs.New(errs.InvalidArgument, "fetch from before its own base")
 	}
+	// A fetch for a partition ends the snapshot in flight to the asker for
+	// it: the asker restored it (or lost it and asks again).
+	e.releaseSnapshot(from, pt.p)
 	cLast := m.From - 1
 	a, lo, hi, found := pt.log.agreement(m)
 	var truncate uint64
@@ -365,8 +375,13 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	default:
 		truncate = max(lo, 1) - 1 // differs wherever both logs can be compared
 	}
+	if !e.takeSnapshotSlot(from, pt.p) {
+		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart, Busy: true})
+		return nil
+	}
 	state, err := e.st.Snapshot(pt.p)
 	if err != nil {
+		e.releaseSnapshot(from, pt.p)
 		return errs.Errorf(errs.Internal, "snapshot of partition %d: %w", pt.p, err)
 	}
 	e.send(from, &SnapshotReply{
@@ -390,6 +405,14 @@ func (e *Engine) fetchReplyUsable(pt *part, from string, id uint64, pos Position
 }
 
 func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
+	if m.Busy {
+		// The server sends as many snapshots to this node as it allows;
+		// the fetch stays outstanding and goes again shortly (tickPart).
+		if f := &pt.fetch; f.id != 0 && m.ID == f.id && from == f.to {
+			f.retry = e.now.Add(busyRetry)
+		}
+		return nil
+	}
 	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
 		e.maybeFetch(pt)
 		return nil
@@ -430,6 +453,11 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
 	pt.ackDirty = true
 	e.afterCatchUp(pt, m.Position, m.Start)
+	if pt.fetch.id == 0 {
+		// Tell the server the snapshot arrived, so that it sends the next
+		// (MaxSnapshotsInFlight): a fetch, for whatever came after it.
+		e.fetchFrom(pt, from)
+	}
 }
 
 // afterCatchUp finishes a fetch or snapshot reply from a server at pos

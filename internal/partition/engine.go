@@ -94,6 +94,8 @@ type Engine struct {
 	} // what the last Ready's Config said
 	continues uint64 // RestoreConfig's incarnation, whose vote this node continues
 
+	snapsOut map[string][]snapOut // snapshots in flight to each peer (snapshots.go)
+
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 
 	out chunks // the messages sent per write or per round
@@ -199,6 +201,11 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	}
 	slices.Sort(e.copies)
 	e.copies = slices.Compact(e.copies)
+	for peer := range e.snapsOut {
+		if _, ok := slices.BinarySearch(e.copies, peer); !ok {
+			delete(e.snapsOut, peer)
+		}
+	}
 
 	changed := prev == nil || prev.Version() != m.Version()
 	for _, pt := range e.parts {
@@ -412,7 +419,7 @@ func (e *Engine) tickPart(pt *part) {
 	case pt.sync == nil && !pt.active:
 		e.maybeStartSync(pt)
 	}
-	if pt.fetch.id != 0 && e.now.Sub(pt.fetch.sent) >= e.cfg.fetchRetry {
+	if f := &pt.fetch; f.id != 0 && (e.now.Sub(f.sent) >= e.cfg.fetchRetry || (!f.retry.IsZero() && !e.now.Before(f.retry))) {
 		pt.fetch = fetchState{}
 	}
 	e.maybeFetch(pt)

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -1355,4 +1356,71 @@ func TestSnapshotCatchUpChecksTrimmedHistory(t *testing.T) {
 			t.Fatalf("dropped events on %s: %+v", id, d)
 		}
 	}
+}
+
+// TestSnapshotsInFlightAreBounded: a server joining a resource whose every
+// partition is past the history cap gets snapshots from each server at
+// most MaxSnapshotsInFlight at a time; the rest are answered Busy and asked
+// again, and it catches up in every partition. (Sent all at once, the
+// snapshots of 1 GB of state were one burst that kept a joining server
+// from ever catching up.)
+func TestSnapshotsInFlightAreBounded(t *testing.T) {
+	const parts = 24
+	n := newNetwork(t, parts, []string{"a", "b"}, WithHistoryMax(4))
+	n.settle()
+	for p := range parts {
+		for i := range 10 {
+			_, _ = n.propose(n.owner(p), p, fmt.Sprint("k", i), fmt.Sprint(i), WaitAck)
+		}
+	}
+	n.deliverAll()
+	n.add("d", false)
+	n.setMap([]string{"a", "b", "d"}, "a", "b", "d")
+
+	// Deliver one message at a time; no server ever has more than the
+	// bound of snapshots to d in the queue.
+	busy := 0
+	for steps := 0; len(n.queue) > 0 && steps < 1_000_000; steps++ {
+		queued := map[string]int{}
+		for _, env := range n.queue {
+			if _, ok := env.msg.(*SnapshotReply); ok && env.to == "d" {
+				queued[env.from]++
+				if queued[env.from] > MaxSnapshotsInFlight {
+					t.Fatalf("%s has %d snapshots queued to d", env.from, queued[env.from])
+				}
+			}
+		}
+		if m, ok := n.queue[0].msg.(*FetchReply); ok && n.queue[0].to == "d" && m.Busy {
+			busy++
+		}
+		n.deliver(0)
+		if len(n.queue) == 0 {
+			n.tick(100 * time.Millisecond)
+		}
+		if n.caughtUp("d") {
+			break
+		}
+	}
+	n.settle()
+	n.converged()
+	if busy == 0 {
+		t.Fatal("no fetch was answered Busy: the test did not reach the bound")
+	}
+	for p := range parts {
+		if len(kinds(n.nodes["d"].events, p, EventRestored)) == 0 && n.owner(p) != "d" {
+			t.Fatalf("d caught up in partition %d without a snapshot", p)
+		}
+	}
+}
+
+// caughtUp reports whether id's copy of every partition is at the owner's
+// position.
+func (n *network) caughtUp(id string) bool {
+	for p := range n.parts {
+		o := n.owner(p)
+		if o == "" || n.nodes[id].e.parts[p].position() != n.nodes[o].e.parts[p].position() {
+			return false
+		}
+	}
+	return true
 }

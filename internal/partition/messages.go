@@ -117,6 +117,10 @@ type FetchReply struct {
 	Position  Position `msgpack:"s"`
 	Start     uint64   `msgpack:"st"`
 	Entries   []Entry  `msgpack:"e"`
+	// Busy says the fetch needs a snapshot and the server has as many
+	// snapshots in flight to the asker as it allows (MaxSnapshotsInFlight):
+	// the asker asks again shortly.
+	Busy bool `msgpack:"bz,omitempty"`
 }
 
 // SnapshotReply answers a Fetch the log cannot: the asker is behind the
