@@ -19,6 +19,10 @@
 //     so nothing on the hot path takes a lock or samples.
 //   - Warm-up is excluded and stated; timeouts are errors that keep their
 //     latency.
+//   - A system that keeps its records on disk names its policy ([Durable]);
+//     one that counts its fsyncs ([FsyncCounter]) has them reported per
+//     second and per record, read from its servers around the measured
+//     window.
 //
 // Systems stay outside this package: bench/echo is the raw length-prefixed
 // TCP echo (the floor), and other systems register the same way.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +21,12 @@ import (
 
 const childEnv = "FERO_BENCH_TEST_CHILD"
 
-var registry = bench.Registry{"echo": echo.System{}, "burn": burnSystem{}}
+var registry = bench.Registry{
+	"echo": echo.System{},
+	"burn": burnSystem{},
+	"disk": diskSystem{asked: &fsyncCounts{n: map[string]uint64{}}},
+	"aof":  aofSystem{},
+}
 
 // TestMain turns the test binary into a benchmark child when the runner
 // re-executes it, so the end-to-end test uses real separate processes.
@@ -301,4 +307,85 @@ func TestAttachedServersAreNotStartedOrMeasured(t *testing.T) {
 	s.Matrix.Servers = []int{2}
 	_, err = s.Run(ctx, bench.CollectEnvironment())
 	assert.ErrorContains(t, err, "1 servers attached, the trial wants 2")
+}
+
+// diskSystem is the echo as a durable system whose servers count one fsync
+// each time the runner asks for their count, so that a trial's fsyncs are
+// exactly its servers, however fast the machine.
+type diskSystem struct {
+	echo.System
+	asked *fsyncCounts
+}
+
+type fsyncCounts struct {
+	mu sync.Mutex
+	n  map[string]uint64
+}
+
+func (diskSystem) Durability() string { return "fsync test" }
+
+func (s diskSystem) Fsyncs(_ context.Context, addr string) (uint64, error) {
+	s.asked.mu.Lock()
+	defer s.asked.mu.Unlock()
+	s.asked.n[addr]++
+	return s.asked.n[addr], nil
+}
+
+// aofSystem is the echo as a durable system that does not count its
+// fsyncs, as Redis does not.
+type aofSystem struct{ echo.System }
+
+func (aofSystem) Durability() string { return "appendfsync test" }
+
+func TestDurableSystemsReportTheirFsyncs(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := &bench.Session{
+		Runner:    &bench.Runner{Exe: os.Args[0], Env: append(os.Environ(), childEnv+"=1"), Systems: registry},
+		Systems:   []string{"disk"},
+		Scenarios: []bench.Scenario{bench.OneWay, bench.FixedRate},
+		Matrix: bench.Matrix{
+			Sizes: []int{64}, Records: []int64{2000}, Clients: []int{1}, Servers: []int{2}, Rates: []float64{1000},
+		},
+		Params: bench.Params{
+			WarmupRecords: 100, Warmup: 50 * time.Millisecond, Duration: 100 * time.Millisecond, Timeout: 2 * time.Second,
+			Tick: bench.DefaultTick, TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
+		},
+		Runs: 1,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 2)
+	for _, tr := range rep.Trials {
+		assert.Zero(t, tr.Errors, tr.Scenario)
+		assert.Equal(t, "fsync test", tr.Durability, tr.Scenario)
+		// Each server is asked once where the measured window starts (for
+		// the fixed rate, again where its warm-up ends) and once after it.
+		require.NotNil(t, tr.Fsyncs, tr.Scenario)
+		assert.EqualValues(t, 2, *tr.Fsyncs, tr.Scenario)
+	}
+	for _, g := range rep.Groups {
+		require.NotNil(t, g.FsyncsPerSec, g.Scenario)
+		require.NotNil(t, g.RecordsPerFsync, g.Scenario)
+		assert.Positive(t, g.FsyncsPerSec.Median, g.Scenario)
+	}
+	assert.Equal(t, 1000.0, rep.Groups[0].RecordsPerFsync.Median, "2,000 records over 2 fsyncs")
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteText(&b))
+	assert.Contains(t, b.String(), "disk:     each server of a durable system keeps a fresh data directory under "+os.TempDir())
+	assert.Contains(t, b.String(), "  disk: fsync test · ")
+	assert.Contains(t, b.String(), " fsyncs/s · 1000.0 records per fsync")
+
+	// A durable system that does not count its fsyncs.
+	s.Systems, s.Scenarios, s.Matrix.Servers = []string{"aof"}, []bench.Scenario{bench.OneWay}, []int{1}
+	rep, err = s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 1)
+	assert.Equal(t, "appendfsync test", rep.Trials[0].Durability)
+	assert.Nil(t, rep.Trials[0].Fsyncs)
+	assert.Nil(t, rep.Groups[0].FsyncsPerSec)
+	b.Reset()
+	require.NoError(t, rep.WriteText(&b))
+	assert.Contains(t, b.String(), "  disk: appendfsync test · fsyncs/s n/a · records per fsync n/a")
 }

@@ -140,6 +140,10 @@ type Params struct {
 	// server and every trial's clients dial these. Their CPU and memory
 	// are not ours to read, so a trial reports none.
 	Attach []string `json:"attach,omitempty"`
+	// DataDir is where a Durable system's servers make their data
+	// directories (ServeOptions.DataDir); empty is the OS's temporary
+	// directory.
+	DataDir string `json:"data_dir,omitempty"`
 }
 
 // Trial is one system, scenario and configuration in one run.

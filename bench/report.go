@@ -107,6 +107,15 @@ type Group struct {
 	// processes': load from elsewhere that the figures competed with.
 	OtherCPU Spread `json:"other_cpu_seconds"`
 	Window   Spread `json:"window_seconds"`
+	// Durability is when the system's servers fsync (TrialResult);
+	// empty for a system that keeps nothing on disk.
+	Durability string `json:"durability,omitempty"`
+	// FsyncsPerSec is the servers' fsyncs, all together, per second of the
+	// trial. RecordsPerFsync is the trial's records over those fsyncs,
+	// over the runs that made at least one. Each is nil where the system
+	// does not count its fsyncs, and RecordsPerFsync where no run fsynced.
+	FsyncsPerSec    *Spread `json:"fsyncs_per_sec,omitempty"`
+	RecordsPerFsync *Spread `json:"records_per_fsync,omitempty"`
 
 	merged map[string]*Recorder
 }
@@ -207,7 +216,39 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 		return math.Max(0, t.Machine.Seconds-t.ClientCPU.Total().Seconds()-t.ServerCPU.Total().Seconds())
 	})
 	g.Window = collect(func(t *TrialResult) float64 { return t.Window.Seconds() })
+	if len(trs) > 0 {
+		g.Durability = trs[0].Durability
+	}
+	if len(trs) > 0 && trs[0].Fsyncs != nil {
+		var perSecond, perFsync []float64
+		for _, t := range trs {
+			if t.Fsyncs == nil {
+				continue
+			}
+			perSecond = append(perSecond, perSec(int64(*t.Fsyncs), t.span()))
+			if *t.Fsyncs > 0 {
+				perFsync = append(perFsync, float64(t.Records)/float64(*t.Fsyncs))
+			}
+		}
+		s := SpreadOf(perSecond)
+		g.FsyncsPerSec = &s
+		if len(perFsync) > 0 {
+			s := SpreadOf(perFsync)
+			g.RecordsPerFsync = &s
+		}
+	}
 	return g
+}
+
+// span is the trial's time from its start to its last milestone or the end
+// of its measured window, whichever is later: what the servers' fsyncs are
+// quoted per second of.
+func (t *TrialResult) span() time.Duration {
+	d := t.Window
+	for _, m := range t.Milestones {
+		d = max(d, m.Nanos)
+	}
+	return d
 }
 
 // ProcessSpread is one process's costs over a group's runs.
@@ -312,6 +353,30 @@ func (r *Report) writeHeader(w io.Writer) {
 	}
 	fmt.Fprintf(w, "cpu:      seconds of CPU used during the measured window by all client / all server processes;\n")
 	fmt.Fprintf(w, "          machine busy = share of all CPUs busy in that window (from /proc/stat), ours included\n")
+	if r.durable() {
+		// Attached servers keep their data where they were told to.
+		if len(r.Params.Attach) == 0 {
+			dir := r.Params.DataDir
+			if dir == "" {
+				dir = os.TempDir()
+			}
+			fmt.Fprintf(w, "disk:     each server of a durable system keeps a fresh data directory under %s, removed after its trial;\n", dir)
+			fmt.Fprintf(w, "          ")
+		} else {
+			fmt.Fprintf(w, "disk:     ")
+		}
+		fmt.Fprintf(w, "fsyncs are the servers' own counts, all servers together, per second of the trial\n")
+	}
+}
+
+// durable reports whether any system measured kept its records on disk.
+func (r *Report) durable() bool {
+	for _, g := range r.Groups {
+		if g.Durability != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Report) writeScenarioNote(w io.Writer, s Scenario) {
@@ -352,7 +417,24 @@ func (r *Report) writeThroughput(w io.Writer, g *Group) {
 	r.writeCosts(w, g)
 }
 
+// writeDisk writes a durable system's policy and fsync figures.
+func (r *Report) writeDisk(w io.Writer, g *Group) {
+	if g.Durability == "" {
+		return
+	}
+	fmt.Fprintf(w, "  disk: %s · ", g.Durability)
+	switch {
+	case g.FsyncsPerSec == nil:
+		fmt.Fprintf(w, "fsyncs/s n/a · records per fsync n/a (the system does not count its fsyncs)\n")
+	case g.RecordsPerFsync == nil:
+		fmt.Fprintf(w, "%s fsyncs/s · records per fsync n/a (no fsync)\n", spreadF(*g.FsyncsPerSec, 1, "%.0f"))
+	default:
+		fmt.Fprintf(w, "%s fsyncs/s · %s records per fsync\n", spreadF(*g.FsyncsPerSec, 1, "%.0f"), spreadF(*g.RecordsPerFsync, 1, "%.1f"))
+	}
+}
+
 func (r *Report) writeCosts(w io.Writer, g *Group) {
+	r.writeDisk(w, g)
 	if g.Attached {
 		fmt.Fprintf(w, "  errors %d · cpu client %s s · peak RSS client %s · servers attached: their cpu and RSS not measured\n",
 			g.Errors, spreadF(g.ClientCPU, 1, "%.2f"), spreadF(g.ClientMaxRSS, 1e-6, "%.1f MB"))

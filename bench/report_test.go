@@ -139,3 +139,55 @@ func TestFixedRateNoteNamesTheTick(t *testing.T) {
 	assert.Contains(t, note(0), "the generator sleeps until each send is due")
 	assert.NotContains(t, note(0), "at least 0s")
 }
+
+func TestFsyncFigures(t *testing.T) {
+	fsyncs := func(n uint64) *uint64 { return &n }
+	durable := func(sys, policy string, run int, last time.Duration, n *uint64) TrialResult {
+		tr := throughputTrial(sys, run, last/2, last)
+		tr.Durability, tr.Fsyncs = policy, n
+		return tr
+	}
+	results := []TrialResult{
+		durable("fero-group", "fsync group", 1, time.Second, fsyncs(1000)),
+		durable("fero-group", "fsync group", 2, 2*time.Second, fsyncs(4000)),
+		durable("fero-never", "fsync never", 1, time.Second, fsyncs(0)),
+		durable("fero-never", "fsync never", 2, time.Second, fsyncs(0)),
+		durable("redis-always", "appendfsync always", 1, time.Second, nil),
+		durable("redis-always", "appendfsync always", 2, time.Second, nil),
+		throughputTrial("fero", 1, time.Second/2, time.Second),
+		throughputTrial("fero", 2, time.Second/2, time.Second),
+	}
+	// The replicated milestone is later than yacks: fsyncs count to it.
+	results[0].Milestones = append(results[0].Milestones, Milestone{Replicated, 2 * time.Second})
+	rep := BuildReport(Environment{}, Params{DataDir: "/data"}, []string{"fero-group", "fero-never", "redis-always", "fero"}, "", 2, results)
+	require.Len(t, rep.Groups, 4)
+
+	group, never, redis, memory := rep.Groups[0], rep.Groups[1], rep.Groups[2], rep.Groups[3]
+	assert.Equal(t, "fsync group", group.Durability)
+	// 1,000 fsyncs over 2 s and 4,000 over 2 s; a million records each.
+	assert.Equal(t, &Spread{Median: 1250, Min: 500, Max: 2000}, group.FsyncsPerSec)
+	assert.Equal(t, &Spread{Median: 625, Min: 250, Max: 1000}, group.RecordsPerFsync)
+	assert.Equal(t, &Spread{}, never.FsyncsPerSec)
+	assert.Nil(t, never.RecordsPerFsync, "no fsync, no ratio")
+	assert.Equal(t, "appendfsync always", redis.Durability)
+	assert.Nil(t, redis.FsyncsPerSec)
+	assert.Empty(t, memory.Durability)
+
+	var b bytes.Buffer
+	require.NoError(t, rep.WriteText(&b))
+	out := b.String()
+	for _, want := range []string{
+		"disk:     each server of a durable system keeps a fresh data directory under /data",
+		"  disk: fsync group · 1250 [500 … 2000] fsyncs/s · 625.0 [250.0 … 1000.0] records per fsync\n",
+		"  disk: fsync never · 0 fsyncs/s · records per fsync n/a (no fsync)\n",
+		"  disk: appendfsync always · fsyncs/s n/a · records per fsync n/a (the system does not count its fsyncs)\n",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.Equal(t, 3, strings.Count(out, "  disk: "), "none for the in-memory system")
+
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js), "no infinite ratio")
+	assert.Contains(t, js.String(), `"fsyncs": 0`)
+	assert.Contains(t, js.String(), `"records_per_fsync"`)
+}

@@ -31,6 +31,11 @@ type Runner struct {
 	OnProgress func(t Trial, done, total int64, elapsed time.Duration)
 	// ProgressEvery is how often clients report progress.
 	ProgressEvery time.Duration
+	// Systems, if set, is the registry the children look systems up in.
+	// The runner takes from it a system's policy (Durable), and asks a
+	// system that counts fsyncs (FsyncCounter) for its servers' counts
+	// around each measured window.
+	Systems Registry
 }
 
 // TrialResult is one trial's merged measurements.
@@ -81,6 +86,13 @@ type TrialResult struct {
 	ServerMaxRSS int64    `json:"server_max_rss_bytes"`
 	Machine      Busyness `json:"machine"`
 	GOMAXPROCS   int      `json:"client_gomaxprocs"`
+	// Durability is when the system's servers fsync, as it says (Durable);
+	// empty for a system that keeps nothing on disk.
+	Durability string `json:"durability,omitempty"`
+	// Fsyncs is how many fsyncs the servers made, all together, from just
+	// before the measured window to just after it; nil where the system
+	// does not count them (FsyncCounter).
+	Fsyncs *uint64 `json:"fsyncs,omitempty"`
 
 	hists map[string]*Recorder
 }
@@ -139,6 +151,15 @@ func ClientSpecFor(t Trial, p Params, servers []string, i int, progressEvery tim
 // Run runs one trial.
 func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, err error) {
 	res.Trial = t
+	var counter FsyncCounter
+	if sys, ok := r.Systems[t.System]; ok {
+		if d, ok := sys.(Durable); ok {
+			res.Durability = d.Durability()
+		}
+		if c, ok := sys.(FsyncCounter); ok && res.Durability != "" {
+			counter = c
+		}
+	}
 	if p.TrialTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.TrialTimeout)
@@ -164,7 +185,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 	}
 	for i := 0; i < t.Config.Servers && !res.Attached; i++ {
 		spec := ServeSpec{System: t.System, Serve: ServeOptions{
-			Addr: net.JoinHostPort(p.Host, "0"), Index: i, Peers: append([]string(nil), addrs...),
+			Addr: net.JoinHostPort(p.Host, "0"), Index: i, Peers: append([]string(nil), addrs...), DataDir: p.DataDir,
 		}}
 		c, err := r.spawn(ctx, fmt.Sprintf("server %d", i), ServeCommand, spec)
 		if err != nil {
@@ -206,7 +227,12 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 	}
 
 	// The trial begins, and with it the measured window of every scenario
-	// but FixedRate (the others warm up before they report ready).
+	// but FixedRate (the others warm up before they report ready). The
+	// fsyncs are asked first, so that answering is not the servers' CPU.
+	fsyncsBefore, err := fsyncsOf(ctx, counter, addrs)
+	if err != nil {
+		return res, err
+	}
 	serverBefore, err := usageOf(ctx, servers)
 	if err != nil {
 		return res, err
@@ -234,9 +260,13 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 				measured <- mctx.Err()
 				return
 			}
-			u, err := usageOf(mctx, servers)
+			f, err := fsyncsOf(mctx, counter, addrs)
+			var u []Usage
 			if err == nil {
-				serverBefore = u
+				u, err = usageOf(mctx, servers)
+			}
+			if err == nil {
+				fsyncsBefore, serverBefore = f, u
 				statBefore, haveStat = ReadProcStat()
 			}
 			measured <- err
@@ -249,7 +279,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		stopMeasure() // the trial failed: do not wait out the warm-up
 	}
 	if merr := <-measured; err == nil && merr != nil {
-		err = fmt.Errorf("usage at the end of the warm-up: %w", merr)
+		err = fmt.Errorf("usage or fsyncs at the end of the warm-up: %w", merr)
 	}
 	if err != nil {
 		return res, err
@@ -258,6 +288,17 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 	serverAfter, err := usageOf(ctx, servers)
 	if err != nil {
 		return res, err
+	}
+	if counter != nil {
+		fsyncsAfter, err := fsyncsOf(ctx, counter, addrs)
+		if err != nil {
+			return res, err
+		}
+		n, err := fsyncsBetween(fsyncsBefore, fsyncsAfter)
+		if err != nil {
+			return res, err
+		}
+		res.Fsyncs = &n
 	}
 	if haveStat && haveStat2 {
 		res.Machine = BusynessBetween(statBefore, statAfter, userHZ)
@@ -441,6 +482,35 @@ func usageOf(ctx context.Context, servers []*child) ([]Usage, error) {
 		}
 	}
 	return out, nil
+}
+
+// fsyncsOf asks counter for every server's fsyncs so far; nil without a
+// counter.
+func fsyncsOf(ctx context.Context, counter FsyncCounter, addrs []string) ([]uint64, error) {
+	if counter == nil {
+		return nil, nil
+	}
+	out := make([]uint64, len(addrs))
+	for i, a := range addrs {
+		n, err := counter.Fsyncs(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("fsyncs of server %d: %w", i, err)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// fsyncsBetween sums every server's fsyncs from before to after.
+func fsyncsBetween(before, after []uint64) (uint64, error) {
+	var n uint64
+	for i := range after {
+		if after[i] < before[i] {
+			return 0, fmt.Errorf("bench: server %d's fsync count went back from %d to %d: did it restart?", i, before[i], after[i])
+		}
+		n += after[i] - before[i]
+	}
+	return n, nil
 }
 
 // child is one spawned process and its line channels.

@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 )
@@ -31,6 +34,9 @@ type ServeOptions struct {
 	// Peers are the addresses of the servers started before this one, for
 	// systems whose servers form a cluster.
 	Peers []string `json:"peers,omitempty"`
+	// DataDir is where a Durable system makes this server's data
+	// directory (NewDataDir); empty is the OS's temporary directory.
+	DataDir string `json:"data_dir,omitempty"`
 }
 
 // DialOptions says which servers a client may use and which client it is.
@@ -74,6 +80,48 @@ type Conn interface {
 // "replicated" milestone.
 type Replicator interface {
 	Replicated(ctx context.Context) error
+}
+
+// Durable is implemented by a System that can keep its servers' records on
+// disk. The report names the policy beside each trial's figures, since it
+// sets what a write costs.
+type Durable interface {
+	// Durability says when the servers fsync, as the report prints it
+	// ("fsync group", "appendfsync always"); empty where this
+	// configuration of the system keeps nothing on disk.
+	Durability() string
+}
+
+// FsyncCounter is implemented by a Durable system whose servers count
+// their fsyncs. The runner calls Fsyncs in the parent process for every
+// server, just before each trial's measured window and just after it, and
+// reports the difference as fsyncs per second and records per fsync.
+type FsyncCounter interface {
+	Durable
+	// Fsyncs returns how many fsyncs of records the server at addr (as it
+	// reported ready) has made since it started.
+	Fsyncs(ctx context.Context, addr string) (uint64, error)
+}
+
+// NewDataDir makes a fresh, empty directory for one server of system to
+// keep its data in, under parent (the OS's temporary directory if empty),
+// and returns its absolute path: a server that runs another program may
+// start it in a directory of its own. The server calls remove when it
+// stops, so a run leaves nothing behind.
+func NewDataDir(parent, system string) (dir string, remove func() error, err error) {
+	if parent, err = filepath.Abs(cmp.Or(parent, os.TempDir())); err == nil {
+		dir, err = os.MkdirTemp(parent, "fero-bench-"+system+"-")
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: make a data directory for %s (give a writable directory with --data-dir): %w", system, err)
+	}
+	remove = func() error {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("bench: remove %s's data directory: %w", system, err)
+		}
+		return nil
+	}
+	return dir, remove, nil
 }
 
 // Flusher is implemented by a Conn that buffers Send and Go until told to

@@ -14,6 +14,12 @@
 //     it committed them (Resource.CallAsync, Resource.Call): sacks.
 //   - Replicated waits until every server has applied as many records as
 //     were sent: the time to replicate everything to every copy.
+//
+// Servers keep their partitions in memory unless [System.Fsync] names a
+// policy: then each server keeps them in a data directory of its own
+// (fero.WithDataDir), fresh for the server and removed when it stops, and
+// the harness reads each server's count of fsyncs from its status
+// ([System.Fsyncs]).
 package ferosut
 
 import (
@@ -40,9 +46,17 @@ const Resource = "fero-bench"
 const Keys = 10000
 
 // System is fero as a system under test.
-type System struct{}
+type System struct {
+	// Fsync, if set, is the fsync policy of every server's data directory,
+	// as fero.ParseFsync reads it ("group", "interval", "never"). Empty:
+	// servers keep everything in memory.
+	Fsync string
+}
 
-var _ bench.System = System{}
+var (
+	_ bench.System       = System{}
+	_ bench.FsyncCounter = System{}
+)
 
 func baseOptions() []fero.Option {
 	o := []fero.Option{
@@ -65,9 +79,29 @@ func baseOptions() []fero.Option {
 const SecretFileEnv = "FERO_BENCH_SECRET_FILE"
 
 // Serve runs a fero server node until ctx is done. Its address, for
-// clients and later servers, is "<gossip address> <data address>".
-func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+// clients and later servers, is "<gossip address> <data address>". With
+// an fsync policy, its data directory is made under opts.DataDir and
+// removed once the node has closed.
+func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+	if s.Fsync == "" {
+		return serve(ctx, opts, nil, ready)
+	}
+	policy, err := fero.ParseFsync(s.Fsync)
+	if err != nil {
+		return fmt.Errorf("ferosut: %w", err)
+	}
+	dir, remove, err := bench.NewDataDir(opts.DataDir, "fero")
+	if err != nil {
+		return err
+	}
+	err = serve(ctx, opts, []fero.Option{fero.WithDataDir(dir), fero.WithFsync(policy)}, ready)
+	return errors.Join(err, remove())
+}
+
+// serve runs the server node, with extra options, until ctx is done.
+func serve(ctx context.Context, opts bench.ServeOptions, extra []fero.Option, ready func(addr string)) error {
 	o := append(baseOptions(), fero.WithListen(opts.Addr), fero.WithID(fmt.Sprintf("server-%d", opts.Index)))
+	o = append(o, extra...)
 	if seeds := gossipOf(opts.Peers); len(seeds) > 0 {
 		o = append(o, fero.WithSeeds(seeds...))
 	}
@@ -87,6 +121,39 @@ func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(add
 	ready(r.GossipAddr() + " " + r.Addr())
 	<-ctx.Done()
 	return r.Close()
+}
+
+// Durability names the data directory's fsync policy; empty in memory.
+func (s System) Durability() string {
+	if s.Fsync == "" {
+		return ""
+	}
+	return "fsync " + s.Fsync
+}
+
+// Fsyncs returns how many fsyncs of write groups the server at addr has
+// made since it started, from its status.
+func (System) Fsyncs(ctx context.Context, addr string) (uint64, error) {
+	data := dataOf([]string{addr})
+	if len(data) == 0 {
+		return 0, fmt.Errorf("ferosut: %q is not a fero server's address (\"<gossip address> <data address>\")", addr)
+	}
+	rc, err := fero.Dial(ctx, data[0], baseOptions()...)
+	if err != nil {
+		return 0, fmt.Errorf("ferosut: dial %s for its fsyncs: %w", data[0], err)
+	}
+	defer rc.Close()
+	st, err := rc.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ferosut: status of %s: %w", data[0], err)
+	}
+	if st.Disk == nil {
+		return 0, fmt.Errorf("ferosut: %s keeps no data directory, so it counts no fsyncs: serve a fero system with an fsync policy (fero-group, say)", data[0])
+	}
+	if st.Disk.Err != "" {
+		return 0, fmt.Errorf("ferosut: the data directory of %s failed: %s", data[0], st.Disk.Err)
+	}
+	return st.Disk.Syncs, nil
 }
 
 func gossipOf(addrs []string) []string {

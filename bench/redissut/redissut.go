@@ -10,6 +10,11 @@
 // read as ratios to the raw echo floor (bench/echo) measured in the same
 // run by the same harness.
 //
+// [System.AppendFsync] turns the append-only file on, with that fsync
+// policy, as the peer of fero keeping its partitions on disk: each Redis
+// then writes in a fresh directory of its own, removed when it stops.
+// Redis does not count its fsyncs, so the report has none for it.
+//
 // Serve starts redis-server (it must be installed, e.g. with apt-get
 // install redis-server) as a child of the serving process, waits until it
 // answers PING, and stops it when its context ends. The child is killed if
@@ -65,22 +70,59 @@ const (
 )
 
 // System is Redis as a system under test.
-type System struct{}
+type System struct {
+	// AppendFsync, if set, turns the append-only file on with this
+	// appendfsync policy: "always" (fsync before replying to the commands
+	// of each event loop), "everysec" or "no" (the OS writes back when it
+	// likes). Empty: no persistence at all.
+	AppendFsync string
+}
 
-var _ bench.System = System{}
+var (
+	_ bench.System  = System{}
+	_ bench.Durable = System{}
+)
+
+// Durability names the append-only file's policy; empty without one.
+func (s System) Durability() string {
+	if s.AppendFsync == "" {
+		return ""
+	}
+	return "appendfsync " + s.AppendFsync
+}
 
 // Serve runs one redis-server on opts.Addr until ctx is done. opts.Peers is
 // ignored: servers are independent. It returns nil when Redis stops because
 // ctx ended, and an error with the end of Redis's output if Redis exits on
-// its own.
-func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+// its own. With an append-only file, Redis writes it in a directory made
+// under opts.DataDir and removed once Redis has exited.
+func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+	if s.AppendFsync == "" {
+		return serveRedis(ctx, opts.Addr, []string{"--appendonly", "no"}, ready)
+	}
+	switch s.AppendFsync {
+	case "always", "everysec", "no":
+	default:
+		return fmt.Errorf("redissut: appendfsync %q: want always, everysec or no", s.AppendFsync)
+	}
+	dir, remove, err := bench.NewDataDir(opts.DataDir, "redis")
+	if err != nil {
+		return err
+	}
+	err = serveRedis(ctx, opts.Addr, []string{"--appendonly", "yes", "--appendfsync", s.AppendFsync, "--dir", dir}, ready)
+	return errors.Join(err, remove())
+}
+
+// serveRedis runs redis-server on listen, with the append-only file as
+// persistence says, until ctx is done.
+func serveRedis(ctx context.Context, listen string, persistence []string, ready func(addr string)) error {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return fmt.Errorf("redissut: redis-server not found (install it, e.g. apt-get install redis-server): %w", err)
 	}
-	host, port, err := net.SplitHostPort(opts.Addr)
+	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return fmt.Errorf("redissut: address %q: %w", opts.Addr, err)
+		return fmt.Errorf("redissut: address %q: %w", listen, err)
 	}
 	if host == "" {
 		host = "0.0.0.0"
@@ -91,7 +133,7 @@ func (System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(add
 		}
 	}
 	addr := net.JoinHostPort(host, port)
-	p, err := start(path, host, port)
+	p, err := start(path, host, port, persistence)
 	if err != nil {
 		return err
 	}
@@ -126,22 +168,23 @@ type process struct {
 	exited chan error // receives Wait's result once
 }
 
-// start launches redis-server: no persistence, one I/O thread, one
-// database, logs to stdout, which is kept in a tail for error messages.
-func start(path, host, port string) (*process, error) {
-	cmd := exec.Command(path,
+// start launches redis-server: no RDB snapshots, the append-only file as
+// persistence sets it, one I/O thread, one database, logs to stdout,
+// which is kept in a tail for error messages.
+func start(path, host, port string, persistence []string) (*process, error) {
+	cmd := exec.Command(path, append([]string{
 		"--port", port,
 		"--bind", host,
 		"--save", "",
-		"--appendonly", "no",
 		"--protected-mode", "no",
 		"--daemonize", "no",
 		"--io-threads", "1",
 		"--logfile", "",
 		"--databases", "1",
-	)
-	// Nothing should be written, but a stray dump must not land wherever
-	// the harness runs.
+	}, persistence...)...)
+	// Redis writes in its working directory, or where --dir sends it:
+	// without an append-only file nothing should be written, but a stray
+	// dump must not land wherever the harness runs.
 	cmd.Dir = os.TempDir()
 	out := bench.NewTail(tailSize)
 	cmd.Stdout, cmd.Stderr = out, out

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -32,12 +34,19 @@ func needRedis(t *testing.T) {
 // its cancel and the channel Serve's result arrives on.
 func startServe(t *testing.T) (string, context.CancelFunc, <-chan error) {
 	t.Helper()
+	return startServeOf(t, System{}, "")
+}
+
+// startServeOf is startServe for sys, with its data directory under
+// dataDir.
+func startServeOf(t *testing.T, sys System, dataDir string) (string, context.CancelFunc, <-chan error) {
+	t.Helper()
 	needRedis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- System{}.Serve(ctx, bench.ServeOptions{Addr: "127.0.0.1:0"}, func(a string) { addrc <- a })
+		errc <- sys.Serve(ctx, bench.ServeOptions{Addr: "127.0.0.1:0", DataDir: dataDir}, func(a string) { addrc <- a })
 	}()
 	select {
 	case addr := <-addrc:
@@ -419,4 +428,49 @@ func TestSendAndGoDoNotAllocate(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 	require.NoError(t, c.Sync(ctx))
+}
+
+func TestAppendOnlyFileInADirectoryOfItsOwn(t *testing.T) {
+	for _, policy := range []string{"always", "everysec", "no"} {
+		t.Run(policy, func(t *testing.T) {
+			parent := t.TempDir()
+			sys := System{AppendFsync: policy}
+			assert.Equal(t, "appendfsync "+policy, sys.Durability())
+			addr, cancel, errc := startServeOf(t, sys, parent)
+			defer cancel()
+			c := dial(t, addr, 0)
+			ctx := context.Background()
+			for i := 0; i < 100; i++ {
+				require.NoError(t, c.Send(ctx, []byte("v")))
+			}
+			require.NoError(t, c.Sync(ctx))
+			info, err := c.do(ctx, "INFO", "persistence")
+			require.NoError(t, err)
+			assert.Contains(t, string(info), "aof_enabled:1")
+			dirs, err := os.ReadDir(parent)
+			require.NoError(t, err)
+			require.Len(t, dirs, 1, "one fresh directory for the server")
+			aof, err := os.ReadDir(filepath.Join(parent, dirs[0].Name(), "appendonlydir"))
+			require.NoError(t, err, "Redis writes its append-only file there")
+			assert.NotEmpty(t, aof)
+
+			cancel()
+			require.NoError(t, <-errc)
+			dirs, err = os.ReadDir(parent)
+			require.NoError(t, err)
+			assert.Empty(t, dirs, "removed once Redis has exited")
+		})
+	}
+	assert.Empty(t, System{}.Durability(), "in memory")
+}
+
+func TestServeRejectsAnUnknownAppendFsync(t *testing.T) {
+	parent := t.TempDir()
+	err := System{AppendFsync: "sometimes"}.Serve(context.Background(), bench.ServeOptions{Addr: "127.0.0.1:0", DataDir: parent}, func(string) {
+		t.Error("ready called")
+	})
+	assert.ErrorContains(t, err, `appendfsync "sometimes": want always, everysec or no`)
+	dirs, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	assert.Empty(t, dirs)
 }

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,11 +33,30 @@ import (
 // registry is every system fero-bench can measure. A new system under test
 // plugs in here and nowhere else.
 var registry = bench.Registry{
-	"echo":      echo.System{},
-	"fero":      ferosut.System{},
-	"transport": transportsut.System{},
-	// An optional peer: a real Redis (apt-get install redis-server).
-	"redis": redissut.System{},
+	"echo": echo.System{},
+	"fero": ferosut.System{},
+	// fero keeping its partitions on disk, one system per fsync policy.
+	"fero-group":    ferosut.System{Fsync: "group"},
+	"fero-interval": ferosut.System{Fsync: "interval"},
+	"fero-never":    ferosut.System{Fsync: "never"},
+	"transport":     transportsut.System{},
+	// An optional peer: a real Redis (apt-get install redis-server), in
+	// memory, or with its append-only file under each appendfsync policy.
+	"redis":          redissut.System{},
+	"redis-always":   redissut.System{AppendFsync: "always"},
+	"redis-everysec": redissut.System{AppendFsync: "everysec"},
+	"redis-no":       redissut.System{AppendFsync: "no"},
+}
+
+// fsyncPeer is what run --fsync adds for one fero fsync policy: fero with
+// that policy, and the Redis whose appendfsync promises the most alike.
+// Plain Redis keeps nothing on disk, so it is no one's peer.
+type fsyncPeer struct{ policy, fero, redis string }
+
+var fsyncPeers = []fsyncPeer{
+	{"group", "fero-group", "redis-always"},
+	{"interval", "fero-interval", "redis-everysec"},
+	{"never", "fero-never", "redis-no"},
 }
 
 func main() {
@@ -80,6 +100,7 @@ type benchFlags struct {
 	sizes, records, clients, servers string
 	scenarios                        string
 	systems, baseline                string
+	fsync, dataDir                   string
 	window                           int
 	warmupRecords                    int64
 	count, warmupCount               int64
@@ -116,8 +137,11 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	fl.StringVarP(&f.servers, "servers", "c", "1", "server processes, comma-separated")
 	fl.StringVarP(&f.scenarios, "scenario", "s", "", "scenarios: oneway,reqreply,roundtrip,rate (default oneway,reqreply,roundtrip, plus rate when --rate or --sweep is set)")
 	if systems == nil {
+		cmd.Long = runLong
 		fl.StringVar(&f.systems, "systems", "echo", "systems to measure, comma-separated (known: "+strings.Join(registry.Names(), ", ")+")")
 		fl.StringVar(&f.baseline, "baseline", "", "system to quote the others against")
+		fl.StringVar(&f.fsync, "fsync", "", "fsync policies, comma-separated (group, interval, never): adds fero-<policy> and its Redis peer to --systems")
+		fl.StringVar(&f.dataDir, "data-dir", os.TempDir(), "directory in which each server of a durable system makes a fresh data directory, removed after its trial (on the disk to measure: on tmpfs an fsync costs nothing)")
 	}
 	fl.IntVar(&f.window, "window", 1000, "request→reply: requests in flight per client")
 	fl.Int64Var(&f.warmupRecords, "warmup-records", 10000, "throughput: unmeasured records per client before each trial")
@@ -144,6 +168,26 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	return cmd
 }
 
+// runLong is run's help: what the durable systems are and what --fsync
+// adds.
+const runLong = `run measures the systems named by --systems side by side, quoted against
+--baseline if one is given.
+
+Durable systems keep each server's data in a fresh directory under
+--data-dir, removed after its trial:
+
+  fero-group, fero-interval, fero-never   fero with a data directory and that
+                                          fsync policy (fero serve --fsync)
+  redis-always, redis-everysec, redis-no  Redis with its append-only file and
+                                          that appendfsync
+
+--fsync group,interval,never adds fero with each policy and its Redis peer to
+--systems: group redis-always, interval redis-everysec, never redis-no
+(fero-interval fsyncs every 100 ms, fero's default; redis-everysec every
+second). The report gives each durable system's policy and, for fero, the
+servers' fsyncs per second and records per fsync (Redis does not count its
+fsyncs: n/a).`
+
 func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if f.short {
 		applyShort(cmd, f)
@@ -165,7 +209,10 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	systems := splitList(f.systems)
+	systems, err := withFsyncPeers(splitList(f.systems), f.fsync)
+	if err != nil {
+		return err
+	}
 	if len(attach) > 0 && len(systems) != 1 {
 		return fmt.Errorf("--attach: one system's servers, but --systems names %d", len(systems))
 	}
@@ -204,7 +251,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	showProgress := f.progress == "always" || (f.progress == "auto" && isTerminal(os.Stderr))
-	runner := &bench.Runner{Exe: exe, ProgressEvery: 500 * time.Millisecond}
+	runner := &bench.Runner{Exe: exe, ProgressEvery: 500 * time.Millisecond, Systems: registry}
 	var current string
 	if showProgress {
 		runner.OnProgress = func(t bench.Trial, done, total int64, elapsed time.Duration) {
@@ -235,6 +282,7 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			TrialTimeout:  f.trialTimeout,
 			Host:          f.host,
 			Attach:        attach,
+			DataDir:       f.dataDir,
 		},
 		OnTrial: func(t bench.Trial, i, n int) {
 			pos := "calibration"
@@ -278,6 +326,26 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "\nwrote %d files into %s\n", len(paths), f.outDir)
 	}
 	return nil
+}
+
+// withFsyncPeers adds to systems, after them and repeating none, fero
+// with each fsync policy in list and that policy's Redis peer.
+func withFsyncPeers(systems []string, list string) ([]string, error) {
+	out := slices.Clone(systems)
+	add := func(name string) {
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, policy := range splitList(list) {
+		i := slices.IndexFunc(fsyncPeers, func(p fsyncPeer) bool { return p.policy == policy })
+		if i < 0 {
+			return nil, fmt.Errorf("--fsync %s: want group, interval or never, comma-separated", policy)
+		}
+		add(fsyncPeers[i].fero)
+		add(fsyncPeers[i].redis)
+	}
+	return out, nil
 }
 
 // applyShort sets the quick profile's defaults for every flag the user did
@@ -431,7 +499,7 @@ func isTerminal(f *os.File) bool {
 // --attach`: it prints the address clients dial, then serves until
 // interrupted.
 func newServerCmd() *cobra.Command {
-	var system, listen, peers string
+	var system, listen, peers, dataDir string
 	var index int
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -455,7 +523,7 @@ Stop it with Ctrl-C or SIGTERM.`,
 			if err := loopbackOnly(listen); err != nil {
 				return fmt.Errorf("--listen: %w", err)
 			}
-			opts := bench.ServeOptions{Addr: listen, Index: index, Peers: splitList(peers)}
+			opts := bench.ServeOptions{Addr: listen, Index: index, Peers: splitList(peers), DataDir: dataDir}
 			out := cmd.OutOrStdout()
 			return sys.Serve(cmd.Context(), opts, func(addr string) { fmt.Fprintln(out, addr) })
 		},
@@ -465,6 +533,7 @@ Stop it with Ctrl-C or SIGTERM.`,
 	fl.StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on (port 0: any free port)")
 	fl.IntVar(&index, "index", 0, "this server's place among the cluster's servers, from 0")
 	fl.StringVar(&peers, "peers", "", "addresses the servers started before this one printed, comma-separated")
+	fl.StringVar(&dataDir, "data-dir", os.TempDir(), "directory in which a durable system makes this server's data directory, removed when it stops")
 	return cmd
 }
 

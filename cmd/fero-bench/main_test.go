@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/bench"
 )
 
 // TestCLIEndToEnd builds fero-bench and runs the echo floor through the
@@ -58,6 +60,75 @@ func TestCLIEndToEnd(t *testing.T) {
 	assert.Len(t, hgrms, 2*(1+4))
 
 	t.Run("attach to running fero servers", func(t *testing.T) { testAttach(ctx, t, bin) })
+	t.Run("durable systems", func(t *testing.T) { testDurable(ctx, t, bin) })
+}
+
+// testDurable runs fero with its data on disk, fsyncing and not, and with
+// --fsync the Redis peer where Redis is installed: every system keeps its
+// data in --data-dir, which is empty again afterwards, and the report
+// gives fero's fsyncs and "n/a" for Redis's. (The systems' own tests cover
+// every policy; TestFsyncAddsEachPolicysPair every pair.)
+func testDurable(ctx context.Context, t *testing.T, bin string) {
+	dataDir := t.TempDir()
+	jsonPath := filepath.Join(t.TempDir(), "durable.json")
+	args := []string{"run", "-s", "oneway", "-r", "2000", "--warmup-records", "100",
+		"--data-dir", dataDir, "--json", jsonPath, "--progress", "never"}
+	_, err := exec.LookPath("redis-server")
+	redis := err == nil
+	if redis {
+		args = append(args, "--systems", "fero-never", "--fsync", "group")
+	} else {
+		t.Log("redis-server not installed (apt-get install redis-server): fero's durable systems only")
+		args = append(args, "--systems", "fero-never,fero-group")
+	}
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "each server of a durable system keeps a fresh data directory under "+dataDir)
+	assert.Contains(t, string(out), "  disk: fsync group · ")
+	assert.Contains(t, string(out), "  disk: fsync never · 0 fsyncs/s · records per fsync n/a (no fsync)")
+	if redis {
+		assert.Contains(t, string(out), "  disk: appendfsync always · fsyncs/s n/a")
+	}
+
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep struct {
+		Systems []string `json:"systems"`
+		Trials  []struct {
+			System     string  `json:"system"`
+			Errors     int64   `json:"errors"`
+			Durability string  `json:"durability"`
+			Fsyncs     *uint64 `json:"fsyncs"`
+		} `json:"trials"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	want := []string{"fero-never", "fero-group"}
+	if redis {
+		want = append(want, "redis-always")
+	}
+	assert.Equal(t, want, rep.Systems, "--fsync adds fero-group and its peer")
+	require.Len(t, rep.Trials, len(want))
+	for _, tr := range rep.Trials {
+		assert.Zero(t, tr.Errors, tr.System)
+		policy, isFero := strings.CutPrefix(tr.System, "fero-")
+		if !isFero {
+			assert.Equal(t, "appendfsync "+strings.TrimPrefix(tr.System, "redis-"), tr.Durability, tr.System)
+			assert.Nil(t, tr.Fsyncs, "%s: Redis does not count its fsyncs", tr.System)
+			continue
+		}
+		assert.Equal(t, "fsync "+policy, tr.Durability, tr.System)
+		require.NotNil(t, tr.Fsyncs, tr.System)
+		switch policy {
+		case "group":
+			// Every ack waits for an fsync made after its write.
+			assert.Positive(t, *tr.Fsyncs, tr.System)
+		case "never":
+			assert.Zero(t, *tr.Fsyncs, tr.System)
+		}
+	}
+	left, err := os.ReadDir(dataDir)
+	require.NoError(t, err)
+	assert.Empty(t, left, "every server removed its data directory")
 }
 
 // testAttach starts two fero servers with `fero-bench server`, as an
@@ -123,6 +194,7 @@ func TestBadFlags(t *testing.T) {
 		{"echo", "-s", "rate"}, // no --rate or --sweep
 		{"echo", "--host", "10.0.0.1"},
 		{"run", "--systems", "nope"},
+		{"run", "--fsync", "sometimes"},
 		{"server", "--system", "nope"},
 	} {
 		cmd := newRoot()
@@ -149,6 +221,24 @@ func TestAttachFlags(t *testing.T) {
 		cmd.SetOut(new(nopWriter))
 		cmd.SetErr(new(nopWriter))
 		assert.ErrorContains(t, cmd.Execute(), c.want, "%v", c.args)
+	}
+}
+
+func TestFsyncAddsEachPolicysPair(t *testing.T) {
+	got, err := withFsyncPeers([]string{"echo", "redis-always"}, "group, never,group")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"echo", "redis-always", "fero-group", "fero-never", "redis-no"}, got)
+	got, err = withFsyncPeers([]string{"echo"}, "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"echo"}, got)
+	_, err = withFsyncPeers(nil, "interval=250ms")
+	assert.ErrorContains(t, err, "--fsync interval=250ms: want group, interval or never")
+	for _, p := range fsyncPeers {
+		for _, name := range []string{p.fero, p.redis} {
+			sys, err := registry.Lookup(name)
+			require.NoError(t, err)
+			assert.NotEmpty(t, sys.(bench.Durable).Durability(), name)
+		}
 	}
 }
 
