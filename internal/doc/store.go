@@ -58,6 +58,9 @@ type Store struct {
 }
 
 type partition struct {
+	// staged is a restore arriving in pieces (StageChunk), until
+	// RestoreStaged swaps it in; only the engine's driver touches it.
+	staged *table
 	// write serializes changes to the partition; a writer builds the new
 	// value holding only write, so readers wait for nothing but the swap.
 	write sync.Mutex
@@ -532,6 +535,100 @@ func (s *Store) Restore(p int, b []byte) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
+	var t table
+	if err := s.parseSnapshot(p, b, &t); err != nil {
+		return err
+	}
+	s.replace(p, t)
+	return nil
+}
+
+// SnapshotChunks encodes partition p as Snapshot does, in pieces of about
+// max bytes (one key's value may pass it), each a map of its keys: a
+// piece restores on its own, and StageChunk takes them one by one. There
+// is always at least one piece.
+func (s *Store) SnapshotChunks(p, max int) ([][]byte, error) {
+	if p < 0 || p >= len(s.parts) {
+		return nil, errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	es := s.parts[p].sorted()
+	var pieces [][]byte
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	for len(es) > 0 || pieces == nil {
+		n, size := 0, 5
+		for n < len(es) && (n == 0 || size+5+len(es[n].key)+len(es[n].e.encoding()) <= max) {
+			size += 5 + len(es[n].key) + len(es[n].e.encoding())
+			n++
+		}
+		buf := bytes.NewBuffer(make([]byte, 0, size))
+		enc.Reset(buf)
+		mustEncode(enc.EncodeMapLen(n))
+		for _, e := range es[:n] {
+			mustEncode(enc.EncodeString(e.key))
+			buf.Write(e.e.encoding())
+		}
+		pieces = append(pieces, buf.Bytes())
+		es = es[n:]
+	}
+	return pieces, nil
+}
+
+// StageChunk adds a piece of a snapshot (SnapshotChunks) to partition p's
+// staged restore, which first starts anew. The partition is unchanged
+// until RestoreStaged; a piece that does not check leaves the staged
+// restore as it was.
+func (s *Store) StageChunk(p int, piece []byte, first bool) error {
+	if p < 0 || p >= len(s.parts) {
+		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
+	}
+	pt := &s.parts[p]
+	if first || pt.staged == nil {
+		pt.staged = &table{}
+	}
+	var t table
+	if err := s.parseSnapshot(p, piece, &t); err != nil {
+		return err
+	}
+	var dup *cell
+	t.all(func(c *cell) bool {
+		if pt.staged.get(c.key, keyHash(c.key)) != nil {
+			dup = c
+			return false
+		}
+		return true
+	})
+	if dup != nil {
+		return errs.Errorf(errs.InvalidArgument, "%w: key %q in two pieces", ErrSnapshot, dup.key)
+	}
+	t.all(func(c *cell) bool {
+		pt.staged.add(c, keyHash(c.key))
+		return true
+	})
+	return nil
+}
+
+// RestoreStaged replaces partition p's state with its staged restore.
+func (s *Store) RestoreStaged(p int) error {
+	if p < 0 || p >= len(s.parts) || s.parts[p].staged == nil {
+		return errs.Errorf(errs.InvalidArgument, "%w: partition %d has no staged restore", ErrSnapshot, p)
+	}
+	t := s.parts[p].staged
+	s.parts[p].staged = nil
+	s.replace(p, *t)
+	return nil
+}
+
+// DropStaged forgets partition p's staged restore, if any.
+func (s *Store) DropStaged(p int) {
+	if p >= 0 && p < len(s.parts) {
+		s.parts[p].staged = nil
+	}
+}
+
+// parseSnapshot checks a snapshot of partition p (or a piece of one) and
+// adds its keys to t.
+func (s *Store) parseSnapshot(p int, b []byte, t *table) error {
 	bad := func(format string, args ...any) error {
 		return errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
 	}
@@ -546,7 +643,6 @@ func (s *Store) Restore(p int, b []byte) error {
 	if n > len(b) {
 		return bad("a map of %d keys in %d bytes", n, len(b))
 	}
-	var t table
 	for range n {
 		k, err := dec.DecodeString()
 		if err != nil {
@@ -575,7 +671,6 @@ func (s *Store) Restore(p int, b []byte) error {
 	if r.Len() > 0 {
 		return bad("%d trailing bytes", r.Len())
 	}
-	s.replace(p, t)
 	return nil
 }
 

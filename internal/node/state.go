@@ -44,3 +44,15 @@ func (d docState) Snapshot(p int) ([]byte, error) { return d.store.Snapshot(p) }
 func (d docState) Restore(p int, b []byte) error { return d.store.Restore(p, b) }
 
 func (d docState) Warm(parts []int, keys []string) uint64 { return d.store.Warm(parts, keys) }
+
+var _ partition.ChunkedState = docState{}
+
+func (d docState) SnapshotChunks(p, max int) ([][]byte, error) { return d.store.SnapshotChunks(p, max) }
+
+func (d docState) StageChunk(p int, piece []byte, first bool) error {
+	return d.store.StageChunk(p, piece, first)
+}
+
+func (d docState) RestoreStaged(p int) error { return d.store.RestoreStaged(p) }
+
+func (d docState) DropStaged(p int) { d.store.DropStaged(p) }

@@ -36,6 +36,7 @@ type part struct {
 	gapStale  bool
 	knownLast uint64     // last offset accepted's owner told of
 	fetch     fetchState // the one outstanding fetch, if any
+	restore   restoring  // a snapshot arriving in pieces, if any
 	ackDirty  bool
 	dirty     bool
 
@@ -67,6 +68,17 @@ type part struct {
 }
 
 func (pt *part) position() Position { return Position{Epoch: pt.logEpoch, Offset: pt.log.last()} }
+
+// restoring is a snapshot a copy restores piece by piece (ChunkedState):
+// from which server, its name there, the next piece, and the copy's
+// position and base when it began (it must not move meanwhile).
+type restoring struct {
+	snap uint64
+	from string
+	next uint32
+	pos  Position
+	base uint64
+}
 
 type fetchState struct {
 	id   uint64
@@ -134,6 +146,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 	e.touch(pt)
 	clear(pt.gap)
 	pt.fetch = fetchState{}
+	e.dropRestore(pt)
 	if _, seen := e.seen[ep.Owner]; ep.Owner != e.id && (e.alive[ep.Owner] || !seen) {
 		// Let a live rival finish; a dead one is no reason to wait. A rival
 		// no map of ours has named yet has just joined and our map lags:
@@ -326,13 +339,20 @@ func (e *Engine) maybeFetch(pt *part) {
 	e.fetchFrom(pt, to)
 }
 
-// fetchFrom sends a fetch for what the copy lacks to node to.
+// fetchFrom sends a fetch for what the copy lacks to node to, or for the
+// next piece of the snapshot it is restoring from to.
 func (e *Engine) fetchFrom(pt *part, to string) {
+	r := pt.restore
+	if r.snap != 0 && (r.from != to || r.pos != pt.position() || r.base != pt.log.base) {
+		e.dropRestore(pt) // the copy moved, or asks another server
+		r = restoring{}
+	}
 	e.nextID++
 	pt.fetch = fetchState{id: e.nextID, to: to, sent: e.now, pos: pt.position(), base: pt.log.base}
 	e.send(to, &Fetch{
 		Partition: uint32(pt.p), ID: e.nextID, From: pt.log.last() + 1, Max: uint32(e.cfg.fetchMax),
 		Base: pt.log.base, BaseEpoch: pt.log.baseEpoch, Runs: slices.Clone(pt.log.runs),
+		Snap: r.snap, Chunk: r.next,
 	})
 }
 
@@ -340,6 +360,9 @@ func (e *Engine) fetchFrom(pt *part, to string) {
 func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 	if m.From == 0 || m.From-1 < m.Base {
 		return errs.New(errs.InvalidArgument, "fetch from before its own base")
+	}
+	if m.Snap != 0 && e.sendPiece(pt, from, m) {
+		return nil
 	}
 	// A fetch for a partition ends the snapshot in flight to the asker for
 	// it: the asker restored it (or lost it and asks again).
@@ -379,16 +402,33 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart, Busy: true})
 		return nil
 	}
-	state, err := e.st.Snapshot(pt.p)
+	var pieces [][]byte
+	var err error
+	if cs, ok := e.st.(ChunkedState); ok {
+		pieces, err = cs.SnapshotChunks(pt.p, e.cfg.maxMessage)
+		if err == nil && len(pieces) == 0 {
+			err = errs.New(errs.Internal, "no piece")
+		}
+	} else {
+		var state []byte
+		state, err = e.st.Snapshot(pt.p)
+		pieces = [][]byte{state}
+	}
 	if err != nil {
 		e.releaseSnapshot(from, pt.p)
 		return errs.Errorf(errs.Internal, "snapshot of partition %d: %w", pt.p, err)
 	}
-	e.send(from, &SnapshotReply{
+	r := &SnapshotReply{
 		Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart,
-		OffsetEpoch: pt.log.lastEpoch(), TruncateTo: truncate, State: state,
+		OffsetEpoch: pt.log.lastEpoch(), TruncateTo: truncate, State: pieces[0],
 		Runs: slices.Clone(pt.log.runs),
-	})
+	}
+	if len(pieces) > 1 {
+		e.nextSnap++
+		r.Snap, r.More = e.nextSnap, true
+		e.keepPieces(from, pt.p, &snapStream{id: e.nextSnap, pieces: pieces, reply: *r})
+	}
+	e.send(from, r)
 	return nil
 }
 
@@ -437,7 +477,17 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 		e.maybeFetch(pt)
 		return
 	}
-	if err := e.st.Restore(pt.p, m.State); err != nil {
+	if m.Snap != 0 {
+		done, ok := e.stagePiece(pt, from, m, f)
+		if !ok {
+			pt.fetch = f // keep it outstanding: the fetch retry asks again
+			return
+		}
+		if !done {
+			e.fetchFrom(pt, from) // the next piece
+			return
+		}
+	} else if err := e.st.Restore(pt.p, m.State); err != nil {
 		pt.fetch = f // keep it outstanding: the fetch retry asks again
 		return
 	}

@@ -95,6 +95,7 @@ type Engine struct {
 	continues uint64 // RestoreConfig's incarnation, whose vote this node continues
 
 	snapsOut map[string][]snapOut // snapshots in flight to each peer (snapshots.go)
+	nextSnap uint64               // the last snapshot sent in pieces
 
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 

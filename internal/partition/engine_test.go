@@ -1424,3 +1424,52 @@ func (n *network) caughtUp(id string) bool {
 	}
 	return true
 }
+
+// TestLargeSnapshotGoesInPieces (rule 8): a partition larger than a
+// message reaches a copy far behind in pieces, none larger than the
+// message bound (give or take one key), asked for one by one; a lost piece
+// is asked for again, and the copy swaps the state in only with the last.
+func TestLargeSnapshotGoesInPieces(t *testing.T) {
+	n := newNetwork(t, 2, []string{"a", "b"}, WithHistoryMax(4), WithMaxEntry(64), WithMaxMessage(256))
+	n.settle()
+	for i := range 200 {
+		_, _ = n.propose(n.owner(0), 0, fmt.Sprintf("key%03d", i), fmt.Sprintf("value %d", i), WaitAck)
+		n.deliverAll()
+	}
+	n.add("d", false)
+	n.setMap([]string{"a", "b", "d"}, "a", "b", "d")
+	pieces, lost := 0, false
+	for steps := 0; steps < 1_000_000 && !n.caughtUp("d"); steps++ {
+		if len(n.queue) == 0 {
+			n.tick(100 * time.Millisecond)
+			continue
+		}
+		env := n.queue[0]
+		if m, ok := env.msg.(*SnapshotReply); ok && env.to == "d" && m.Partition == 0 {
+			if m.Snap == 0 {
+				t.Fatalf("a snapshot of 200 keys in one message of %d bytes", len(m.State))
+			}
+			if len(m.State) > 256+64 {
+				t.Fatalf("a piece of %d bytes", len(m.State))
+			}
+			pieces++
+			if m.Chunk == 3 && !lost {
+				lost = true
+				n.queue = n.queue[1:] // lost on the way: the fetch retry asks again
+				continue
+			}
+			if m.More && len(n.nodes["d"].st.kv[0]) > 0 {
+				t.Fatal("d shows part of the snapshot before its last piece")
+			}
+		}
+		n.deliver(0)
+	}
+	n.settle()
+	n.converged()
+	if pieces < 20 || !lost {
+		t.Fatalf("%d pieces, one lost: %v", pieces, lost)
+	}
+	if got := len(n.nodes["d"].st.kv[0]); got != 200 {
+		t.Fatalf("d holds %d keys of 200", got)
+	}
+}

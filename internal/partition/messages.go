@@ -106,6 +106,10 @@ type Fetch struct {
 	Base      uint64 `msgpack:"b"`
 	BaseEpoch Epoch  `msgpack:"be"`
 	Runs      []Run  `msgpack:"r"`
+	// Snap, when set, asks for piece Chunk of the server's snapshot Snap,
+	// which the asker is restoring piece by piece.
+	Snap  uint64 `msgpack:"sn,omitempty"`
+	Chunk uint32 `msgpack:"c,omitempty"`
 }
 
 // FetchReply carries entries that extend the asker's log. Position and
@@ -138,6 +142,12 @@ type SnapshotReply struct {
 	// Runs is the server's epoch history up to Position.Offset, which the
 	// copy keeps so that it can check others' logs in turn (rule 8).
 	Runs []Run `msgpack:"r"`
+	// A state larger than a message goes in pieces (ChunkedState): Snap
+	// names the snapshot, State is its piece Chunk, and More says pieces
+	// follow, each asked for with a Fetch naming Snap and the next Chunk.
+	Snap  uint64 `msgpack:"sn,omitempty"`
+	Chunk uint32 `msgpack:"c,omitempty"`
+	More  bool   `msgpack:"mo,omitempty"`
 }
 
 // Forward carries a write from the node that received it to the owner by

@@ -22,6 +22,7 @@ import (
 type testState struct {
 	kv      []map[string]string
 	applied []uint64
+	staged  map[int]*snapshot // restores arriving in pieces
 	bad     []string
 	warmed  []string // "partition/key" of each key Warm was asked to load
 }
@@ -92,6 +93,65 @@ func (s *testState) Restore(p int, b []byte) error {
 	s.kv[p], s.applied[p] = sn.KV, sn.Offset
 	return nil
 }
+
+// SnapshotChunks splits the partition's keys, in order, into pieces of
+// about max bytes.
+func (s *testState) SnapshotChunks(p, max int) ([][]byte, error) {
+	keys := slices.Sorted(maps.Keys(s.kv[p]))
+	var pieces [][]byte
+	for len(keys) > 0 || pieces == nil {
+		sn := snapshot{Offset: s.applied[p], KV: map[string]string{}}
+		size := 16
+		for len(keys) > 0 && (len(sn.KV) == 0 || size+len(keys[0])+len(s.kv[p][keys[0]])+8 <= max) {
+			sn.KV[keys[0]] = s.kv[p][keys[0]]
+			size += len(keys[0]) + len(s.kv[p][keys[0]]) + 8
+			keys = keys[1:]
+		}
+		b, err := msgpack.Marshal(sn)
+		if err != nil {
+			return nil, err
+		}
+		pieces = append(pieces, b)
+	}
+	return pieces, nil
+}
+
+func (s *testState) StageChunk(p int, piece []byte, first bool) error {
+	var sn snapshot
+	if err := msgpack.Unmarshal(piece, &sn); err != nil {
+		return err
+	}
+	if s.staged == nil {
+		s.staged = map[int]*snapshot{}
+	}
+	st := s.staged[p]
+	if first || st == nil {
+		st = &snapshot{Offset: sn.Offset, KV: map[string]string{}}
+		s.staged[p] = st
+	}
+	if sn.Offset != st.Offset {
+		return fmt.Errorf("a piece at offset %d of a snapshot at %d", sn.Offset, st.Offset)
+	}
+	for k, v := range sn.KV {
+		if _, dup := st.KV[k]; dup {
+			return fmt.Errorf("key %q in two pieces", k)
+		}
+		st.KV[k] = v
+	}
+	return nil
+}
+
+func (s *testState) RestoreStaged(p int) error {
+	st := s.staged[p]
+	if st == nil {
+		return fmt.Errorf("partition %d: nothing staged", p)
+	}
+	delete(s.staged, p)
+	s.kv[p], s.applied[p] = st.KV, st.Offset
+	return nil
+}
+
+func (s *testState) DropStaged(p int) { delete(s.staged, p) }
 
 func val(s string) []byte {
 	b, err := msgpack.Marshal(s)

@@ -35,6 +35,12 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 		// Durable servers: the crash is a restart from disk (restart).
 		opts = append(opts, WithDurable())
 	}
+	if seed%4 == 1 {
+		// A history of two and tiny messages: copies behind catch up by
+		// snapshots, which go in pieces of a few keys (with the default
+		// history of 16, no schedule ever sent a snapshot).
+		opts = append(opts, WithHistoryMax(2), WithMaxEntry(16), WithMaxMessage(48))
+	}
 	n := newNetwork(t, 4, servers, opts...)
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)

@@ -28,8 +28,9 @@ const busyRetry = 50 * time.Millisecond
 
 // snapOut is one snapshot in flight to a peer.
 type snapOut struct {
-	p    int
-	sent time.Time
+	p      int
+	sent   time.Time
+	stream *snapStream // the pieces, for a snapshot sent in pieces
 }
 
 // takeSnapshotSlot reports whether a snapshot of partition p may go to
@@ -61,4 +62,91 @@ func (e *Engine) releaseSnapshot(peer string, p int) {
 		return
 	}
 	e.snapsOut[peer] = out
+}
+
+// Snapshots in pieces. A state larger than a message (ChunkedState) goes
+// in pieces of at most the message bound: the server keeps the pieces of
+// a snapshot while it is in flight (its slot), and the copy asks for each
+// in turn, staging them, so neither holds the partition as one message and
+// the copy's asking paces the server. The copy swaps the staged state in
+// with the last piece, and only if it did not move meanwhile; a server
+// that no longer has the pieces (the slot expired) starts a new snapshot.
+
+// snapStream is a snapshot in pieces that a server keeps for a copy.
+type snapStream struct {
+	id     uint64
+	pieces [][]byte
+	reply  SnapshotReply // the first piece's reply, State aside
+}
+
+// keepPieces keeps stream in peer's slot for partition p.
+func (e *Engine) keepPieces(peer string, p int, s *snapStream) {
+	out := e.snapsOut[peer]
+	for i := range out {
+		if out[i].p == p {
+			out[i].stream = s
+		}
+	}
+}
+
+// sendPiece answers a fetch for a piece of a snapshot in flight, and
+// reports whether it could.
+func (e *Engine) sendPiece(pt *part, from string, m *Fetch) bool {
+	out := e.snapsOut[from]
+	for i := range out {
+		s := out[i].stream
+		if out[i].p != pt.p || s == nil || s.id != m.Snap || m.Chunk == 0 || int(m.Chunk) >= len(s.pieces) {
+			continue
+		}
+		out[i].sent = e.now // in flight for as long as it is asked for
+		r := s.reply
+		r.ID, r.Chunk, r.State = m.ID, m.Chunk, s.pieces[m.Chunk]
+		r.More = int(m.Chunk)+1 < len(s.pieces)
+		e.send(from, &r)
+		return true
+	}
+	return false
+}
+
+// stagePiece stages one piece of a snapshot (f is the fetch it answers).
+// It reports whether it was the last, and false for ok when the piece
+// could not be staged (the fetch retry asks again).
+func (e *Engine) stagePiece(pt *part, from string, m *SnapshotReply, f fetchState) (done, ok bool) {
+	cs, chunked := e.st.(ChunkedState)
+	if !chunked {
+		return false, false
+	}
+	r := &pt.restore
+	if m.Chunk == 0 {
+		e.dropRestore(pt)
+		*r = restoring{snap: m.Snap, from: from, pos: f.pos, base: f.base}
+	} else if r.snap != m.Snap || r.from != from || r.next != m.Chunk {
+		// Not the piece this copy is waiting for: start over.
+		e.dropRestore(pt)
+		return false, true
+	}
+	if err := cs.StageChunk(pt.p, m.State, m.Chunk == 0); err != nil {
+		e.dropRestore(pt)
+		return false, false
+	}
+	r.next = m.Chunk + 1
+	if m.More {
+		return false, true
+	}
+	*r = restoring{}
+	if err := cs.RestoreStaged(pt.p); err != nil {
+		return false, false
+	}
+	return true, true
+}
+
+// dropRestore abandons a snapshot the copy was restoring in pieces.
+func (e *Engine) dropRestore(pt *part) {
+	if pt.restore.snap == 0 {
+		return
+	}
+	pt.restore = restoring{}
+	if cs, ok := e.st.(ChunkedState); ok {
+		cs.DropStaged(pt.p)
+	}
 }

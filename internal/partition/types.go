@@ -280,6 +280,24 @@ type State interface {
 	Restore(partition int, snapshot []byte) error
 }
 
+// ChunkedState is a State that sends and restores a partition's snapshot
+// in pieces, so that no message holds a partition larger than the message
+// bound, and a copy catching up stages the pieces as they come (rule 8).
+type ChunkedState interface {
+	// SnapshotChunks encodes the partition's state in pieces of about max
+	// bytes each (at least one piece).
+	SnapshotChunks(partition, max int) ([][]byte, error)
+	// StageChunk adds a piece to the partition's staged restore, which
+	// first starts anew. The state is unchanged; on error the staged
+	// restore is as it was.
+	StageChunk(partition int, piece []byte, first bool) error
+	// RestoreStaged replaces the partition's state with the staged
+	// restore.
+	RestoreStaged(partition int) error
+	// DropStaged forgets the partition's staged restore.
+	DropStaged(partition int)
+}
+
 // CheckApplier is a State that can check and apply an entry in one step:
 // CheckApply applies e if Check would accept it and returns Check's error
 // otherwise, leaving the state unchanged. The owner uses it instead of
