@@ -17,6 +17,7 @@ import (
 //	kindEntry:    partition, offset, then the entry's tail (below)
 //	kindTruncate: partition, offset (drop the entries after it)
 //	kindMeta:     key length, key, value (the rest)
+//	kindMark:     a byte offset of this segment that an fsync covered
 //
 // An entry's tail, which is also pebble's value for an entry key: term,
 // owner length, owner, type (one byte), key length, key, value (the rest).
@@ -26,6 +27,7 @@ const (
 	kindEntry   = 1
 	kindTrunc   = 2
 	kindMeta    = 3
+	kindMark    = 4
 	// maxBody bounds a record body: an entry of MaxEntrySize plus its
 	// numbers. A length field above it is a torn or corrupt frame.
 	maxBody = MaxEntrySize + 64
@@ -114,6 +116,13 @@ func appendMetaRecord(b []byte, key string, value []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
 	b = append(b, value...)
+	return endFrame(b, start)
+}
+
+func appendMarkRecord(b []byte, synced int64) []byte {
+	b, start := beginFrame(b)
+	b = append(b, kindMark)
+	b = binary.AppendUvarint(b, uint64(synced))
 	return endFrame(b, start)
 }
 
@@ -217,6 +226,11 @@ func decodeRecord(body []byte) (record, error) {
 	case kindMeta:
 		rec.key = r.bytes(r.uvarint())
 		rec.value = r.b
+	case kindMark:
+		rec.offset = r.uvarint()
+		if r.err == nil && len(r.b) != 0 {
+			r.err = errShort
+		}
 	default:
 		return rec, fmt.Errorf("record: kind %d: %w", rec.kind, ErrCorrupt)
 	}

@@ -66,6 +66,7 @@ type segment struct {
 	path      string
 	f         *os.File
 	size      int64 // bytes in the file; the active segment's buffer follows
+	synced    int64 // bytes an fsync has covered (the active segment's)
 	live      int   // live entries
 	liveBytes int64 // their records' bytes
 	metas     int   // current meta values
@@ -277,6 +278,9 @@ func (l *segLog) replay(id uint32, last bool) error {
 		if !last {
 			return fmt.Errorf("storage: %s: bad record at byte %d of a sealed segment: %w", path, at, ErrCorrupt)
 		}
+		if synced := markPast(data, at); synced > int64(at) {
+			return fmt.Errorf("storage: %s: bad record at byte %d, which an fsync had covered (a later mark says through byte %d): damage, not a torn write: %w", path, at, synced, ErrCorrupt)
+		}
 		return l.cutTail(path, at, len(data))
 	}
 	seg := &segment{id: id, path: path}
@@ -305,6 +309,10 @@ func (l *segLog) replay(id uint32, last bool) error {
 			// The CRC matched: this is no torn write.
 			return fmt.Errorf("storage: %s at byte %d: %w", path, pos, err)
 		}
+		if r.kind == kindMark {
+			pos += n
+			continue
+		}
 		if err := l.replayRecord(r, loc{seg: id, off: uint32(pos), n: uint32(n)}); err != nil {
 			return fmt.Errorf("storage: %s at byte %d: %w", path, pos, err)
 		}
@@ -320,6 +328,14 @@ func (l *segLog) replay(id uint32, last bool) error {
 	}
 	seg.f = f
 	seg.size = int64(pos)
+	if last {
+		// What the last process wrote may sit unsynced in the page cache:
+		// sync it before a mark can claim it.
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("storage: sync %s: %w", path, err)
+		}
+		seg.synced = seg.size
+	}
 	if lostMagic {
 		// Write the magic the crash lost.
 		if _, err := f.WriteAt([]byte(segMagic), 0); err != nil {
@@ -328,6 +344,36 @@ func (l *segLog) replay(id uint32, last bool) error {
 		seg.size = int64(len(segMagic))
 	}
 	return nil
+}
+
+// markPast looks past a bad record at byte at of a segment for a sync mark
+// (kindMark) and returns the largest offset one says an fsync covered, or
+// 0. It skips the bad record by its length, which a torn write may have
+// left intact, and stops at the first record it cannot read. A torn tail
+// is writes no fsync covered, so a mark past the damage that covers it
+// means the damage is not a torn write: the disk lost bytes it had
+// synced. (Valid records after a bad one alone prove nothing: the OS may
+// write a crash's unsynced pages out of order.)
+func markPast(data []byte, at int) int64 {
+	if len(data)-at < frameHeader {
+		return 0
+	}
+	size := int(binary.LittleEndian.Uint32(data[at:]))
+	if size == 0 || size > maxBody || at+frameHeader+size > len(data) {
+		return 0
+	}
+	var synced int64
+	for pos := at + frameHeader + size; pos < len(data); {
+		body, n, st := parseFrame(data[pos:])
+		if st != frameOK {
+			break
+		}
+		if r, err := decodeRecord(body); err == nil && r.kind == kindMark {
+			synced = max(synced, int64(r.offset))
+		}
+		pos += n
+	}
+	return synced
 }
 
 // cutTail truncates the file at path to at bytes, of size, and makes the
@@ -642,11 +688,17 @@ func (l *segLog) syncPass() error {
 		return nil
 	}
 	l.dirty = false
+	a := l.active()
+	if a.synced > int64(len(segMagic)) {
+		// What the last fsync of this segment covered, for Open to tell
+		// damage from a torn write (markPast).
+		l.buf = appendMarkRecord(l.buf, a.synced)
+	}
 	if err := l.flushLocked(); err != nil {
 		l.mu.Unlock()
 		return err
 	}
-	a := l.active()
+	covered := a.size
 	l.mu.Unlock()
 	// A roll meanwhile syncs a itself before it leaves it, and nothing
 	// closes a segment while syncMu is held.
@@ -655,6 +707,9 @@ func (l *segLog) syncPass() error {
 		defer l.mu.Unlock()
 		return l.fail(fmt.Errorf("storage: sync %s: %w", a.path, err))
 	}
+	l.mu.Lock()
+	a.synced = max(a.synced, covered)
+	l.mu.Unlock()
 	return nil
 }
 

@@ -307,3 +307,43 @@ func TestSegmentLogFlushSurvivesAProcessCrash(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1, 10}, []uint64{first, last}, "the flushed entries, not the buffered ones")
 }
+
+// A bad record in the last segment that an fsync had covered is damage,
+// not a torn write: a later sync mark says so, and Open refuses the log
+// instead of cutting records it may have acknowledged. Damage past the
+// last fsync is a torn tail, cut as ever.
+func TestSegmentLogDamageUnderASyncMarkIsCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenSegmentLog(dir, Options{})
+	require.NoError(t, err)
+	for i := range 5 {
+		require.NoError(t, s.Append(0, entries(ep1, uint64(1+10*i), 10)))
+		require.NoError(t, s.Sync())
+	}
+	require.NoError(t, s.Close())
+	path := segFiles(t, dir)[0]
+	flipByte(t, path, int64(len(segMagic))+frameHeader+3) // inside the first record
+	_, err = OpenSegmentLog(dir, Options{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "an fsync had covered")
+
+	// The same damage in records no fsync covered yet is a torn tail.
+	dir = t.TempDir()
+	s, err = OpenSegmentLog(dir, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Append(0, entries(ep1, 1, 10)))
+	require.NoError(t, s.Sync())
+	info, err := os.Stat(segFiles(t, dir)[0])
+	require.NoError(t, err)
+	require.NoError(t, s.Append(0, entries(ep1, 11, 10)))
+	require.NoError(t, s.Flush())
+	crash(t, s)
+	flipByte(t, segFiles(t, dir)[0], info.Size()+frameHeader+3) // the first unsynced record
+	s, err = OpenSegmentLog(dir, Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NotZero(t, s.Recovery().TornBytes)
+	_, last, err := s.Bounds(0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), last)
+}
