@@ -227,11 +227,15 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		data, gossip = append(data, freeAddr(t)), append(gossip, freeAddr(t))
 		dirs = append(dirs, t.TempDir())
 	}
-	start := func(i int) *server {
-		return serve(t, "kv", "--id", ids[i], "--listen", data[i], "--bind", gossip[i],
-			"--seeds", strings.Join(gossip, ","), "--data-dir", dirs[i], "--log-level", "error")
+	start := func(i int, disk bool) *server {
+		args := []string{"kv", "--id", ids[i], "--listen", data[i], "--bind", gossip[i],
+			"--seeds", strings.Join(gossip, ","), "--log-level", "error"}
+		if disk {
+			args = append(args, "--data-dir", dirs[i])
+		}
+		return serve(t, args...)
 	}
-	ss := []*server{start(0), start(1), start(2)}
+	ss := []*server{start(0, true), start(1, true), start(2, true)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	load := func(prefix string, n int) {
@@ -255,21 +259,24 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	load("k", keys)
 	t.Logf("loaded %d keys of ~%d bytes in %v", keys, size+10, time.Since(began).Round(time.Millisecond))
 
-	for _, wipe := range []bool{false, true} {
+	for i, how := range []string{
+		"on its data directory (load plus the tail)",
+		"with its directory wiped (a full resync from the peers, kept on disk)",
+		"without a data directory (a full resync into memory)",
+	} {
 		_ = ss[1].cmd.Process.Kill()
 		_ = ss[1].cmd.Wait()
-		load(fmt.Sprintf("down-%v-", wipe), keys/100) // the tail n2 misses
-		if wipe {
+		load(fmt.Sprintf("down-%d-", i), keys/100) // the tail n2 misses
+		if i == 1 {
 			require.NoError(t, os.RemoveAll(dirs[1]))
 		}
 		began := time.Now()
-		ss[1] = start(1)
+		ss[1] = start(1, i < 2)
 		waitCaughtUp(ctx, t, ss, 1)
-		how := "on its data directory (load plus the tail)"
-		if wipe {
-			how = "with its directory wiped (a full resync from the peers)"
-		}
-		t.Logf("restart of n2 %s: serving the same copy as its peers after %v", how, time.Since(began).Round(time.Millisecond))
+		took := time.Since(began)
+		ref, err := remoteStatus(ctx, ss[0].data)
+		require.NoError(t, err)
+		t.Logf("restart of n2 %s: serving the same copy as its peers (%d keys) after %v", how, ref.Keys, took.Round(time.Millisecond))
 	}
 }
 
