@@ -79,6 +79,33 @@ func (c *testCluster) settle(servers int) {
 	}, 20*time.Second, 10*time.Millisecond)
 }
 
+// voting waits until every server holds servers confirmed voters in its
+// configuration: a server that joined after the first formed the cluster
+// is a learner until it has caught up and announced itself, and a test
+// that counts on a quorum of all of them must wait for that (settle waits
+// for the maps and the owners only).
+func (c *testCluster) voting(servers int) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool {
+		for _, r := range c.all {
+			vs, err := r.node().Voters(context.Background())
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, v := range vs {
+				if !v.Guess && !v.Left {
+					n++
+				}
+			}
+			if n != servers {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
 // converged waits until every node holds keys keys and one digest.
 func (c *testCluster) converged(nodes []*Resource, keys int) {
 	c.t.Helper()

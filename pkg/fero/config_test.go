@@ -16,6 +16,7 @@ func TestGracefulLeavesKeepTheConfiguration(t *testing.T) {
 	c := newTestCluster(t, 21)
 	a, b, d := c.open("a"), c.open("b"), c.open("c")
 	c.settle(3)
+	c.voting(3)
 	ctx := ctxT(t)
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 1, Majority) }))
 	require.NoError(t, b.Close())
@@ -37,6 +38,7 @@ func TestCrashedServersNeedForget(t *testing.T) {
 	c := newTestCluster(t, 22)
 	a, b, d := c.open("a"), c.open("b"), c.open("c")
 	c.settle(3)
+	c.voting(3)
 	ctx := ctxT(t)
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 1, Majority) }))
 	// Cut b and c off, then stop them: their leave never reaches a.
