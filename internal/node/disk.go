@@ -37,9 +37,10 @@ const (
 )
 
 // ErrDisk answers writes on a node whose disk failed: it sends nothing
-// more (no promise or ack it could not keep), serves local reads, and
-// must be restarted once the disk is fixed (say, has room again).
-var ErrDisk = errs.New(errs.Unavailable, "this node's disk failed; it takes no writes until restarted")
+// more (no promise or ack it could not keep), leaves the cluster, serves
+// local reads, and must be restarted once the disk is fixed (say, has
+// room again).
+var ErrDisk = errs.New(errs.Unavailable, "this node's disk failed; it left the cluster and takes no writes until restarted")
 
 // disk is a node's open data directory.
 type disk struct {
@@ -324,13 +325,15 @@ func (d *disk) close() error {
 // diskFailed handles a round whose durable part did not reach the disk:
 // nothing of it leaves the node (a promise or ack it cannot keep), its
 // callers learn that their writes may or may not have taken effect (this
-// node applied them in memory), and the node stays up for local reads.
-// engMu is held.
+// node applied them in memory), and the node leaves the cluster, so that
+// the other servers take its partitions over, but stays up for local
+// reads of its copy (which no longer follows the cluster). engMu is held.
 func (n *Node) diskFailed(rd partition.Ready, err error) {
 	if !n.diskLogged {
 		n.diskLogged = true
-		n.logger.Error("fero: node: the data dir failed; this node sends nothing more and takes no writes until restarted (local reads still work)",
+		n.logger.Error("fero: node: the data dir failed; this node leaves the cluster and takes no writes until restarted (local reads of its copy still work)",
 			"dir", n.cfg.DataDir, "err", err)
+		go func() { _ = n.ms.Close() }() // a graceful leave, which can take its timeout
 	}
 	for _, ev := range rd.Events {
 		n.publish(ev)

@@ -165,28 +165,40 @@ func TestDataDirFull(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	n, err := startDurable(t, dir)
-	require.NoError(t, err)
-	writeKeys(t, n, 0, 10)
+	// a's disk is the small one; b and c have room.
+	nw := memnet.New(43)
+	withDir := func(d string) func(*Config) { return func(c *Config) { c.DataDir = d } }
+	a := startNodeCfg(t, nw, "a", false, nil, withDir(dir))
+	seed := a.Membership().Local().Gossip
+	b := startNodeCfg(t, nw, "b", false, nil, withDir(t.TempDir()), seed)
+	c := startNodeCfg(t, nw, "c", false, nil, withDir(t.TempDir()), seed)
+	nodes := []*Node{a, b, c}
+	require.Eventually(t, func() bool { return settled(nodes, 3) }, 20*time.Second, 10*time.Millisecond)
+	writeKeys(t, a, 0, 10)
 
-	ctx, cancel := context.WithTimeout(ctxT(t), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctxT(t), 60*time.Second)
 	defer cancel()
-	var b doc.Builder
+	var bld doc.Builder
 	big := strings.Repeat("x", 32<<10)
 	var last error
 	for i := 0; i < 64 && last == nil; i++ {
-		c, err := b.Update(fmt.Sprint("big", i), big)
+		ch, err := bld.Update(fmt.Sprint("big", i), big)
 		require.NoError(t, err)
-		_, last = n.Write(ctx, c, partition.WaitMajority, 0)
+		_, last = a.Write(ctx, ch, partition.WaitMajority, 0)
 	}
 	require.Error(t, last, "256 KiB of disk took 64 writes of 32 KiB")
 	require.ErrorContains(t, last, "disk")
-	c, err := b.Update("after", big)
+	ch, err := bld.Update("after", big)
 	require.NoError(t, err)
-	_, err = n.Write(ctx, c, partition.WaitAck, 0)
+	_, err = a.Write(ctx, ch, partition.WaitAck, 0)
 	require.ErrorIs(t, err, ErrDisk)
 	require.Equal(t, errs.Unavailable, errs.CodeOf(err))
-	_, ok := n.Store().GetBytes("k3")
+	_, ok := a.Store().GetBytes("k3")
 	require.True(t, ok, "local reads work on a node whose disk is full")
-	require.ErrorContains(t, n.Close(), "no space left on device", "Close reports what stopped the disk")
+
+	// a left the cluster: b and c own everything, and every key takes
+	// writes again.
+	require.Eventually(t, func() bool { return settled([]*Node{b, c}, 2) }, 20*time.Second, 10*time.Millisecond)
+	writeKeys(t, b, 0, 40)
+	require.ErrorContains(t, a.Close(), "no space left on device", "Close reports what stopped the disk")
 }
