@@ -21,12 +21,12 @@ import (
 )
 
 // startDurable starts a lone server on dir (it founds its cluster, a
-// quorum of one) with a small history, so the disk takes snapshots.
+// quorum of one) with a history of 200 bytes, so the disk takes snapshots.
 func startDurable(t *testing.T, dir string) (*Node, error) {
 	t.Helper()
 	cfg := baseConfig(t, memnet.New(41), "a", false, nil)
 	cfg.DataDir = dir
-	cfg.Engine = append(cfg.Engine, partition.WithHistoryMax(8))
+	cfg.Engine = append(cfg.Engine, partition.WithHistoryBytes(200))
 	n, err := Start(ctxT(t), cfg)
 	if err == nil {
 		t.Cleanup(func() { _ = n.Close() })
@@ -78,7 +78,7 @@ func TestDataDirKeepsTheCopy(t *testing.T) {
 	requireKeys(t, n, 150)
 	snaps, err := filepath.Glob(filepath.Join(dir, "*.snap"))
 	require.NoError(t, err)
-	require.NotEmpty(t, snaps, "150 writes over 32 partitions with a history of 8: the disk took snapshots")
+	require.NotEmpty(t, snaps, "150 writes over 32 partitions with a history of 200 bytes: the disk took snapshots")
 }
 
 // crashDisk stops n and leaves its directory as a killed process would

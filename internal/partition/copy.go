@@ -45,8 +45,8 @@ type part struct {
 	durReset bool     // the log was replaced by a snapshot since the last Ready
 	durOff   uint64   // the last offset handed to the driver
 	durMeta  PartMeta // the meta handed to the driver
-	durCount int      // entries on disk past its snapshot
-	durBytes int      // and their keys' and values' bytes
+	durBytes int      // bytes of the entries on disk past its snapshot (diskEntryBytes)
+	durSnap  int      // bytes of the state in its last snapshot on disk
 
 	// Owner side.
 	active    bool

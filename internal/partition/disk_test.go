@@ -78,15 +78,19 @@ func (d *testDisk) check(e *Engine, pt *part) error {
 	if dm := d.metas[pt.p]; (dm == nil && m != PartMeta{}) || (dm != nil && *dm != m) {
 		return fmt.Errorf("the disk's meta %+v, the engine's %+v", dm, m)
 	}
-	if n := len(d.entries[pt.p]); n > e.cfg.historyMax+DefaultFetchMax+maxRound {
-		return fmt.Errorf("the disk holds %d entries past its snapshot, the bound is %d", n, e.cfg.historyMax)
+	bound := e.cfg.historyBytes
+	if s := d.snaps[pt.p]; s != nil {
+		bound = max(bound, len(s.State))
+	}
+	if n := diskEntryBytes(d.entries[pt.p]); n > bound+roundBytes {
+		return fmt.Errorf("the disk holds %d bytes of entries past its snapshot, the bound is %d", n, bound)
 	}
 	return nil
 }
 
-// maxRound bounds the entries one Ready can add to a partition in these
-// tests, beyond the history bound the disk's tail is held to.
-const maxRound = 64
+// roundBytes bounds the entry bytes one Ready can add to a partition in
+// these tests, beyond the bound the disk's tail is held to.
+const roundBytes = 64 << 10
 
 // restartDurable restarts server id from its disk, as a new incarnation:
 // its engine is built from nothing but what the disk holds.
@@ -131,7 +135,7 @@ func (n *network) restartDurable(id string) *node {
 // and catch-up by snapshot; and the disk's tail stays bounded.
 func TestDiskFollowsTheEngine(t *testing.T) {
 	ids := []string{"a", "b", "c"}
-	n := newNetwork(t, 4, ids, WithDurable(), WithHistoryMax(8), WithFetchMax(4))
+	n := newNetwork(t, 4, ids, WithDurable(), WithHistoryMax(8), WithHistoryBytes(400), WithFetchMax(4))
 	n.settle()
 	for i := range 100 {
 		id := ids[i%3]
@@ -154,7 +158,7 @@ func TestDiskFollowsTheEngine(t *testing.T) {
 	for _, id := range ids {
 		for p := range n.parts {
 			if n.nodes[id].disk.snaps[p] == nil {
-				t.Fatalf("%s partition %d: no snapshot on disk after %d writes with a history of 8", id, p, 100/4)
+				t.Fatalf("%s partition %d: no snapshot on disk after %d writes with a history of 400 bytes", id, p, 100/4)
 			}
 		}
 	}
@@ -209,7 +213,7 @@ func TestDurableRestartKeepsTheVote(t *testing.T) {
 // server founds a new one), and every Majority-acked write is there.
 func TestWholeClusterRestartsFromDisk(t *testing.T) {
 	ids := []string{"a", "b", "c"}
-	n := newNetwork(t, 4, ids, WithDurable(), WithHistoryMax(8))
+	n := newNetwork(t, 4, ids, WithDurable(), WithHistoryMax(8), WithHistoryBytes(200))
 	n.settle()
 	var acked []string
 	for i := range 60 {

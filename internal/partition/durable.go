@@ -106,11 +106,16 @@ func (e *Engine) durableReady() {
 		d := Durable{Partition: p}
 		last := pt.log.last()
 		switch {
-		case pt.durReset || pt.durOff < pt.log.base ||
-			pt.durCount >= e.cfg.historyMax || pt.durBytes >= e.cfg.historyBytes:
+		case pt.durReset || pt.durOff < pt.log.base || pt.durBytes >= max(e.cfg.historyBytes, pt.durSnap):
 			// The log was replaced, or lost entries the disk has not
-			// seen to the history bound, or the disk's tail has grown to
-			// the bound: a snapshot of the copy as it is now covers all.
+			// seen to the history bound, or the disk's tail has grown as
+			// large as the state (and past the history's bytes): a
+			// snapshot of the copy as it is now covers all. Bounding the
+			// tail by the state keeps the disk within about twice the
+			// state plus the history, and what snapshots write within
+			// about what the writes do: a bound in entries made a large
+			// partition written in small writes write its whole state
+			// again every 10,000 of them.
 			state, err := e.st.Snapshot(p)
 			if err != nil {
 				// The state cannot encode itself (it never fails for the
@@ -123,17 +128,14 @@ func (e *Engine) durableReady() {
 					continue
 				}
 				d.Entries = pt.log.appendRange(e.durEntries(int(last-pt.durOff)), pt.durOff+1, last)
-				pt.durCount += len(d.Entries)
+				pt.durBytes += diskEntryBytes(d.Entries)
 				break
 			}
 			d.Snapshot = &Snapshot{Base: last, BaseEpoch: pt.log.lastEpoch(), Runs: slices.Clone(pt.log.runs), State: state}
-			pt.durReset, pt.durCount, pt.durBytes = false, 0, 0
+			pt.durReset, pt.durBytes, pt.durSnap = false, 0, len(state)
 		case pt.durOff < last:
 			d.Entries = pt.log.appendRange(e.durEntries(int(last-pt.durOff)), pt.durOff+1, last)
-			pt.durCount += len(d.Entries)
-			for i := range d.Entries {
-				pt.durBytes += len(d.Entries[i].Key) + len(d.Entries[i].Value)
-			}
+			pt.durBytes += diskEntryBytes(d.Entries)
 		}
 		pt.durOff = last
 		if m := pt.meta(); m != pt.durMeta {
@@ -149,6 +151,19 @@ func (e *Engine) durableReady() {
 		e.dur.configVer, e.dur.heard, e.dur.inc = e.configVer, e.heardConfig, e.inc
 		e.rd.Config = &Config{Inc: e.inc, Heard: e.heardConfig, Voters: e.Voters()}
 	}
+}
+
+// diskEntryOverhead approximates what a log record costs on disk beyond
+// its key and value (frame, partition, offset, epoch).
+const diskEntryOverhead = 32
+
+// diskEntryBytes is what entries take in the disk's log, about.
+func diskEntryBytes(es []Entry) int {
+	n := 0
+	for i := range es {
+		n += len(es[i].Key) + len(es[i].Value) + diskEntryOverhead
+	}
+	return n
 }
 
 // durEntries returns room for n entries, reused across rounds.
@@ -201,9 +216,9 @@ func (e *Engine) Restore(partitions, p int, snap *Snapshot, entries []Entry, met
 	if pt.accepted.Less(pt.logEpoch) {
 		pt.accepted, pt.started = pt.logEpoch, true
 	}
-	pt.durOff, pt.durMeta, pt.durCount = pt.log.last(), pt.meta(), len(entries)
-	for i := range entries {
-		pt.durBytes += len(entries[i].Key) + len(entries[i].Value)
+	pt.durOff, pt.durMeta, pt.durBytes = pt.log.last(), pt.meta(), diskEntryBytes(entries)
+	if snap != nil {
+		pt.durSnap = len(snap.State)
 	}
 	if meta == nil || *meta != pt.durMeta {
 		e.touch(pt) // write back what the crash left out

@@ -32,8 +32,9 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 	servers := []string{"s0", "s1", "s2", "s3", "s4"}
 	opts := []Option{WithHistoryMax(16), WithFetchMax(4), WithGapBufferMax(8)}
 	if seed%4 == 3 {
-		// Durable servers: the crash is a restart from disk (restart).
-		opts = append(opts, WithDurable())
+		// Durable servers: the crash is a restart from disk (restart);
+		// a small history in bytes makes the disk take snapshots.
+		opts = append(opts, WithDurable(), WithHistoryBytes(200))
 	}
 	if seed%4 == 1 {
 		// A history of two and tiny messages: copies behind catch up by
