@@ -17,6 +17,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/storage"
 )
 
@@ -140,6 +141,18 @@ func TestDataDirRefusesWhatItCannotServe(t *testing.T) {
 	require.ErrorContains(t, other(func(c *Config) { c.Resource = "orders" }), `holds resource "test", not "orders"`)
 	require.ErrorContains(t, other(func(c *Config) { c.ID = "b" }), `belongs to node "a", not "b"`)
 	require.ErrorContains(t, other(func(c *Config) { c.Client = true }), "client node keeps no data directory")
+	require.ErrorContains(t, other(func(c *Config) { c.Ring = []ring.Option{ring.WithPartitions(64)} }), "written with 32 partitions, this node has 64")
+
+	// A directory a newer fero wrote.
+	st, err := storage.OpenSegmentLog(dir, storage.Options{})
+	require.NoError(t, err)
+	require.NoError(t, st.SetMeta(metaFormat, []byte("2")))
+	require.NoError(t, st.Close())
+	require.ErrorContains(t, other(func(*Config) {}), `has format "2"; this fero reads format 1`)
+	st, err = storage.OpenSegmentLog(dir, storage.Options{})
+	require.NoError(t, err)
+	require.NoError(t, st.SetMeta(metaFormat, []byte("1")))
+	require.NoError(t, st.Close())
 
 	snaps, err := filepath.Glob(filepath.Join(dir, "*.snap"))
 	require.NoError(t, err)
