@@ -96,9 +96,23 @@
 //	client                   Client                       server
 //
 // And fero for Go's own: WithPartitions (271), WithReplicas (2), WithLoad
-// (2.0), WithQuorum (a majority of the most servers seen), WithWriteTimeout
+// (2.0), WithQuorum (a majority of the configuration), WithWriteTimeout
 // (10s), WithMaxEntry (1 MiB), WithOutboxLimit (256 KiB), WithTLS,
-// WithSecretKey, WithPreset, WithBind, WithListen, WithLogger (none).
+// WithSecretKey, WithClusterSecret, WithClientTokens (none), WithPreset,
+// WithBind, WithListen, WithLogger (none), WithDataDir (none: in memory)
+// and WithFsync (FsyncGroup).
+//
+// # Durability
+//
+// By default a server keeps everything in memory and comes back empty
+// after a restart; the other servers hold the data (a Majority write is on
+// a majority of them). [WithDataDir] keeps a server's partitions on its
+// disk: with [FsyncGroup] (the default) every acknowledgement leaves the
+// node only once what it promises is on disk, so a write acknowledged at
+// [Majority] survives a crash of every server at once, and a restarted
+// server loads its data and fetches only what it missed. [FsyncInterval]
+// and [FsyncNever] trade that for speed; docs/storage.md has what each
+// promises.
 //
 // # Errors
 //
