@@ -65,6 +65,15 @@ func TestDataDirKeepsTheCopy(t *testing.T) {
 	writeKeys(t, n, 0, 100)
 	digest := n.Store().Digest()
 	require.NoError(t, n.Close())
+	// A clean close leaves a snapshot of every partition and no entries.
+	st, err := storage.OpenSegmentLog(dir, storage.Options{})
+	require.NoError(t, err)
+	for p := range 32 {
+		first, last, err := st.Bounds(p)
+		require.NoError(t, err)
+		require.Greater(t, first, last, "partition %d keeps entries %d-%d after a clean close", p, first, last)
+	}
+	require.NoError(t, st.Close())
 
 	n, err = startDurable(t, dir)
 	require.NoError(t, err)

@@ -1030,6 +1030,15 @@ func (n *Node) Close() error {
 		}
 		n.wg.Wait()
 		if n.disk != nil {
+			// The driver has stopped: leave states on the disk, not a tail
+			// of entries to replay at the next start.
+			n.engMu.Lock()
+			n.eng.SnapshotDisk()
+			if n.eng.HasReady() {
+				_ = n.disk.write(n.eng.Ready()) // its messages go nowhere now
+				n.eng.Advance()
+			}
+			n.engMu.Unlock()
 			if derr := n.disk.close(); err == nil {
 				err = derr
 			}

@@ -42,7 +42,7 @@ type part struct {
 
 	// Durability (WithDurable, durable.go): what the disk has seen.
 	durDirty bool     // in Engine.durDirty
-	durReset bool     // the log was replaced by a snapshot since the last Ready
+	durReset bool     // the log was replaced by a snapshot since the last Ready, or SnapshotDisk asked for one
 	durOff   uint64   // the last offset handed to the driver
 	durMeta  PartMeta // the meta handed to the driver
 	durBytes int      // bytes of the entries on disk past its snapshot (diskEntryBytes)
