@@ -53,9 +53,6 @@ func sigkillRounds(t *testing.T) int {
 // restarted on their directories. Every write that was acknowledged is
 // there after each restart, and every node holds the same copy.
 func TestWholeClusterSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts and kills real processes; runs without -short")
-	}
 	const parts = 31
 	ids := []string{"n1", "n2", "n3"}
 	var data, gossip, dirs []string
