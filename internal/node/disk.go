@@ -333,7 +333,8 @@ func (n *Node) diskFailed(rd partition.Ready, err error) {
 		n.diskLogged = true
 		n.logger.Error("fero: node: the data dir failed; this node leaves the cluster and takes no writes until restarted (local reads of its copy still work)",
 			"dir", n.cfg.DataDir, "err", err)
-		go func() { _ = n.ms.Close() }() // a graceful leave, which can take its timeout
+		// A graceful leave, which can take its timeout; Close waits for it.
+		n.wg.Go(func() { _ = n.ms.Close() })
 	}
 	for _, ev := range rd.Events {
 		n.publish(ev)
