@@ -525,7 +525,8 @@ func (s *Store) Snapshot(p int) ([]byte, error) {
 // Restore replaces partition p's state with a snapshot. The bytes are
 // validated first: they must be one msgpack map whose keys are top-level
 // keys of partition p (no separator), each once, and whose values are
-// valid. On error the partition is unchanged. b is not retained.
+// valid. On error the partition is unchanged. b is not retained. An empty
+// b (no bytes at all) empties the partition.
 //
 // Values are kept as the msgpack they arrived as, each checked without
 // decoding (wire.NextValue), and decoded when first read, as a written
@@ -536,8 +537,10 @@ func (s *Store) Restore(p int, b []byte) error {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
 	var t table
-	if err := s.parseSnapshot(p, b, &t); err != nil {
-		return err
+	if len(b) > 0 {
+		if err := s.parseSnapshot(p, b, &t); err != nil {
+			return err
+		}
 	}
 	s.replace(p, t)
 	return nil

@@ -16,9 +16,29 @@ const OpEngine uint32 = 3
 // An engine message on the wire is one byte of partition.MsgKind followed
 // by the message's msgpack encoding. An OpEngine payload is a batch: one
 // flags byte (flagMustDeliver: the batch holds a message that must not be
-// dropped, see spill.go), then each message as a uvarint length and its
-// bytes. The driver sends each peer one batch per round of engine output.
-const flagMustDeliver byte = 1
+// dropped, see spill.go; flagCluster: the sender's cluster follows), the
+// sender's cluster if flagged (its founder as a uvarint length and bytes,
+// then its incarnation as a uvarint), then each message as a uvarint
+// length and its bytes. The driver sends each peer one batch per round of
+// engine output.
+const (
+	flagMustDeliver byte = 1
+	flagCluster     byte = 2
+)
+
+// maxFounderBytes bounds a cluster's founder ID on the wire (node IDs are
+// far shorter).
+const maxFounderBytes = 1 << 10
+
+// appendCluster encodes a batch's cluster header (nothing for none).
+func appendCluster(b []byte, c partition.ClusterID) []byte {
+	if c.IsZero() {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Founder)))
+	b = append(b, c.Founder...)
+	return binary.AppendUvarint(b, c.Inc)
+}
 
 // maxBatchBytes bounds one batch (one message larger than it goes alone);
 // a round's messages for one peer beyond it go in further batches. With
@@ -31,10 +51,15 @@ type batchWriter struct {
 	critical bool
 }
 
-// add appends one encoded message.
-func (w *batchWriter) add(msg []byte) {
+// add appends one encoded message; hdr is the sender's cluster
+// (appendCluster), written when the message starts a batch.
+func (w *batchWriter) add(hdr, msg []byte) {
 	if len(w.buf) == 0 {
-		w.buf = append(w.buf, 0)
+		if len(hdr) > 0 {
+			w.buf = append(append(w.buf, flagCluster), hdr...)
+		} else {
+			w.buf = append(w.buf, 0)
+		}
 	}
 	w.buf = binary.AppendUvarint(w.buf, uint64(len(msg)))
 	w.buf = append(w.buf, msg...)
@@ -65,21 +90,43 @@ func (w *batchWriter) take() []byte {
 // valid.
 var decoders = sync.Pool{New: func() any { return new(partition.Decoder) }}
 
-// decodeBatch reads every message of an OpEngine payload. The messages'
-// keys and values alias b, which must not change afterwards
-// (partition.Decoder.DecodeShared).
-func decodeBatch(b []byte) ([]partition.Message, error) {
+// decodeBatch reads every message of an OpEngine payload, and the
+// sender's cluster. The messages' keys and values alias b, which must not
+// change afterwards (partition.Decoder.DecodeShared). last is the cluster
+// the sender's previous batch named: when this one names the same, its
+// founder string is reused rather than allocated.
+func decodeBatch(b []byte, last partition.ClusterID) (partition.ClusterID, []partition.Message, error) {
+	var c partition.ClusterID
 	if len(b) == 0 {
-		return nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
+		return c, nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
 	}
+	flags := b[0]
 	b = b[1:]
+	if flags&flagCluster != 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n == 0 || n > maxFounderBytes || n > uint64(len(b)-k) {
+			return c, nil, fmt.Errorf("%w: engine batch cluster", wire.ErrMalformed)
+		}
+		founder := b[k : k+int(n)]
+		b = b[k+int(n):]
+		inc, k := binary.Uvarint(b)
+		if k <= 0 {
+			return c, nil, fmt.Errorf("%w: engine batch cluster", wire.ErrMalformed)
+		}
+		b = b[k:]
+		if string(founder) == last.Founder { // no allocation
+			c = partition.ClusterID{Founder: last.Founder, Inc: inc}
+		} else {
+			c = partition.ClusterID{Founder: string(founder), Inc: inc}
+		}
+	}
 	// Frame the messages first: the count sizes the result, and a batch
 	// with a bad length fails before anything is decoded.
 	count := 0
 	for rest := b; len(rest) > 0; count++ {
 		n, k := binary.Uvarint(rest)
 		if k <= 0 || n > uint64(len(rest)-k) {
-			return nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
+			return c, nil, fmt.Errorf("%w: engine batch length", wire.ErrMalformed)
 		}
 		rest = rest[k+int(n):]
 	}
@@ -90,10 +137,10 @@ func decodeBatch(b []byte) ([]partition.Message, error) {
 		n, k := binary.Uvarint(b)
 		m, err := dec.DecodeShared(b[k : k+int(n)])
 		if err != nil {
-			return nil, err
+			return c, nil, err
 		}
 		out = append(out, m)
 		b = b[k+int(n):]
 	}
-	return out, nil
+	return c, out, nil
 }

@@ -108,25 +108,48 @@ func TestBatchRoundTrip(t *testing.T) {
 	for _, m := range msgs {
 		b, err := partition.AppendMessage(nil, m)
 		require.NoError(t, err)
-		w.add(b)
+		w.add(nil, b)
 	}
 	batch := w.take()
 	assert.True(t, mustDeliver(batch), "a batch with a Forward must be delivered")
-	got, err := decodeBatch(batch)
+	c, got, err := decodeBatch(batch, partition.ClusterID{})
 	require.NoError(t, err)
 	assert.Equal(t, msgs, got)
+	assert.True(t, c.IsZero())
+
+	// A batch names its sender's cluster.
+	named := partition.ClusterID{Founder: "n1", Inc: 1_700_000_000_000_000_000}
+	hdr := appendCluster(nil, named)
+	for _, m := range msgs {
+		b, err := partition.AppendMessage(nil, m)
+		require.NoError(t, err)
+		w.add(hdr, b)
+	}
+	batch = w.take()
+	assert.True(t, mustDeliver(batch))
+	c, got, err = decodeBatch(batch, partition.ClusterID{})
+	require.NoError(t, err)
+	assert.Equal(t, msgs, got)
+	assert.Equal(t, named, c)
+	c2, _, err := decodeBatch(batch, c)
+	require.NoError(t, err)
+	assert.Equal(t, named, c2)
 
 	b, err := partition.AppendMessage(nil, &partition.CommitAck{Partition: 1})
 	require.NoError(t, err)
-	w.add(b)
+	w.add(nil, b)
 	assert.False(t, mustDeliver(w.take()), "commit traffic may be dropped and fetched again")
 
 	for name, bad := range map[string][]byte{
-		"empty":      nil,
-		"short":      {0, 9, byte(partition.KindCommitAck)},
-		"bad length": {0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"empty":         nil,
+		"short":         {0, 9, byte(partition.KindCommitAck)},
+		"bad length":    {0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"no founder":    {flagCluster, 0},
+		"long founder":  {flagCluster, 0xff, 0x7f},
+		"short founder": {flagCluster, 5, 'a'},
+		"no inc":        {flagCluster, 1, 'a'},
 	} {
-		_, err := decodeBatch(bad)
+		_, _, err := decodeBatch(bad, partition.ClusterID{})
 		assert.ErrorIs(t, err, wire.ErrMalformed, name)
 	}
 }
@@ -136,10 +159,10 @@ func FuzzDecodeBatch(f *testing.F) {
 	for _, m := range sampleMessages() {
 		b, err := partition.AppendMessage(nil, m)
 		require.NoError(f, err)
-		w.add(b)
+		w.add(nil, b)
 	}
 	f.Add(w.take())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = decodeBatch(b) // must not panic or allocate without bound
+		_, _, _ = decodeBatch(b, partition.ClusterID{}) // must not panic or allocate without bound
 	})
 }

@@ -111,11 +111,16 @@ type Node struct {
 	// waiters holds the callbacks of proposals, by token, under engMu. The
 	// engine completes every proposal it accepts within its write timeout,
 	// which bounds how far the table's window spans.
-	waiters  seqtab.Table[func(partition.Completion)]
-	early    []inbound               // messages before the engine's first map; under engMu
-	out      map[string]*batchWriter // per peer, reused each round; under engMu
-	outOrder []string                // peers in out with a batch this round
-	scratch  []byte                  // encodes one message at a time; under engMu
+	waiters seqtab.Table[func(partition.Completion)]
+	early   []inbound               // messages before the engine's first map; under engMu
+	out     map[string]*batchWriter // per peer, reused each round; under engMu
+	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
+	hdrFor  partition.ClusterID
+	// peerCluster holds the cluster each peer's last batch named, by ID,
+	// so that its founder is not allocated again per batch.
+	peerCluster sync.Map
+	outOrder    []string // peers in out with a batch this round
+	scratch     []byte   // encodes one message at a time; under engMu
 
 	stats  stats
 	engMap atomic.Pointer[ring.Map] // the map the engine routes by
@@ -144,8 +149,9 @@ type Node struct {
 }
 
 type inbound struct {
-	from string
-	msgs []partition.Message
+	from    string
+	cluster partition.ClusterID // the sender's (rule 9, cluster identity)
+	msgs    []partition.Message
 }
 
 type proposal struct {
@@ -459,13 +465,20 @@ func (n *Node) serveEngine(r *transport.Request) {
 	// for as long as they are referred to: the engine copies what it
 	// holds past the step that takes them (see Decoder.DecodeShared).
 	r.Keep()
-	msgs, err := decodeBatch(r.Payload())
+	var last partition.ClusterID
+	if v, ok := n.peerCluster.Load(from); ok {
+		last = v.(partition.ClusterID)
+	}
+	cluster, msgs, err := decodeBatch(r.Payload(), last)
 	if err != nil {
 		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)
 		return
 	}
+	if cluster != last {
+		n.peerCluster.Store(from, cluster)
+	}
 	select {
-	case n.inbox <- inbound{from: from, msgs: msgs}:
+	case n.inbox <- inbound{from: from, cluster: cluster, msgs: msgs}:
 	case <-n.ctx.Done():
 	}
 }
@@ -628,7 +641,7 @@ func (n *Node) step(in inbound) {
 	for msgs := in.msgs; len(msgs) > 0; {
 		k := n.eng.Warm(msgs, partition.WarmWindow)
 		for _, m := range msgs[:k] {
-			if err := n.eng.Step(in.from, m); err != nil {
+			if err := n.eng.Step(in.from, in.cluster, m); err != nil {
 				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 			}
 		}
@@ -712,6 +725,9 @@ func (n *Node) process(rd partition.Ready) {
 	// back to back (a Commit to every copy): encode it once.
 	var last partition.Message
 	b := n.scratch[:0]
+	if rd.Cluster != n.hdrFor {
+		n.hdrFor, n.hdr = rd.Cluster, appendCluster(nil, rd.Cluster)
+	}
 	for _, env := range rd.Messages {
 		if env.Msg != last {
 			var err error
@@ -733,7 +749,7 @@ func (n *Node) process(rd partition.Ready) {
 			n.sendTo(env.To, w.take())
 			n.outOrder = append(n.outOrder, env.To)
 		}
-		w.add(b)
+		w.add(n.hdr, b)
 	}
 	if cap(b) <= maxBatchBytes {
 		n.scratch = b

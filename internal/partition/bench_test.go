@@ -73,7 +73,7 @@ func BenchmarkStepCommit(b *testing.B) {
 				b.Fatal(err)
 			}
 			ep := Epoch{Term: 1, Owner: "a"}
-			if err := e.Step("a", &EpochStart{Epoch: ep}); err != nil {
+			if err := e.Step("a", ClusterID{}, &EpochStart{Epoch: ep}); err != nil {
 				b.Fatal(err)
 			}
 			e.Ready()
@@ -90,7 +90,7 @@ func BenchmarkStepCommit(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for _, m := range msgs {
-				if err := e.Step("a", m); err != nil {
+				if err := e.Step("a", ClusterID{}, m); err != nil {
 					b.Fatal(err)
 				}
 				e.Ready()

@@ -66,6 +66,8 @@ type Config struct {
 	Inc    uint64  `msgpack:"i"`
 	Heard  bool    `msgpack:"h"`
 	Voters []Voter `msgpack:"v"`
+	// Cluster names the cluster (rule 9, cluster identity).
+	Cluster ClusterID `msgpack:"c,omitempty"`
 }
 
 // touch notes that pt's copy changed in a way the disk must learn.
@@ -149,7 +151,7 @@ func (e *Engine) durableReady() {
 	e.durDirty = e.durDirty[:0]
 	if e.configDirty() {
 		e.dur.configVer, e.dur.heard, e.dur.inc = e.configVer, e.heardConfig, e.inc
-		e.rd.Config = &Config{Inc: e.inc, Heard: e.heardConfig, Voters: e.Voters()}
+		e.rd.Config = &Config{Inc: e.inc, Heard: e.heardConfig, Voters: e.Voters(), Cluster: e.cluster}
 	}
 }
 
@@ -270,6 +272,13 @@ func (e *Engine) RestoreConfig(c Config) error {
 	}
 	e.votersChanged()
 	e.heardConfig = true
+	e.cluster = c.Cluster
+	if e.cluster.IsZero() {
+		// Written before clusters had names: a formed cluster must have
+		// one (a nameless server takes the first it hears). Its servers
+		// each take their own and converge on the lowest (rule 9).
+		e.cluster = ClusterID{Founder: e.id, Inc: c.Inc}
+	}
 	if v, ok := e.voters[e.id]; ok && v.Inc == c.Inc && v.confirmed() {
 		e.continues = c.Inc
 	}

@@ -99,6 +99,14 @@ type Engine struct {
 
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 
+	// Cluster identity (cluster.go).
+	cluster    ClusterID              // this node's cluster; zero before it forms or hears one
+	kin        map[ClusterID]struct{} // other names of this cluster (servers that voted at once)
+	foreign    map[string]ClusterID   // servers of other clusters refused, by ID
+	foreignVer uint64                 // changes when foreign gains a server or a name
+	yields     uint64                 // times this node's cluster gave way
+	termFloor  uint64                 // the highest term a cluster it gave up used
+
 	out chunks // the messages sent per write or per round
 
 	heardFrom string // the sender whose message Step last noted in heard, until the clock or the map moves
@@ -346,7 +354,7 @@ func (e *Engine) Tick(now time.Time) {
 	}
 	if !e.cfg.client && now.Sub(e.beat) >= e.cfg.probeInterval {
 		e.beat = now
-		vs := &Voters{List: e.Voters()}
+		vs := &Voters{List: e.Voters(), Empty: e.foundedAloneEmpty()}
 		for _, s := range e.m.Members() {
 			if s.ID != e.id {
 				e.send(s.ID, &Heartbeat{})
@@ -537,10 +545,12 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 	return nil
 }
 
-// Step hands the engine a message from node from. It returns an error for a
-// malformed message (which the driver may count or log); nothing changes
-// then.
-func (e *Engine) Step(from string, msg Message) error {
+// Step hands the engine a message from node from, sent in cluster c (the
+// sender's Ready.Cluster). It returns an error for a malformed message
+// (which the driver may count or log); nothing changes then. A message
+// from a server of another cluster is not stepped (rule 9, cluster
+// identity).
+func (e *Engine) Step(from string, c ClusterID, msg Message) error {
 	if e.m == nil {
 		return ErrNoMap
 	}
@@ -549,6 +559,9 @@ func (e *Engine) Step(from string, msg Message) error {
 	}
 	if int64(msg.Part()) >= int64(len(e.parts)) {
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", msg.Part(), len(e.parts))
+	}
+	if !e.admit(from, c, msg) {
+		return nil // a server of another cluster (rule 9, cluster identity)
 	}
 	if from != e.heardFrom { // a batch's messages all come from one node: look once
 		e.heardFrom = from
@@ -740,6 +753,9 @@ func (e *Engine) Ready() Ready {
 	}
 	e.dirty = e.dirty[:0]
 	e.durableReady()
+	if !e.cfg.client {
+		e.rd.Cluster = e.cluster
+	}
 	return e.rd
 }
 

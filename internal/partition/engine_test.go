@@ -779,7 +779,7 @@ func TestMalformedMessagesRefused(t *testing.T) {
 		&Forward{Type: 2, Value: []byte{0xc1}, Hops: 1},
 	}
 	for _, m := range bad {
-		if err := b.Step("a", m); errs.CodeOf(err) != errs.InvalidArgument {
+		if err := b.Step("a", ClusterID{}, m); errs.CodeOf(err) != errs.InvalidArgument {
 			t.Fatalf("%T accepted: %v", m, err)
 		}
 	}

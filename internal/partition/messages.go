@@ -199,6 +199,9 @@ type Heartbeat struct {
 type Voters struct {
 	Partition uint32  `msgpack:"p"`
 	List      []Voter `msgpack:"l"`
+	// Empty: the sender founded its cluster alone, is its only server and
+	// holds nothing (rule 9, cluster identity).
+	Empty bool `msgpack:"e,omitempty"`
 }
 
 // ReadProbe asks a server whether it still accepts the owner's Epoch, for

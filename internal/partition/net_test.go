@@ -84,6 +84,10 @@ func (s *testState) Snapshot(p int) ([]byte, error) {
 
 func (s *testState) Restore(p int, b []byte) error {
 	var sn snapshot
+	if len(b) == 0 {
+		s.kv[p], s.applied[p] = map[string]string{}, 0
+		return nil
+	}
 	if err := msgpack.Unmarshal(b, &sn); err != nil {
 		return err
 	}
@@ -163,6 +167,7 @@ func val(s string) []byte {
 
 type envelope struct {
 	from, to string
+	cluster  ClusterID // the sender's (Ready.Cluster)
 	msg      Message
 }
 
@@ -177,6 +182,7 @@ type node struct {
 	events   []Event
 	accepted []Epoch
 	pos      []Position
+	yields   uint64 // the engine's Yields when accepted and pos were noted
 
 	// disk is what the node's driver would have on disk (WithDurable):
 	// every Ready's durable part, applied as a store would.
@@ -309,7 +315,7 @@ func (n *network) collect(nd *node) {
 		nd.disk.write(n.t, rd)
 	}
 	for _, env := range rd.Messages {
-		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, msg: env.Msg})
+		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, cluster: rd.Cluster, msg: env.Msg})
 	}
 	for _, ev := range rd.Events {
 		nd.events = append(nd.events, ev)
@@ -360,9 +366,12 @@ func (n *network) checkNode(nd *node) {
 	if nd.e.parts == nil {
 		return
 	}
-	if nd.accepted == nil {
+	if nd.accepted == nil || nd.e.Yields() != nd.yields {
+		// A cluster that gave way dropped every copy (rule 9): its
+		// epochs and positions start over.
 		nd.accepted = make([]Epoch, n.parts)
 		nd.pos = make([]Position, n.parts)
+		nd.yields = nd.e.Yields()
 	}
 	for p, pt := range nd.e.parts {
 		if err := n.checkPart(nd, pt); err != nil {
@@ -467,7 +476,7 @@ func (n *network) step(env envelope) {
 	}
 	// As the node's driver does; Warm must change nothing Step sees.
 	to.e.Warm([]Message{msg}, WarmWindow)
-	if err := to.e.Step(env.from, msg); err != nil {
+	if err := to.e.Step(env.from, env.cluster, msg); err != nil {
 		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
 	}
 	for i := range wireBytes {

@@ -64,15 +64,19 @@ func (e *Engine) startSync(pt *part) {
 			writers = append(writers, w)
 		}
 	}
-	term := max(pt.accepted.Term, pt.logEpoch.Term) + 1
-	if e.heardConfig {
+	// Above every term of a cluster this node gave up, too (rule 9).
+	term := max(pt.accepted.Term, pt.logEpoch.Term, e.termFloor) + 1
+	if e.heardConfig || !e.cluster.IsZero() {
 		// A node keeps nothing across a restart, so it may not remember
 		// the terms its previous life used, and an epoch it started then
 		// may still sit on copies with its entries. Its incarnation (its
 		// start time, larger than any earlier life's) is a floor above all
-		// of them, so no two lives of one node start the same epoch. Only
-		// once a peer has told it the configuration: a node alone that
-		// took itself for a new cluster must not outrank the real one.
+		// of them, so no two lives of one node start the same epoch. Not
+		// for a node of a cluster still forming that has not heard from a
+		// peer: it has no name yet, and its epochs must not outrank the
+		// formed cluster's should it meet one. A server that founds a
+		// cluster alone names it first, and epochs of another cluster
+		// are refused (rule 9, cluster identity).
 		term = max(term, e.inc)
 	}
 	ep := Epoch{Term: term, Owner: e.id}

@@ -554,13 +554,13 @@ func TestOnlyAServerMovesItsOwnIncarnation(t *testing.T) {
 	n.settle()
 	a := n.nodes["a"].e
 	before := a.voters["c"]
-	if err := a.Step("b", &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
+	if err := a.Step("b", n.nodes["b"].e.Cluster(), &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.voters["c"]; got != before {
 		t.Fatalf("b moved c's entry to %+v", got)
 	}
-	if err := a.Step("c", &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
+	if err := a.Step("c", n.nodes["c"].e.Cluster(), &Voters{List: []Voter{{ID: "c", Inc: before.Inc + 5}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := a.voters["c"]; got.Inc != before.Inc+5 {
@@ -584,7 +584,7 @@ func TestStartedEpochIsNotPromisedAgain(t *testing.T) {
 		t.Fatalf("%s has not started %s's epoch: %+v", c, o, ep)
 	}
 	n.queue = nil
-	if err := n.nodes[c].e.Step(o, &PosRequest{Partition: p, Epoch: ep}); err != nil {
+	if err := n.nodes[c].e.Step(o, n.nodes[o].e.Cluster(), &PosRequest{Partition: p, Epoch: ep}); err != nil {
 		t.Fatal(err)
 	}
 	n.collect(n.nodes[c])
@@ -891,7 +891,7 @@ func TestRestartedServerIgnoresAGuessAboutItself(t *testing.T) {
 	n.add("c", false)
 	n.setMapInc(append(slices.Clone(ids), "d"), map[string]uint64{"c": 2}, "c")
 	guesses := []Voter{{ID: "a", Inc: 1, Guess: true}, {ID: "b", Inc: 1, Guess: true}, {ID: "c", Inc: 2, Guess: true}, {ID: "d", Inc: 1, Guess: true}}
-	if err := n.nodes["c"].e.Step("d", &Voters{List: guesses}); err != nil {
+	if err := n.nodes["c"].e.Step("d", ClusterID{}, &Voters{List: guesses}); err != nil {
 		t.Fatal(err)
 	}
 	if n.nodes["c"].e.Voting() {

@@ -249,6 +249,10 @@ type Ready struct {
 	// (docs/storage.md).
 	Durable []Durable
 	Config  *Config
+	// Cluster names this node's cluster (zero for a client, and for a
+	// server that has not heard from a formed cluster): the driver sends
+	// it with Messages, and the receiver hands it to Step.
+	Cluster ClusterID
 }
 
 // Envelope is a message and its destination node.
@@ -276,7 +280,9 @@ type State interface {
 	// Snapshot encodes the partition's state.
 	Snapshot(partition int) ([]byte, error)
 	// Restore replaces the partition's state with a snapshot another node's
-	// Snapshot produced. On error the state must be unchanged.
+	// Snapshot produced. On error the state must be unchanged. An empty
+	// snapshot (nil) empties the partition, and must not fail: the engine
+	// drops a copy that way when its cluster gives way (rule 9).
 	Restore(partition int, snapshot []byte) error
 }
 

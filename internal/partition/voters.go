@@ -86,8 +86,19 @@ func (e *Engine) mapVoter(s ring.Member, n int) {
 		e.liveInc[s.ID] = s.Incarnation
 		e.quorumKnown = false
 	}
-	if e.heardConfig || (n == 1 && e.cfg.joining) {
+	if e.heardConfig || (n == 1 && e.cfg.joining) || e.formed() {
+		// A formed cluster's newcomers are learners, whether this node
+		// heard the configuration or founded it: a founder alone that
+		// guessed a server of its map took another cluster's server for
+		// one of its own (rule 9, cluster identity).
 		return
+	}
+	if n == 1 && s.ID == e.id && !e.cfg.joining && e.knowsOnlyItself() {
+		// Alone without seeds, knowing no other server: this server
+		// founds a cluster, and names it before it syncs anything (rule
+		// 9, cluster identity). One that guessed others while its
+		// cluster formed and is now cut off from them founds nothing.
+		e.mintCluster()
 	}
 	// A node given seeds takes its own entry from a peer's list: it may be
 	// a restarted server, whose empty copy must not count until it has
@@ -123,6 +134,7 @@ func (e *Engine) maybeTakeVote() {
 	e.voters[e.id] = Voter{ID: e.id, Inc: e.inc}
 	e.votersChanged()
 	e.quorumKnown = false
+	e.mintCluster() // the first vote of a forming cluster names it
 }
 
 // recoveredPromises reports whether this server, about to take its vote,

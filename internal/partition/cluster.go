@@ -1,0 +1,267 @@
+package partition
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+)
+
+// Cluster identity (docs/engine.md rule 9). A server without seeds founds
+// a cluster whenever its map holds only itself; restarted with nothing
+// while cut off from the cluster it belonged to, it cannot tell, and its
+// cluster of one took its vote. Naming every formed cluster lets the two
+// tell each other apart when they meet, and the one founded by the
+// restarted server gives way.
+
+// ClusterID names a formed cluster: the server whose vote formed it and
+// that server's incarnation then. The zero value names none (a client, or
+// a server that has not heard from a formed cluster yet).
+type ClusterID struct {
+	Founder string `msgpack:"f"`
+	Inc     uint64 `msgpack:"n"`
+}
+
+// IsZero reports whether c names no cluster.
+func (c ClusterID) IsZero() bool { return c.Founder == "" }
+
+// Compare orders names by the founder's incarnation, then ID: two names of
+// one cluster (servers that took their votes at the same time) converge on
+// the lower.
+func (c ClusterID) Compare(o ClusterID) int {
+	if r := cmp.Compare(c.Inc, o.Inc); r != 0 {
+		return r
+	}
+	return strings.Compare(c.Founder, o.Founder)
+}
+
+func (c ClusterID) String() string {
+	if c.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("%s@%s", c.Founder, time.Unix(0, int64(c.Inc)).UTC().Format("2006-01-02T15:04:05.000Z"))
+}
+
+// ErrAnotherCluster: a message came from a server of another cluster.
+var ErrAnotherCluster = errs.New(errs.FailedPrecondition, "message from a server of another cluster")
+
+// Cluster returns the name of this node's cluster (zero before it has
+// formed or heard from one).
+func (e *Engine) Cluster() ClusterID { return e.cluster }
+
+// Foreign returns the servers this node refused messages from because
+// they belong to another cluster, with that cluster's name, as last heard.
+func (e *Engine) Foreign() map[string]ClusterID {
+	out := make(map[string]ClusterID, len(e.foreign))
+	for id, c := range e.foreign {
+		out[id] = c
+	}
+	return out
+}
+
+// Yields counts the times this node's cluster gave way to another.
+func (e *Engine) Yields() uint64 { return e.yields }
+
+// setCluster names this node's cluster.
+func (e *Engine) setCluster(c ClusterID) {
+	if e.cluster != c {
+		e.cluster = c
+		e.votersChanged() // the disk keeps it with the configuration
+	}
+}
+
+// mintCluster names the cluster after this server, if it has no name: it
+// is forming it (alone, or as the first of a forming cluster to vote).
+func (e *Engine) mintCluster() {
+	if e.cluster.IsZero() && !e.cfg.client && e.inc != 0 {
+		e.setCluster(ClusterID{Founder: e.id, Inc: e.inc})
+	}
+}
+
+// admit decides whether a message from server from, sent in cluster c, is
+// stepped. A node with no name takes the first it hears; a client keeps
+// none and takes every message (its copy follows whichever epoch is
+// highest, and what it sends changes no server's history). From a server
+// of another cluster only the configuration list is taken, to compare the
+// two (meet).
+func (e *Engine) admit(from string, c ClusterID, msg Message) bool {
+	if _, kin := e.kin[c]; kin || c == e.cluster || c.IsZero() || e.cfg.client {
+		if len(e.foreign) > 0 && c == e.cluster {
+			delete(e.foreign, from)
+		}
+		return true
+	}
+	if e.cluster.IsZero() {
+		e.setCluster(c)
+		return true
+	}
+	if v, ok := msg.(*Voters); ok {
+		switch e.meet(c, v.List, v.Empty) {
+		case meetYield:
+			e.yieldTo(c)
+			delete(e.foreign, from)
+			return true
+		case meetSame:
+			// Its servers take the lower name when they hear this
+			// node's list; meanwhile both names are this cluster's.
+			if e.kin == nil {
+				e.kin = map[ClusterID]struct{}{}
+			}
+			e.kin[c], e.kin[e.cluster] = struct{}{}, struct{}{}
+			if c.Compare(e.cluster) < 0 {
+				e.setCluster(c)
+			}
+			delete(e.foreign, from)
+			return true
+		}
+	}
+	if cur, ok := e.foreign[from]; !ok || cur != c {
+		if e.foreign == nil {
+			e.foreign = map[string]ClusterID{}
+		}
+		e.foreign[from] = c
+		e.foreignVer++
+	}
+	return false
+}
+
+// ForeignVersion changes whenever a server of another cluster is first
+// refused, or names a new cluster: the driver logs it.
+func (e *Engine) ForeignVersion() uint64 { return e.foreignVer }
+
+type meeting uint8
+
+const (
+	meetRefuse meeting = iota
+	meetYield
+	meetSame
+)
+
+// meet compares this node's cluster with cluster c, whose configuration
+// is vs (rule 9, cluster identity).
+func (e *Engine) meet(c ClusterID, vs []Voter, empty bool) meeting {
+	mine := e.cluster
+	// 1. The other cluster holds an earlier life of this cluster's
+	// founder: this cluster was founded by a server that had restarted
+	// with nothing.
+	for _, v := range vs {
+		if v.ID == mine.Founder && v.confirmed() && v.Inc < mine.Inc {
+			return meetYield
+		}
+	}
+	// 2. The reverse: the other gives way.
+	if v, ok := e.voters[c.Founder]; ok && v.confirmed() && v.Inc < c.Inc {
+		return meetRefuse
+	}
+	// 3. Each list holds the other's founder in the life that named it:
+	// servers of one forming cluster that took their votes at the same
+	// time, each naming it. (A server's map alone does not make it one
+	// of a cluster: a seedless server found just after it named its own
+	// guessed the server that found it.)
+	if v, ok := e.voters[c.Founder]; ok && !v.Left && v.Inc == c.Inc {
+		for _, v := range vs {
+			if v.ID == mine.Founder && !v.Left && v.Inc == mine.Inc {
+				return meetSame
+			}
+		}
+	}
+	// 4. A server that founded its cluster alone and holds nothing gives
+	// way, unless the other is such a server too with a higher name (two
+	// seedless servers that found each other: the later gives way).
+	if e.foundedAloneEmpty() && !(empty && mine.Compare(c) < 0) {
+		return meetYield
+	}
+	return meetRefuse
+}
+
+// knowsOnlyItself reports whether the configuration holds no server but
+// this one.
+func (e *Engine) knowsOnlyItself() bool {
+	for id := range e.voters {
+		if id != e.id {
+			return false
+		}
+	}
+	return true
+}
+
+// foundedAloneEmpty reports whether this server named its cluster, no
+// other server has taken its vote in it, and it holds nothing: a seedless
+// server that a peer found just after it started (rule 9, cluster
+// identity, 4).
+func (e *Engine) foundedAloneEmpty() bool {
+	if e.cluster != (ClusterID{Founder: e.id, Inc: e.inc}) || !e.holdsNothing() {
+		return false
+	}
+	for id, v := range e.voters {
+		if id != e.id && v.confirmed() {
+			return false
+		}
+	}
+	return true
+}
+
+// holdsNothing reports whether no partition's copy has ever held an entry.
+func (e *Engine) holdsNothing() bool {
+	for _, pt := range e.parts {
+		if pt.log.last() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// yieldTo gives this node's cluster up for c: every partition's copy is
+// dropped (its entries reported dropped, its state emptied), the
+// configuration forgotten, and the node catches up with c as a learner
+// once it merges c's list. What this round would have sent belongs to the
+// cluster given up and is not sent.
+func (e *Engine) yieldTo(c ClusterID) {
+	e.rd.Messages = e.rd.Messages[:0]
+	for _, pt := range e.parts {
+		e.wipe(pt)
+	}
+	clear(e.voters)
+	e.votersChanged()
+	e.quorumKnown = false
+	e.heardConfig = false
+	e.heardLists = nil
+	e.recovered = nil
+	e.continues = 0
+	e.cluster = c
+	e.kin = nil
+	e.yields++
+}
+
+// wipe drops a partition's copy: it gave way with its cluster.
+func (e *Engine) wipe(pt *part) {
+	if pt.active {
+		e.stepDown(pt)
+	}
+	e.failQueue(pt, ErrNotOwner)
+	e.endReads(pt, ErrOwnershipLost, false)
+	pt.sync = nil
+	e.termFloor = max(e.termFloor, pt.accepted.Term, pt.logEpoch.Term)
+	for o := pt.log.last(); o > pt.log.base; o-- {
+		e.event(Event{Kind: EventDropped, Partition: pt.p, Entry: pt.log.at(o)})
+	}
+	// A State must accept an empty snapshot (State.Restore); if it did
+	// not, its old state would outlive the copy, so say so loudly.
+	if err := e.st.Restore(pt.p, nil); err != nil {
+		panic(fmt.Sprintf("partition: State.Restore(%d, nil) failed: %v", pt.p, err))
+	}
+	e.dropRestore(pt)
+	pt.log.reset(0, Epoch{}, nil)
+	pt.accepted, pt.started, pt.knownLast = Epoch{}, false, 0
+	pt.logEpoch, pt.logStart, pt.continued, pt.startPrev = Epoch{}, 0, Epoch{}, Epoch{}
+	clear(pt.gap)
+	pt.fetch = fetchState{}
+	pt.backoff = time.Time{}
+	pt.durReset = true
+	e.touch(pt)
+	e.event(Event{Kind: EventRestored, Partition: pt.p})
+	pt.ackDirty = true
+	e.markDirty(pt)
+}
