@@ -333,6 +333,21 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 	if len(cfg) > 0 {
 		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), len(cfg)/2+1)
 	}
+	if st.Cluster != "" {
+		fmt.Fprintf(w, "cluster: %s", st.Cluster)
+		if st.Yields > 0 {
+			fmt.Fprintf(w, " (this node's cluster gave way to it %d times)", st.Yields)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(st.Other) > 0 {
+		ids := make([]string, 0, len(st.Other))
+		for id := range st.Other {
+			ids = append(ids, id+" in "+st.Other[id])
+		}
+		sort.Strings(ids)
+		fmt.Fprintf(w, "  ANOTHER CLUSTER: refusing %s (two clusters that share no server; see docs/engine.md rule 9)\n", strings.Join(ids, ", "))
+	}
 	fmt.Fprintf(w, "\nthis node: %d keys, digest %016x; partitions: %s\n", st.Keys, st.Digest, strings.Join(roles, ", "))
 	if d := st.Disk; d != nil {
 		where := "every partition on disk up to its last offset"

@@ -50,6 +50,15 @@ type StatusReport struct {
 	// Voting says this server's vote counts: false while a restarted or
 	// newly joined server catches up (a learner).
 	Voting bool `msgpack:"voting" json:"voting"`
+	// Cluster names this node's cluster: the server whose vote formed it
+	// and when ("founder@time"; "none" before it has formed or been
+	// heard of). Other lists servers of other clusters whose messages
+	// this node refuses, with their cluster's name (docs/engine.md rule
+	// 9, cluster identity), and Yields counts the times this node's
+	// cluster gave way to another.
+	Cluster string            `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
+	Other   map[string]string `msgpack:"other_clusters,omitempty" json:"other_clusters,omitempty"`
+	Yields  uint64            `msgpack:"yields,omitempty" json:"yields,omitempty"`
 	// Syncing lists the partitions this node owns by its map but has not
 	// taken yet, each with what it waits for.
 	Syncing []SyncingReport `msgpack:"syncing,omitempty" json:"syncing,omitempty"`
@@ -157,11 +166,21 @@ func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, er
 			})
 		}
 	}
-	vs, voting, err := n.voters(ctx)
+	ci, err := n.clusterInfo(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep.Voting = voting
+	rep.Voting, rep.Yields = ci.voting, ci.yields
+	vs := ci.voters
+	if !n.cfg.Client {
+		rep.Cluster = ci.cluster.String()
+	}
+	for id, c := range ci.foreign {
+		if rep.Other == nil {
+			rep.Other = map[string]string{}
+		}
+		rep.Other[id] = c.String()
+	}
 	for _, v := range vs {
 		rep.Configuration = append(rep.Configuration, ConfigEntry{ID: v.ID, Forgotten: v.Left})
 	}
@@ -325,7 +344,7 @@ func Synced(ctx context.Context, nodes ...*Node) bool {
 	var ref []partition.Status
 	for _, n := range nodes {
 		if !n.cfg.Client {
-			if _, voting, err := n.voters(ctx); err != nil || !voting {
+			if ci, err := n.clusterInfo(ctx); err != nil || !ci.voting {
 				return false
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -116,6 +117,7 @@ type Node struct {
 	out     map[string]*batchWriter // per peer, reused each round; under engMu
 	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
 	hdrFor  partition.ClusterID
+	seen    struct{ foreign, yields uint64 } // what noteClusters last logged; under engMu
 	// peerCluster holds the cluster each peer's last batch named, by ID,
 	// so that its founder is not allocated again per batch.
 	peerCluster sync.Map
@@ -285,8 +287,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// A node given seeds joins a cluster: alone in its map (its seeds cut
 	// off), it waits rather than found a cluster of one (rule 9).
 	n.eng.SetJoining(n.ms.HasSeeds())
-	if !n.ms.HasSeeds() && !cfg.Client {
-		n.logger.Warn("fero: node: no seeds: this server founds a new cluster if it finds no peer, now and each time it restarts, and a restarted founder that finds none can replace the cluster's history with its own empty one; give every server the others as seeds (docs/engine.md, rule 9)")
+	if !n.ms.HasSeeds() && !cfg.Client && cfg.DataDir == "" {
+		n.logger.Warn("fero: node: no seeds and no data directory: this server founds a new cluster whenever it finds no peer, each time it starts; restarted while cut off from the others, it takes writes alone, and they are dropped when it meets its cluster again; give it a data directory, or every server the others as seeds (docs/engine.md, rule 9)")
 	}
 	if err := n.ms.Start(ctx); err != nil {
 		n.srv.Close()
@@ -715,6 +717,9 @@ func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, erro
 // process acts on what the engine asks: events to this node's streams,
 // completions to the callers waiting for them, and messages out.
 func (n *Node) process(rd partition.Ready) {
+	if n.eng.ForeignVersion() != n.seen.foreign || n.eng.Yields() != n.seen.yields {
+		n.noteClusters()
+	}
 	if n.disk != nil {
 		if err := n.disk.write(rd); err != nil {
 			n.diskFailed(rd, err)
@@ -1009,23 +1014,54 @@ func (n *Node) query(ctx context.Context, q func(*partition.Engine)) error {
 
 // Voters returns the cluster's configuration as this node knows it.
 func (n *Node) Voters(ctx context.Context) ([]partition.Voter, error) {
-	vs, _, err := n.voters(ctx)
-	return vs, err
+	ci, err := n.clusterInfo(ctx)
+	return ci.voters, err
 }
 
-// voters returns the configuration and whether this node's vote counts.
-func (n *Node) voters(ctx context.Context) ([]partition.Voter, bool, error) {
-	type answer struct {
-		vs     []partition.Voter
-		voting bool
+// noteClusters logs what changed about other clusters: this node's
+// cluster gave way to another (rule 9, cluster identity), or servers of
+// another cluster were refused. Each happens once per server or name, so
+// the log cannot be flooded.
+func (n *Node) noteClusters() {
+	if y := n.eng.Yields(); y != n.seen.yields {
+		n.seen.yields = y
+		n.logger.Warn("fero: node: this server's cluster gave way to the cluster it met, which holds an earlier life of the server that founded it (a seedless server restarted without a data directory): every partition's copy was dropped, and the writes made in it are reported as dropped; the server now catches up as a learner (docs/engine.md rule 9, cluster identity)",
+			"cluster", n.eng.Cluster().String())
 	}
-	out := make(chan answer, 1)
-	q := func(e *partition.Engine) { out <- answer{e.Voters(), e.Voting()} }
+	if v := n.eng.ForeignVersion(); v != n.seen.foreign {
+		n.seen.foreign = v
+		others := n.eng.Foreign()
+		ids := slices.Sorted(maps.Keys(others))
+		names := make([]string, len(ids))
+		for i, id := range ids {
+			names[i] = id + " (" + others[id].String() + ")"
+		}
+		if len(ids) > 0 {
+			n.logger.Error("fero: node: servers of another cluster are refused: both clusters founded without a shared server, so neither history may replace the other; stop the servers of one of them, or give it its own resource name (docs/engine.md rule 9, cluster identity)",
+				"cluster", n.eng.Cluster().String(), "other", strings.Join(names, ", "))
+		}
+	}
+}
+
+// clusterView is what the engine says of the configuration and the
+// cluster, for status.
+type clusterView struct {
+	voters  []partition.Voter
+	voting  bool
+	cluster partition.ClusterID
+	foreign map[string]partition.ClusterID
+	yields  uint64
+}
+
+func (n *Node) clusterInfo(ctx context.Context) (clusterView, error) {
+	out := make(chan clusterView, 1)
+	q := func(e *partition.Engine) {
+		out <- clusterView{e.Voters(), e.Voting(), e.Cluster(), e.Foreign(), e.Yields()}
+	}
 	if err := n.query(ctx, q); err != nil {
-		return nil, false, err
+		return clusterView{}, err
 	}
-	a := <-out
-	return a.vs, a.voting, nil
+	return <-out, nil
 }
 
 // Close leaves the cluster gracefully, stops the driver and closes every

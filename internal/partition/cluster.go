@@ -3,6 +3,7 @@ package partition
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,8 +116,16 @@ func (e *Engine) admit(from string, c ClusterID, msg Message) bool {
 			}
 			delete(e.foreign, from)
 			return true
+		case meetApart:
+			e.noteForeign(from, c)
 		}
 	}
+	return false
+}
+
+// noteForeign records that server from belongs to cluster c, another
+// cluster that shares no server with this one (meet's rule 5).
+func (e *Engine) noteForeign(from string, c ClusterID) {
 	if cur, ok := e.foreign[from]; !ok || cur != c {
 		if e.foreign == nil {
 			e.foreign = map[string]ClusterID{}
@@ -124,7 +133,6 @@ func (e *Engine) admit(from string, c ClusterID, msg Message) bool {
 		e.foreign[from] = c
 		e.foreignVer++
 	}
-	return false
 }
 
 // ForeignVersion changes whenever a server of another cluster is first
@@ -134,9 +142,10 @@ func (e *Engine) ForeignVersion() uint64 { return e.foreignVer }
 type meeting uint8
 
 const (
-	meetRefuse meeting = iota
-	meetYield
-	meetSame
+	meetRefuse meeting = iota // the other gives way (rule 2): wait for it
+	meetYield                 // this cluster gives way (rules 1 and 4)
+	meetSame                  // one cluster (rule 3)
+	meetApart                 // two clusters that stay apart (rule 5)
 )
 
 // meet compares this node's cluster with cluster c, whose configuration
@@ -144,16 +153,23 @@ const (
 func (e *Engine) meet(c ClusterID, vs []Voter, empty bool) meeting {
 	mine := e.cluster
 	// 1. The other cluster holds an earlier life of this cluster's
-	// founder: this cluster was founded by a server that had restarted
-	// with nothing.
-	for _, v := range vs {
-		if v.ID == mine.Founder && v.confirmed() && v.Inc < mine.Inc {
-			return meetYield
-		}
-	}
-	// 2. The reverse: the other gives way.
-	if v, ok := e.voters[c.Founder]; ok && v.confirmed() && v.Inc < c.Inc {
+	// founder (its vote, or its guess while forming: a founder killed
+	// before it confirmed its vote is only a guess in its peers' lists):
+	// this cluster was founded by a server that had restarted with
+	// nothing. 2. The reverse: the other gives way. Should both hold,
+	// neither gives way (both would drop everything).
+	mineEarlier := slices.ContainsFunc(vs, func(v Voter) bool {
+		return v.ID == mine.Founder && !v.Left && v.Inc < mine.Inc
+	})
+	v, ok := e.voters[c.Founder]
+	theirsEarlier := ok && !v.Left && v.Inc < c.Inc
+	switch {
+	case mineEarlier && !theirsEarlier:
+		return meetYield
+	case theirsEarlier && !mineEarlier:
 		return meetRefuse
+	case mineEarlier:
+		return meetApart
 	}
 	// 3. Each list holds the other's founder in the life that named it:
 	// servers of one forming cluster that took their votes at the same
@@ -173,7 +189,10 @@ func (e *Engine) meet(c ClusterID, vs []Voter, empty bool) meeting {
 	if e.foundedAloneEmpty() && !(empty && mine.Compare(c) < 0) {
 		return meetYield
 	}
-	return meetRefuse
+	if empty {
+		return meetRefuse // it gives way
+	}
+	return meetApart
 }
 
 // knowsOnlyItself reports whether the configuration holds no server but
