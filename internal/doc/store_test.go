@@ -154,6 +154,11 @@ func TestSnapshotRestore(t *testing.T) {
 	_, ok = s.Get("u")
 	require.False(t, ok)
 	require.Less(t, s.Len(), len(initial()))
+	// No bytes at all empty the partition too (a copy dropped when its
+	// cluster gave way, partition.State).
+	require.NoError(t, other.Restore(partOf(other, "u"), nil))
+	_, ok = other.Get("u")
+	require.False(t, ok)
 
 	_, err = s.Snapshot(testPartitions)
 	requireCode(t, err, errs.InvalidArgument, ErrPartition)

@@ -162,6 +162,12 @@ func FuzzDecodeBatch(f *testing.F) {
 		w.add(nil, b)
 	}
 	f.Add(w.take())
+	for _, m := range sampleMessages() {
+		b, err := partition.AppendMessage(nil, m)
+		require.NoError(f, err)
+		w.add(appendCluster(nil, partition.ClusterID{Founder: "n1", Inc: 42}), b)
+	}
+	f.Add(w.take())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _, _ = decodeBatch(b, partition.ClusterID{}) // must not panic or allocate without bound
 	})
