@@ -118,13 +118,15 @@ func TestRestartedFounderGivesWay(t *testing.T) {
 		require.NoError(t, err)
 		for key, want := range acked {
 			var got int
-			ok, err := r.Get(ctx, key, &got)
+			var ok bool
+			err := retryUnavailable(ctx, func() (err error) { ok, err = r.Get(ctx, key, &got); return err })
 			require.NoError(t, err, key)
 			require.True(t, ok, "%s: acknowledged write %s lost", s.data, key)
 			require.Equal(t, want, got, "%s: %s", s.data, key)
 		}
 		for i := range 30 {
-			ok, err := r.Get(ctx, fmt.Sprintf("lone%d", i), new(int))
+			var ok bool
+			err := retryUnavailable(ctx, func() (err error) { ok, err = r.Get(ctx, fmt.Sprintf("lone%d", i), new(int)); return err })
 			require.NoError(t, err)
 			require.False(t, ok, "%s: lone%d, written to n1's cluster of one, outlived it", s.data, i)
 		}

@@ -174,7 +174,10 @@ func checkCluster(ctx context.Context, t *testing.T, ss []*server, acked map[str
 	defer r.Close()
 	for key, want := range acked {
 		var got int
-		ok, err := r.Get(ctx, key, &got)
+		var ok bool
+		// A read goes through the owner, which may still be syncing the
+		// partition after the restart.
+		err := retryUnavailable(ctx, func() (err error) { ok, err = r.Get(ctx, key, &got); return err })
 		require.NoError(t, err, key)
 		require.True(t, ok, "acknowledged write %s lost", key)
 		require.Equal(t, want, got, key)

@@ -178,7 +178,6 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	before := snapshots(t, s)
 	for name, b := range map[string][]byte{
-		"empty":         {},
 		"not a map":     {0x91, 0x01},
 		"invalid":       {0x81, 0xa1, 'n', 0xc1},
 		"trailing":      {0x80, 0x80},
