@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,11 +230,21 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		data, gossip = append(data, freeAddr(t)), append(gossip, freeAddr(t))
 		dirs = append(dirs, t.TempDir())
 	}
+	// FERO_RESTART_PPROF=DIR: n2 serves the profiler, and each restart
+	// writes a CPU profile of its first FERO_RESTART_PPROF_SECONDS (10)
+	// to DIR/restart-<i>.pprof.
+	profDir, profAddr := os.Getenv("FERO_RESTART_PPROF"), ""
+	if profDir != "" {
+		profAddr = freeAddr(t)
+	}
 	start := func(i int, disk bool) *server {
 		args := []string{"kv", "--id", ids[i], "--listen", data[i], "--bind", gossip[i],
 			"--seeds", strings.Join(gossip, ","), "--log-level", "error"}
 		if disk {
 			args = append(args, "--data-dir", dirs[i])
+		}
+		if i == 1 && profAddr != "" {
+			args = append(args, "--pprof", profAddr)
 		}
 		return serve(t, args...)
 	}
@@ -272,11 +285,40 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		}
 		began := time.Now()
 		ss[1] = start(1, i < 2)
+		var prof sync.WaitGroup
+		if profAddr != "" {
+			prof.Go(func() { saveProfile(t, profAddr, filepath.Join(profDir, fmt.Sprintf("restart-%d.pprof", i))) })
+		}
 		waitCaughtUp(ctx, t, ss, 1)
 		took := time.Since(began)
+		prof.Wait()
 		ref, err := remoteStatus(ctx, ss[0].data)
 		require.NoError(t, err)
 		t.Logf("restart of n2 %s: serving the same copy as its peers (%d keys) after %v", how, ref.Keys, took.Round(time.Millisecond))
+	}
+}
+
+// saveProfile saves a CPU profile of FERO_RESTART_PPROF_SECONDS (10) from
+// the profiler at addr to path.
+func saveProfile(t *testing.T, addr, path string) {
+	secs := 10
+	if s := os.Getenv("FERO_RESTART_PPROF_SECONDS"); s != "" {
+		secs, _ = strconv.Atoi(s)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Logf("profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		t.Logf("profile: %v", err)
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -41,6 +44,7 @@ type serveFlags struct {
 	insecure     bool
 	dataDir      string
 	fsync        string
+	pprof        string
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
 	syncTimeout   time.Duration
@@ -88,6 +92,7 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.StringVar(&f.id, "id", "", "node ID (default: the data dir's, or random)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "keep this server's partitions in DIR and load them at start (default: memory only; the node comes back empty)")
 	fl.StringVar(&f.fsync, "fsync", "group", "with --data-dir, when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
+	fl.StringVar(&f.pprof, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address host:port, for finding where a node spends its time")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
@@ -208,6 +213,13 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		}
 		opts = append(opts, fero.WithClientTokens(tokens...))
 	}
+	if f.pprof != "" {
+		stop, err := servePprof(f.pprof)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	r, err := fero.Open(ctx, resource, opts...)
 	if err != nil {
 		return err
@@ -283,4 +295,25 @@ func reloadSecretsOnHUP(r *fero.Resource, path, tokenPath string, out io.Writer,
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }
+}
+
+// servePprof serves net/http/pprof's handlers on addr, which must be a
+// loopback address: a profile shows what the node holds.
+func servePprof(addr string) (stop func(), err error) {
+	if !fero.IsLoopback(addr) {
+		return nil, fmt.Errorf("--pprof %s: the profiler serves on loopback only", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { _ = srv.Close() }, nil
 }
