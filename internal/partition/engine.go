@@ -427,6 +427,12 @@ func (e *Engine) tickPart(pt *part) {
 		}
 	case pt.sync == nil && !pt.active:
 		e.maybeStartSync(pt)
+	case pt.sync != nil && pt.sync.target == "":
+		// Still gathering promises: ask the servers that have not
+		// answered again (ask paces it).
+		for _, m := range e.m.Members() {
+			e.ask(pt, m.ID)
+		}
 	}
 	if f := &pt.fetch; f.id != 0 && (e.now.Sub(f.sent) >= e.cfg.fetchRetry || (!f.retry.IsZero() && !e.now.Before(f.retry))) {
 		pt.fetch = fetchState{}

@@ -1473,3 +1473,30 @@ func TestLargeSnapshotGoesInPieces(t *testing.T) {
 		t.Fatalf("d holds %d keys of 200", got)
 	}
 }
+
+// TestSyncAsksAgain: a server that had declared the new owner dead ignores
+// its position request until its map shows the owner alive again (rule
+// 9). The owner asks the servers that have not answered again after a
+// fetch retry, so its sync completes in that first epoch instead of
+// waiting out the sync timeout: a restarted owner took about 3 s to take
+// its partitions back, 2 of them waiting.
+func TestSyncAsksAgain(t *testing.T) {
+	n, p := joinNetwork(t)
+	n.setMap([]string{"a", "b", "c"}, "a", "b", "c")
+	c := n.nodes["c"]
+	first := c.e.parts[p].sync
+	if first == nil {
+		t.Fatalf("c is not syncing partition %d: %s", p, n.statusLine())
+	}
+	if dropped := n.dropWhere(func(e envelope) bool { _, ok := e.msg.(*PosRequest); return ok && e.from == "c" }); dropped == 0 {
+		t.Fatal("no position request to drop")
+	}
+	for range 8 { // 800 ms: past the fetch retry, well inside the sync timeout
+		n.deliverAll()
+		n.tick(100 * time.Millisecond)
+	}
+	n.deliverAll()
+	if s := c.e.Status(p); s.Role != RoleOwner || s.Accepted != first.epoch {
+		t.Fatalf("c after 800 ms: %v in %v, want owner in its first proposal %v", s.Role, s.Accepted, first.epoch)
+	}
+}

@@ -17,7 +17,7 @@ type syncState struct {
 	epoch     Epoch
 	started   time.Time
 	replies   []reply
-	asked     map[string]bool
+	asked     map[string]time.Time // when each server was last asked
 	writers   []string // previous writers; each is waited for while alive
 	target    string
 	targetPos Position
@@ -87,7 +87,7 @@ func (e *Engine) startSync(pt *part) {
 	s := &syncState{
 		epoch:   ep,
 		started: e.now,
-		asked:   map[string]bool{},
+		asked:   map[string]time.Time{},
 		writers: writers,
 	}
 	pt.sync = s
@@ -102,12 +102,21 @@ func (e *Engine) startSync(pt *part) {
 	e.checkSync(pt)
 }
 
+// ask sends server id the sync's position request, unless it has answered
+// or was asked less than a fetch retry ago. A server that had declared
+// this node dead ignores the request until its map shows this node alive
+// again (rule 9): asked once, a restarted owner's sync waited out its
+// whole timeout for those servers, about 2 of the 3 s it took to take its
+// partitions back (tickPart asks again).
 func (e *Engine) ask(pt *part, id string) {
 	s := pt.sync
-	if id == e.id || !e.alive[id] || s.asked[id] {
+	if id == e.id || !e.alive[id] || s.has(e.id, id) {
 		return
 	}
-	s.asked[id] = true
+	if at, ok := s.asked[id]; ok && e.now.Sub(at) < e.cfg.fetchRetry {
+		return
+	}
+	s.asked[id] = e.now
 	e.send(id, &PosRequest{Partition: uint32(pt.p), Epoch: s.epoch})
 }
 
