@@ -73,12 +73,22 @@ func (e *Engine) setCluster(c ClusterID) {
 	}
 }
 
-// mintCluster names the cluster after this server, if it has no name: it
-// is forming it (alone, or as the first of a forming cluster to vote).
+// mintCluster names the cluster, if this node has no name: it is forming
+// it, alone or as the first of a forming cluster to vote. The name is the
+// configuration's earliest-started server (this one, alone): the servers
+// of one forming cluster hold the same guesses, so each that votes first
+// names it alike.
 func (e *Engine) mintCluster() {
-	if e.cluster.IsZero() && !e.cfg.client && e.inc != 0 {
-		e.setCluster(ClusterID{Founder: e.id, Inc: e.inc})
+	if !e.cluster.IsZero() || e.cfg.client || e.inc == 0 {
+		return
 	}
+	c := ClusterID{Founder: e.id, Inc: e.inc}
+	for _, v := range e.voters {
+		if !v.Left && v.Inc != 0 && (ClusterID{Founder: v.ID, Inc: v.Inc}).Compare(c) < 0 {
+			c = ClusterID{Founder: v.ID, Inc: v.Inc}
+		}
+	}
+	e.setCluster(c)
 }
 
 // admit decides whether a message from server from, sent in cluster c, is
@@ -99,18 +109,19 @@ func (e *Engine) admit(from string, c ClusterID, msg Message) bool {
 		return true
 	}
 	if v, ok := msg.(*Voters); ok {
-		switch e.meet(c, v.List, v.Empty) {
+		switch e.meet(c, v) {
 		case meetYield:
 			e.yieldTo(c)
 			delete(e.foreign, from)
 			return true
 		case meetSame:
-			// Its servers take the lower name when they hear this
-			// node's list; meanwhile both names are this cluster's.
-			if e.kin == nil {
-				e.kin = map[ClusterID]struct{}{}
+			// Its servers take the lowest name when they hear this
+			// node's list; meanwhile every name is this cluster's.
+			e.addKin(c)
+			e.addKin(e.cluster)
+			for _, k := range v.Kin {
+				e.addKin(k)
 			}
-			e.kin[c], e.kin[e.cluster] = struct{}{}, struct{}{}
 			if c.Compare(e.cluster) < 0 {
 				e.setCluster(c)
 			}
@@ -148,10 +159,51 @@ const (
 	meetApart                 // two clusters that stay apart (rule 5)
 )
 
+// addKin notes another name of this cluster.
+func (e *Engine) addKin(c ClusterID) {
+	if _, ok := e.kin[c]; ok || c.IsZero() {
+		return
+	}
+	if e.kin == nil {
+		e.kin = map[ClusterID]struct{}{}
+	}
+	e.kin[c] = struct{}{}
+	e.votersChanged() // the disk keeps them with the configuration
+}
+
+// kinList returns the other names of this cluster, sorted.
+func (e *Engine) kinList() []ClusterID {
+	if len(e.kin) == 0 {
+		return nil
+	}
+	out := make([]ClusterID, 0, len(e.kin))
+	for k := range e.kin {
+		if k != e.cluster {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, ClusterID.Compare)
+	return out
+}
+
+// votersMsg is the configuration list a server sends its peers.
+func (e *Engine) votersMsg() *Voters {
+	return &Voters{List: e.Voters(), Empty: e.foundedAloneEmpty(), Kin: e.kinList()}
+}
+
 // meet compares this node's cluster with cluster c, whose configuration
-// is vs (rule 9, cluster identity).
-func (e *Engine) meet(c ClusterID, vs []Voter, empty bool) meeting {
-	mine := e.cluster
+// list m is (rule 9, cluster identity).
+func (e *Engine) meet(c ClusterID, m *Voters) meeting {
+	mine, vs, empty := e.cluster, m.List, m.Empty
+	// 0. The other knows this cluster's name as one of its own, or this
+	// node knows its name so: one forming cluster that two servers named
+	// at once (a server restarted meanwhile took the name that lost).
+	if slices.Contains(m.Kin, mine) {
+		return meetSame
+	}
+	if _, ok := e.kin[c]; ok {
+		return meetSame
+	}
 	// 1. The other cluster holds an earlier life of this cluster's
 	// founder (its vote, or its guess while forming: a founder killed
 	// before it confirmed its vote is only a guess in its peers' lists):

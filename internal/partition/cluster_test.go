@@ -212,3 +212,35 @@ func TestEmptyFounderJoins(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleNameConverges (rule 9, cluster identity, rule 0): a server
+// that took one of a forming cluster's names before its servers agreed on
+// the lowest (restarted at that moment, it heard first from a server that
+// had not changed yet) takes the name agreed on when a server lists its
+// name among the cluster's others. In the fault suite such a server, the
+// restarted founder of the lowest name, listed neither founder in its
+// configuration, took every other server for another cluster's and never
+// caught up (seed 14150).
+func TestStaleNameConverges(t *testing.T) {
+	n := newNetwork(t, 4, []string{"x", "y"}, WithJoining())
+	x := n.nodes["x"].e
+	agreed, lost := ClusterID{Founder: "a", Inc: 1}, ClusterID{Founder: "y", Inc: 1}
+	x.setCluster(lost)
+	vs := &Voters{List: []Voter{{ID: "y", Inc: 1}}}
+	if err := x.Step("y", agreed, vs); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := x.Foreign()["y"]; !ok || x.Cluster() != lost {
+		t.Fatalf("without kin: cluster %v, foreign %v; want y refused", x.Cluster(), x.Foreign())
+	}
+	vs.Kin = []ClusterID{lost}
+	if err := x.Step("y", agreed, vs); err != nil {
+		t.Fatal(err)
+	}
+	if x.Cluster() != agreed || len(x.Foreign()) > 0 || x.Yields() != 0 {
+		t.Fatalf("cluster %v (want %v), foreign %v, yields %d", x.Cluster(), agreed, x.Foreign(), x.Yields())
+	}
+	if _, ok := x.kin[lost]; !ok {
+		t.Fatal("the lost name is not kept as the cluster's")
+	}
+}

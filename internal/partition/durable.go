@@ -66,8 +66,10 @@ type Config struct {
 	Inc    uint64  `msgpack:"i"`
 	Heard  bool    `msgpack:"h"`
 	Voters []Voter `msgpack:"v"`
-	// Cluster names the cluster (rule 9, cluster identity).
-	Cluster ClusterID `msgpack:"c,omitempty"`
+	// Cluster names the cluster, and Kin its other names (rule 9,
+	// cluster identity).
+	Cluster ClusterID   `msgpack:"c,omitempty"`
+	Kin     []ClusterID `msgpack:"k,omitempty"`
 }
 
 // touch notes that pt's copy changed in a way the disk must learn.
@@ -151,7 +153,7 @@ func (e *Engine) durableReady() {
 	e.durDirty = e.durDirty[:0]
 	if e.configDirty() {
 		e.dur.configVer, e.dur.heard, e.dur.inc = e.configVer, e.heardConfig, e.inc
-		e.rd.Config = &Config{Inc: e.inc, Heard: e.heardConfig, Voters: e.Voters(), Cluster: e.cluster}
+		e.rd.Config = &Config{Inc: e.inc, Heard: e.heardConfig, Voters: e.Voters(), Cluster: e.cluster, Kin: e.kinList()}
 	}
 }
 
@@ -273,6 +275,12 @@ func (e *Engine) RestoreConfig(c Config) error {
 	e.votersChanged()
 	e.heardConfig = true
 	e.cluster = c.Cluster
+	for _, k := range c.Kin {
+		if e.kin == nil {
+			e.kin = map[ClusterID]struct{}{}
+		}
+		e.kin[k] = struct{}{}
+	}
 	if e.cluster.IsZero() {
 		// Written before clusters had names: a formed cluster must have
 		// one (a nameless server takes the first it hears). Its servers

@@ -354,7 +354,7 @@ func (e *Engine) Tick(now time.Time) {
 	}
 	if !e.cfg.client && now.Sub(e.beat) >= e.cfg.probeInterval {
 		e.beat = now
-		vs := &Voters{List: e.Voters(), Empty: e.foundedAloneEmpty()}
+		vs := e.votersMsg()
 		for _, s := range e.m.Members() {
 			if s.ID != e.id {
 				e.send(s.ID, &Heartbeat{})

@@ -202,6 +202,10 @@ type Voters struct {
 	// Empty: the sender founded its cluster alone, is its only server and
 	// holds nothing (rule 9, cluster identity).
 	Empty bool `msgpack:"e,omitempty"`
+	// Kin lists the other names the sender's cluster is known by: names
+	// that servers of one forming cluster each gave it at once, before
+	// they agreed on the lowest.
+	Kin []ClusterID `msgpack:"k,omitempty"`
 }
 
 // ReadProbe asks a server whether it still accepts the owner's Epoch, for

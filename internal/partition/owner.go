@@ -18,7 +18,7 @@ type syncState struct {
 	started   time.Time
 	replies   []reply
 	asked     map[string]time.Time // when each server was last asked
-	writers   []string // previous writers; each is waited for while alive
+	writers   []string             // previous writers; each is waited for while alive
 	target    string
 	targetPos Position
 }

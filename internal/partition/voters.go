@@ -343,7 +343,7 @@ func (e *Engine) Forget(id string) error {
 	// Spread it now, not with the next heartbeats: a change only this
 	// node holds dies with it.
 	if e.m != nil && !e.cfg.client {
-		vs := &Voters{List: e.Voters()}
+		vs := e.votersMsg()
 		for _, s := range e.m.Members() {
 			if s.ID != e.id {
 				e.send(s.ID, vs)
