@@ -332,3 +332,44 @@ func TestApplyCopiesKeyAndValue(t *testing.T) {
 		require.Contains(t, want, k)
 	}
 }
+
+// TestDigestFollowsEveryChange: a partition's digest is kept until the
+// partition changes (status calls hashed the whole state each time); every
+// kind of change makes it computed again, and equal states still have
+// equal digests.
+func TestDigestFollowsEveryChange(t *testing.T) {
+	s := storeOf(t, initial())
+	same := storeOf(t, initial())
+	empty := newStore(t).Digest()
+	d0 := s.Digest()
+	require.Equal(t, d0, same.Digest())
+	require.Equal(t, d0, s.Digest(), "kept while nothing changed")
+
+	mustApply(t, s, wire.RecordUpdate, "n", 7)
+	d1 := s.Digest()
+	require.NotEqual(t, d0, d1, "an update")
+	mustApply(t, same, wire.RecordUpdate, "n", 7)
+	require.Equal(t, d1, same.Digest())
+
+	mustApply(t, s, wire.RecordUpdate, "u.ada.tags.0", "z")
+	require.NotEqual(t, d1, s.Digest(), "a nested update")
+	mustApply(t, s, wire.RecordUpdate, "u.ada.tags.0", "a")
+	require.Equal(t, d1, s.Digest(), "back to the same state")
+
+	mustApply(t, s, wire.RecordAdd, "fresh", 1)
+	require.NotEqual(t, d1, s.Digest(), "an add")
+	mustApply(t, s, wire.RecordRemove, "fresh", nil)
+	require.Equal(t, d1, s.Digest(), "a remove")
+
+	for p := range testPartitions {
+		b, err := same.Snapshot(p)
+		require.NoError(t, err)
+		require.NoError(t, s.Clear(p))
+		require.NoError(t, s.Restore(p, b))
+	}
+	require.Equal(t, d1, s.Digest(), "cleared and restored")
+	for p := range testPartitions {
+		require.NoError(t, s.Restore(p, nil))
+	}
+	require.Equal(t, empty, s.Digest(), "emptied")
+}
