@@ -198,6 +198,9 @@ func (e *entry) value() any { return e.dec().val }
 // encoding returns the canonical encoding of the value, computed on first
 // use: a write does not pay for it, a snapshot or digest pays once.
 func (e *entry) encoding() []byte {
+	if e.raw != nil && canonicalScalar(e.raw) {
+		return e.raw
+	}
 	d := e.dec()
 	d.once.Do(func() { d.enc = appendValue(nil, d.val) })
 	return d.enc

@@ -2,6 +2,7 @@ package doc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sync"
@@ -229,4 +230,37 @@ func mustEncode(err error) {
 	if err != nil {
 		panic(fmt.Sprintf("doc: encoding a canonical value: %v", err))
 	}
+}
+
+// canonicalScalar reports whether raw is one msgpack nil, bool, fixint,
+// string or binary value with the shortest header for its length: what
+// the canonical encoder writes for it, so its canonical encoding is raw
+// itself and need not be decoded and encoded again. Large values are
+// mostly strings and binaries, and every snapshot and digest of a raw
+// value did that: a copy, a decoded copy kept for good, and a canonical
+// copy kept for good (about three times the state in memory).
+func canonicalScalar(raw []byte) bool {
+	n := len(raw)
+	if n == 0 {
+		return false
+	}
+	switch b := raw[0]; {
+	case b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3:
+		return n == 1
+	case b&0xe0 == 0xa0: // fixstr
+		return n == 1+int(b&0x1f)
+	case b == 0xd9: // str8
+		return n >= 2 && raw[1] >= 32 && n == 2+int(raw[1])
+	case b == 0xda: // str16
+		return n >= 3 && binary.BigEndian.Uint16(raw[1:]) >= 256 && n == 3+int(binary.BigEndian.Uint16(raw[1:]))
+	case b == 0xdb: // str32
+		return n >= 5 && binary.BigEndian.Uint32(raw[1:]) >= 1<<16 && uint64(n) == 5+uint64(binary.BigEndian.Uint32(raw[1:]))
+	case b == 0xc4: // bin8
+		return n >= 2 && n == 2+int(raw[1])
+	case b == 0xc5: // bin16
+		return n >= 3 && binary.BigEndian.Uint16(raw[1:]) >= 256 && n == 3+int(binary.BigEndian.Uint16(raw[1:]))
+	case b == 0xc6: // bin32
+		return n >= 5 && binary.BigEndian.Uint32(raw[1:]) >= 1<<16 && uint64(n) == 5+uint64(binary.BigEndian.Uint32(raw[1:]))
+	}
+	return false
 }
