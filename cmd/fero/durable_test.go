@@ -237,9 +237,13 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	if profDir != "" {
 		profAddr = freeAddr(t)
 	}
+	level := "error" // FERO_RESTART_LOG_LEVEL: the servers' --log-level
+	if l := os.Getenv("FERO_RESTART_LOG_LEVEL"); l != "" {
+		level = l
+	}
 	start := func(i int, disk bool) *server {
 		args := []string{"kv", "--id", ids[i], "--listen", data[i], "--bind", gossip[i],
-			"--seeds", strings.Join(gossip, ","), "--log-level", "error"}
+			"--seeds", strings.Join(gossip, ","), "--log-level", level}
 		if disk {
 			args = append(args, "--data-dir", dirs[i])
 		}
@@ -261,7 +265,16 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 				defer r.Close()
 				for i := w; i < n; i += writers {
 					key := fmt.Sprintf("%s%07d", prefix, i)
-					require.NoError(t, retryUnavailable(ctx, func() error { return r.Update(ctx, key, value) }), key)
+					// The same value again is harmless, so an indefinite
+					// error is retried too: a write forwarded to n2 as it
+					// is killed is answered "aborted: connection lost".
+					require.NoError(t, retryUnavailable(ctx, func() error {
+						err := r.Update(ctx, key, value)
+						if c := fero.CodeOf(err); (c == fero.CodeAborted || c == fero.CodeDeadlineExceeded) && ctx.Err() == nil {
+							return fero.Errorf(fero.CodeUnavailable, "retry: %v", err)
+						}
+						return err
+					}), key)
 				}
 			})
 		}
