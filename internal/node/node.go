@@ -620,11 +620,20 @@ func (n *Node) takeProps() int {
 // forgetGone drops the batch writers of peers no longer in the map or the
 // client list, so they do not pile up as members come and go.
 func (n *Node) forgetGone(m *ring.Map, clients []string) {
+	gone := func(id string) bool {
+		return !slices.Contains(clients, id) && !slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == id })
+	}
 	for id := range n.out {
-		if !slices.Contains(clients, id) && !slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == id }) {
+		if gone(id) {
 			delete(n.out, id)
 		}
 	}
+	n.peerCluster.Range(func(k, _ any) bool {
+		if id := k.(string); gone(id) {
+			n.peerCluster.Delete(id)
+		}
+		return true
+	})
 }
 
 // maxEarly bounds the batches kept for the engine before its first map.

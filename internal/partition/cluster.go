@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/fero-go/fero/internal/errs"
 )
 
 // Cluster identity (docs/engine.md rule 9). A server without seeds founds
@@ -44,9 +42,6 @@ func (c ClusterID) String() string {
 	}
 	return fmt.Sprintf("%s@%s", c.Founder, time.Unix(0, int64(c.Inc)).UTC().Format("2006-01-02T15:04:05.000Z"))
 }
-
-// ErrAnotherCluster: a message came from a server of another cluster.
-var ErrAnotherCluster = errs.New(errs.FailedPrecondition, "message from a server of another cluster")
 
 // Cluster returns the name of this node's cluster (zero before it has
 // formed or heard from one).
@@ -98,10 +93,18 @@ func (e *Engine) mintCluster() {
 // of another cluster only the configuration list is taken, to compare the
 // two (meet).
 func (e *Engine) admit(from string, c ClusterID, msg Message) bool {
-	if _, kin := e.kin[c]; kin || c == e.cluster || c.IsZero() || e.cfg.client {
-		if len(e.foreign) > 0 && c == e.cluster {
+	if c == e.cluster {
+		// Every message of a batch comes here: the common case costs a
+		// comparison and no map lookup.
+		if len(e.foreign) > 0 {
 			delete(e.foreign, from)
 		}
+		return true
+	}
+	if c.IsZero() || e.cfg.client {
+		return true
+	}
+	if _, kin := e.kin[c]; kin {
 		return true
 	}
 	if e.cluster.IsZero() {
