@@ -42,16 +42,10 @@ func TestRestartedFounderGivesWay(t *testing.T) {
 		r, err := fero.Dial(ctx, addr)
 		require.NoError(t, err)
 		defer r.Close()
-		// Until the failover is over a write may time out (indefinite:
-		// the same write again is harmless).
-		require.NoError(t, retryUnavailable(ctx, func() error {
+		require.NoError(t, retryIdempotent(ctx, func() error {
 			wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
 			defer wcancel()
-			err := r.Update(wctx, key, v, fero.Majority)
-			if fero.CodeOf(err) == fero.CodeDeadlineExceeded && ctx.Err() == nil {
-				return fero.Errorf(fero.CodeUnavailable, "retry: %v", err)
-			}
-			return err
+			return r.Update(wctx, key, v, fero.Majority)
 		}), key)
 	}
 	acked := map[string]int{}

@@ -268,13 +268,7 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 					// The same value again is harmless, so an indefinite
 					// error is retried too: a write forwarded to n2 as it
 					// is killed is answered "aborted: connection lost".
-					require.NoError(t, retryUnavailable(ctx, func() error {
-						err := r.Update(ctx, key, value)
-						if c := fero.CodeOf(err); (c == fero.CodeAborted || c == fero.CodeDeadlineExceeded) && ctx.Err() == nil {
-							return fero.Errorf(fero.CodeUnavailable, "retry: %v", err)
-						}
-						return err
-					}), key)
+					require.NoError(t, retryIdempotent(ctx, func() error { return r.Update(ctx, key, value) }), key)
 				}
 			})
 		}
@@ -318,7 +312,8 @@ func saveProfile(t *testing.T, addr, path string) {
 	if s := os.Getenv("FERO_RESTART_PPROF_SECONDS"); s != "" {
 		secs, _ = strconv.Atoi(s)
 	}
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	hc := &http.Client{Timeout: time.Duration(secs)*time.Second + time.Minute}
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
 	if err != nil {
 		t.Logf("profile: %v", err)
 		return
@@ -333,6 +328,20 @@ func saveProfile(t *testing.T, addr, path string) {
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		t.Logf("profile: %v", err)
 	}
+}
+
+// retryIdempotent retries a write that may be sent again harmlessly (the
+// same value to the same key) on unavailable and on indefinite errors:
+// a write forwarded to a server as it is killed is answered aborted, and
+// one caught in a failover may time out.
+func retryIdempotent(ctx context.Context, write func() error) error {
+	return retryUnavailable(ctx, func() error {
+		err := write()
+		if c := fero.CodeOf(err); (c == fero.CodeAborted || c == fero.CodeDeadlineExceeded) && ctx.Err() == nil {
+			return fero.Errorf(fero.CodeUnavailable, "retry: %v", err)
+		}
+		return err
+	})
 }
 
 func retryUnavailable(ctx context.Context, write func() error) error {
