@@ -127,6 +127,12 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 				f.systems = strings.Join(systems, ",")
 				f.baseline = baseline
 			}
+			// A fixed-rate trial lasts its warm-up and duration: an
+			// unchanged bound must leave it room (a 10-minute soak was
+			// cut off by the 10-minute default).
+			if need := f.warmup + f.duration + 5*time.Minute; !cmd.Flags().Changed("trial-timeout") && need > f.trialTimeout {
+				f.trialTimeout = need
+			}
 			return runBench(cmd, f)
 		},
 	}
@@ -153,7 +159,7 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "fixed rate: unmeasured warm-up on the same schedule")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "fixed rate: a slower request is an error (its latency is kept)")
 	fl.DurationVar(&f.tick, "tick", bench.DefaultTick, "fixed rate: the generator's shortest sleep; sends falling due within it go out together (0: sleep until each)")
-	fl.DurationVar(&f.trialTimeout, "trial-timeout", 10*time.Minute, "upper bound on one trial, processes included")
+	fl.DurationVar(&f.trialTimeout, "trial-timeout", 10*time.Minute, "upper bound on one trial, processes included (at least warm-up + duration + 5m unless given)")
 	fl.IntVar(&f.runs, "runs", 1, "repetitions, configurations interleaved; reports median [min … max]")
 	fl.StringVar(&f.jsonPath, "json", "", "write the full report as JSON to this file")
 	fl.StringVar(&f.outDir, "out", "", "write .hgrm distributions (µs) and SVG latency charts into this directory")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 type server struct {
+	first  string // the first line it printed
 	cmd    *exec.Cmd
 	gossip string
 	data   string
@@ -38,10 +40,24 @@ type server struct {
 }
 
 // serve starts `fero serve` as a separate process and returns once it
-// printed its addresses.
+// printed its addresses. Without --data-dir or --client it passes
+// --in-memory, so a test leaves no data directory behind.
 func serve(t *testing.T, args ...string) *server {
 	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--data-dir") || strings.HasPrefix(a, "--client") || strings.HasPrefix(a, "--in-memory")
+	}) {
+		args = append(args, "--in-memory")
+	}
+	return serveIn(t, "", args...)
+}
+
+// serveIn is serve without the default --in-memory, run in directory dir
+// ("" for the test's own).
+func serveIn(t *testing.T, dir string, args ...string) *server {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -51,7 +67,8 @@ func serve(t *testing.T, args ...string) *server {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	require.True(t, s.out.Scan(), "fero serve printed nothing")
 	// fero: node <id> of "<resource>": gossip <addr> data <addr>
-	f := strings.Fields(s.out.Text())
+	s.first = s.out.Text()
+	f := strings.Fields(s.first)
 	require.Len(t, f, 9, "first line: %q", s.out.Text())
 	s.gossip, s.data = f[6], f[8]
 	return s

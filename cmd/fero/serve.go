@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,14 +9,21 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fero-go/fero/internal/storage"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 	"github.com/fero-go/fero/pkg/fero"
 )
 
@@ -43,8 +51,14 @@ type serveFlags struct {
 	tokenFile    string
 	insecure     bool
 	dataDir      string
+	inMemory     bool
 	fsync        string
 	pprof        string
+	// Limits on input (docs/security.md).
+	maxConns, maxConnsPerIP       int
+	maxInflight, maxInflightBytes int
+	maxFrame                      int
+	frameTimeout                  time.Duration
 	// Engine timings, which a fault suite compresses.
 	writeTimeout  time.Duration
 	syncTimeout   time.Duration
@@ -72,6 +86,13 @@ take --addr <data address>.
 Every node of a resource must use the same --partitions, --replicas and
 --vnodes.
 
+A server keeps its partitions on disk and loads them when it starts again:
+in --data-dir, or by default in fero-data/RESOURCE/ID with --id, else the
+first of fero-data/RESOURCE/0, 1, ... that no other server holds (so
+servers started side by side in one directory each take their own, and
+take them back when started again). --in-memory keeps nothing: a restart
+brings that server back empty.
+
 Without --cluster-secret-file, any process that reaches the node's ports
 can pose as a peer: that is for development on loopback, and serve refuses
 to listen or gossip on any other address unless --insecure is given. With
@@ -90,8 +111,9 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.StringVar(&f.tokenFile, "token-file", "", "file of client tokens this node accepts, one per line (fero put/get/status/tail --token-file); SIGHUP re-reads it")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve beyond loopback without a cluster secret: anyone who reaches the ports can pose as a peer")
 	fl.StringVar(&f.id, "id", "", "node ID (default: the data dir's, or random)")
-	fl.StringVar(&f.dataDir, "data-dir", "", "keep this server's partitions in DIR and load them at start (default: memory only; the node comes back empty)")
-	fl.StringVar(&f.fsync, "fsync", "group", "with --data-dir, when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "keep this server's partitions in DIR and load them at start (default: fero-data/RESOURCE/ID with --id, else the first of fero-data/RESOURCE/0, 1, ... no other server holds)")
+	fl.BoolVar(&f.inMemory, "in-memory", false, "keep no data directory: a restarted server comes back empty and catches up from its peers")
+	fl.StringVar(&f.fsync, "fsync", "group", "when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
 	fl.StringVar(&f.pprof, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address host:port, for finding where a node spends its time")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
@@ -108,6 +130,12 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.IntVar(&f.historyBytes, "history-bytes", 2<<20, "bytes of keys and values kept in history per partition (the newest commit is kept whatever its size)")
 	fl.IntVar(&f.quorum, "quorum", 0, "live servers an owner needs to accept writes (0: a majority of the most seen)")
 	fl.IntVar(&f.maxEntry, "max-entry", 1<<20, "largest key plus value of one write, in bytes")
+	fl.IntVar(&f.maxConns, "max-conns", transport.DefaultMaxConns, "data connections this node accepts in all; one over is closed at once")
+	fl.IntVar(&f.maxConnsPerIP, "max-conns-per-ip", transport.DefaultMaxConnsPerIP, "data connections this node accepts from one source IP, loopback included")
+	fl.IntVar(&f.maxInflight, "max-inflight", transport.DefaultMaxInflight, "requests one connection may have open (handler not yet answered); one over is answered resource exhausted")
+	fl.IntVar(&f.maxInflightBytes, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "bytes of read buffer the open requests of one connection may hold")
+	fl.IntVar(&f.maxFrame, "max-frame", wire.DefaultMaxFrame, "largest message accepted or sent, in bytes")
+	fl.DurationVar(&f.frameTimeout, "frame-timeout", transport.DefaultFrameTimeout, "longest a message may take to arrive once its first byte has (0: no limit)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	fl.IntVar(&f.readyServer, "wait-servers", 0, "before printing ready, wait until the node sees this many servers")
 	fl.DurationVar(&f.writeTimeout, "write-timeout", 0, "longest life of a write: no node commits it later (0: the default, 10s)")
@@ -128,6 +156,8 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		fero.WithLogger(logger), fero.WithListen(f.listen),
 		fero.WithPartitions(f.partitions), fero.WithReplicas(f.replicas), fero.WithVNodes(f.vnodes),
 		fero.WithHistoryMax(f.historyMax), fero.WithHistoryBytes(f.historyBytes), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
+		fero.WithMaxConns(f.maxConns, f.maxConnsPerIP), fero.WithMaxInflight(f.maxInflight, f.maxInflightBytes),
+		fero.WithMaxFrame(f.maxFrame), fero.WithFrameTimeout(f.frameTimeout),
 	}
 	for _, d := range []struct {
 		v   time.Duration
@@ -151,14 +181,16 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	if f.id != "" {
 		opts = append(opts, fero.WithID(f.id))
 	}
-	if f.dataDir != "" {
-		fs, err := fero.ParseFsync(f.fsync)
-		if err != nil {
-			return fmt.Errorf("--fsync: %w", err)
-		}
-		opts = append(opts, fero.WithDataDir(f.dataDir), fero.WithFsync(fs))
-	} else if cmd.Flags().Changed("fsync") {
-		return errors.New("--fsync needs --data-dir")
+	if f.inMemory && cmd.Flags().Changed("data-dir") {
+		return errors.New("--in-memory and --data-dir exclude each other")
+	}
+	durable := !f.inMemory && !f.client
+	fs, err := fero.ParseFsync(f.fsync)
+	if err != nil {
+		return fmt.Errorf("--fsync: %w", err)
+	}
+	if !durable && cmd.Flags().Changed("fsync") {
+		return errors.New("--fsync needs a data directory (not --in-memory or --client)")
 	}
 	if f.bind != "" {
 		opts = append(opts, fero.WithBind(f.bind))
@@ -220,7 +252,22 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		}
 		defer stop()
 	}
-	r, err := fero.Open(ctx, resource, opts...)
+	var r *fero.Resource
+	switch {
+	case !durable:
+		r, err = fero.Open(ctx, resource, opts...)
+		if err == nil && !f.client {
+			logger.Warn("fero: this server keeps its partitions in memory only (--in-memory): a restart brings it back empty, and a whole-cluster restart loses the data")
+		}
+	case f.dataDir != "":
+		r, err = fero.Open(ctx, resource, append(opts, fero.WithDataDir(f.dataDir), fero.WithFsync(fs))...)
+	default:
+		var dir string
+		r, dir, err = openDefaultDir(ctx, resource, f.id, opts, fs)
+		if err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "fero: data in %s (the default; --data-dir DIR to choose, --in-memory for none)\n", dir)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -247,6 +294,37 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	fmt.Fprintf(out, "fero: node %s left in %v\n", r.ID(), time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// defaultDirs is how many numbered data directories serve tries, in the
+// default place, for a server started without --id or --data-dir.
+const defaultDirs = 64
+
+// openDefaultDir opens resource on the default data directory: with an ID,
+// fero-data/RESOURCE/ID under the working directory; without one, the first
+// of fero-data/RESOURCE/0, 1, ... that no other process holds, so servers
+// started side by side in one directory each take their own, and a server
+// restarted takes back a directory with its identity and data (the ID is
+// the directory's).
+func openDefaultDir(ctx context.Context, resource, id string, opts []fero.Option, fs fero.Fsync) (*fero.Resource, string, error) {
+	base := filepath.Join("fero-data", url.PathEscape(resource))
+	open := func(dir string) (*fero.Resource, error) {
+		return fero.Open(ctx, resource, append(slices.Clip(opts), fero.WithDataDir(dir), fero.WithFsync(fs))...)
+	}
+	if id != "" {
+		dir := filepath.Join(base, url.PathEscape(id))
+		r, err := open(dir)
+		return r, dir, err
+	}
+	for i := range defaultDirs {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		r, err := open(dir)
+		if errors.Is(err, storage.ErrLocked) {
+			continue
+		}
+		return r, dir, err
+	}
+	return nil, "", fmt.Errorf("data dirs %s/0 to %d are all in use by other servers: give --data-dir DIR", base, defaultDirs-1)
 }
 
 // readSecrets reads --cluster-secret-file.

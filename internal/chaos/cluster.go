@@ -199,6 +199,8 @@ func (c *Cluster) ServeArgs(node string, waitServers int) []string {
 	}
 	if c.cfg.DataDirs {
 		args = append(args, "--data-dir", filepath.Join(c.cfg.Dir, node+".data"), "--fsync", "group")
+	} else {
+		args = append(args, "--in-memory")
 	}
 	return append(args, c.cfg.Args...)
 }

@@ -79,7 +79,7 @@ const partitions = 271
 
 func start(ctx context.Context, c Config, id, seed string) (*server, error) {
 	args := []string{"serve", "failover", "--id", id, "--listen", "127.0.0.1:0", "--bind", "127.0.0.1:0",
-		"--preset", c.Preset, "--multicast=false", "--partitions", fmt.Sprint(partitions)}
+		"--preset", c.Preset, "--multicast=false", "--partitions", fmt.Sprint(partitions), "--in-memory"}
 	if seed != "" {
 		args = append(args, "--seeds", seed)
 	}

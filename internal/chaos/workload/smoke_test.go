@@ -40,7 +40,7 @@ func buildFero(t *testing.T) string {
 // to dir/<id>.log.
 func startServer(t *testing.T, bin, dir, id, seed string) *server {
 	args := []string{"serve", "smoke", "--id", id, "--preset", "lan", "--multicast=false",
-		"--listen", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--log-level", "info"}
+		"--listen", "127.0.0.1:0", "--bind", "127.0.0.1:0", "--log-level", "info", "--in-memory"}
 	if seed != "" {
 		args = append(args, "--seeds", seed)
 	}
