@@ -2,16 +2,22 @@
 # Runs every Go fuzz target in the module for the given budget each
 # (go test -fuzztime: a count such as 30000x, or a duration).
 # go test accepts one -fuzz target per run, so we list them first.
+# FuzzSchedules, which runs a whole randomized cluster per input (about
+# 100 execs/s), takes its own budget, FUZZTIME_SCHEDULES, when it is set.
 set -euo pipefail
 fuzztime=${1:-30000x}
+schedules=${FUZZTIME_SCHEDULES:-$fuzztime}
 go=${GO:-go}
 found=0
 for pkg in $($go list ./...); do
 	for target in $($go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
 		found=1
-		echo "fuzz: $pkg $target ($fuzztime)"
+		budget=$fuzztime
+		[ "$target" = FuzzSchedules ] && budget=$schedules
+		echo "fuzz: $pkg $target ($budget)"
 		log=$(mktemp)
-		if ! $go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"; then
+		began=$(date +%s)
+		if ! $go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -timeout 24h "$pkg" 2>&1 | tee "$log"; then
 			# On a loaded machine the fuzzer may take a worker that answers
 			# late for a hung one. That is not a crash if the input it
 			# saved passes when run again as a test; a real crash repeats.
@@ -27,6 +33,7 @@ for pkg in $($go list ./...); do
 				exit 1
 			fi
 		fi
+		echo "fuzz: $target: $budget in $(($(date +%s) - began)) s"
 		rm -f "$log"
 	done
 done

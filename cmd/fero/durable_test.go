@@ -280,9 +280,10 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	// FERO_RESTART_PPROF=DIR: n2 serves the profiler, and each restart
 	// writes a CPU profile of its first FERO_RESTART_PPROF_SECONDS (10)
 	// to DIR/restart-<i>.pprof.
-	profDir, profAddr := os.Getenv("FERO_RESTART_PPROF"), ""
+	// The new server n4 serves it too, and writes DIR/join.pprof.
+	profDir, profAddr, profAddr4 := os.Getenv("FERO_RESTART_PPROF"), "", ""
 	if profDir != "" {
-		profAddr = freeAddr(t)
+		profAddr, profAddr4 = freeAddr(t), freeAddr(t)
 	}
 	level := "error" // FERO_RESTART_LOG_LEVEL: the servers' --log-level
 	if l := os.Getenv("FERO_RESTART_LOG_LEVEL"); l != "" {
@@ -296,6 +297,9 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		}
 		if i == 1 && profAddr != "" {
 			args = append(args, "--pprof", profAddr)
+		}
+		if i == 3 && profAddr4 != "" {
+			args = append(args, "--pprof", profAddr4)
 		}
 		return serve(t, args...)
 	}
@@ -360,8 +364,13 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	began = time.Now()
 	ss = append(ss, start(3, true))
 	joined := time.Now()
+	var prof sync.WaitGroup
+	if profAddr4 != "" {
+		prof.Go(func() { saveProfile(t, profAddr4, filepath.Join(profDir, "join.pprof")) })
+	}
 	waitCaughtUp(ctx, t, ss, 3)
 	took, caught := joined.Sub(began), time.Since(joined)
+	prof.Wait()
 	ref, err := remoteStatus(ctx, ss[0].data)
 	require.NoError(t, err)
 	payload := float64(ref.Keys) * float64(size+10) // keys are 8-10 bytes: the estimate is within 1%

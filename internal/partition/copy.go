@@ -399,6 +399,7 @@ func (e *Engine) serveFetch(pt *part, from string, m *Fetch) error {
 		truncate = max(lo, 1) - 1 // differs wherever both logs can be compared
 	}
 	if !e.takeSnapshotSlot(from, pt.p) {
+		e.waitForSlot(from, m)
 		e.send(from, &FetchReply{Partition: uint32(pt.p), ID: m.ID, Position: pt.position(), Start: pt.logStart, Busy: true})
 		return nil
 	}
@@ -449,7 +450,7 @@ func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
 		// The server sends as many snapshots to this node as it allows;
 		// the fetch stays outstanding and goes again shortly (tickPart).
 		if f := &pt.fetch; f.id != 0 && m.ID == f.id && from == f.to {
-			f.retry = e.now.Add(busyRetry)
+			f.retry = e.now.Add(e.cfg.fetchRetry / busyRetry)
 		}
 		return nil
 	}

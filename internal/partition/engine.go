@@ -94,8 +94,9 @@ type Engine struct {
 	} // what the last Ready's Config said
 	continues uint64 // RestoreConfig's incarnation, whose vote this node continues
 
-	snapsOut map[string][]snapOut // snapshots in flight to each peer (snapshots.go)
-	nextSnap uint64               // the last snapshot sent in pieces
+	snapsOut map[string][]snapOut      // snapshots in flight to each peer (snapshots.go)
+	snapWait map[string][]waitingFetch // fetches answered Busy, by peer (snapshots.go)
+	nextSnap uint64                    // the last snapshot sent in pieces
 
 	quorumOK, quorumKnown bool // hasQuorum's answer, while known
 
@@ -213,6 +214,11 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	for peer := range e.snapsOut {
 		if _, ok := slices.BinarySearch(e.copies, peer); !ok {
 			delete(e.snapsOut, peer)
+		}
+	}
+	for peer := range e.snapWait {
+		if _, ok := slices.BinarySearch(e.copies, peer); !ok {
+			delete(e.snapWait, peer)
 		}
 	}
 
@@ -375,6 +381,7 @@ func (e *Engine) Tick(now time.Time) {
 	for _, pt := range e.parts {
 		e.tickPart(pt)
 	}
+	e.serveAllWaiting() // slots in flight too long have expired
 	// Most deadlines grow with ids (a write's is at most the write timeout
 	// away), so the expired forwards are mostly the oldest; one with a
 	// shorter deadline behind a longer one is answered late here, but its
@@ -623,6 +630,8 @@ func (e *Engine) Step(from string, c ClusterID, msg Message) error {
 		e.stepPosReply(pt, from, m)
 	case *Fetch:
 		err = e.serveFetch(pt, from, m)
+		// The fetch may have ended a snapshot in flight to its asker.
+		e.serveWaiting(from)
 	case *FetchReply:
 		err = e.stepFetchReply(pt, from, m)
 	case *SnapshotReply:

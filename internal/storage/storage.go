@@ -116,7 +116,8 @@ type Store interface {
 	// First-1 replaces the whole log (a copy whose divergent suffix, past
 	// its old snapshot, gave way to a peer's shorter history): every entry
 	// goes. Durable when it returns, and so is every write made before it;
-	// a crash keeps the old snapshot and log or the new, never a mix.
+	// a crash keeps the old snapshot and log or the new, never a mix. It
+	// keeps no reference to s.State once it returns.
 	SaveSnapshot(p int, s Snapshot) error
 	// Snapshot returns partition p's snapshot; ok is false when it has
 	// none. A snapshot that fails its checks is ErrCorrupt, never served.
