@@ -353,6 +353,7 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 		ref, err := remoteStatus(ctx, ss[0].data)
 		require.NoError(t, err)
 		t.Logf("restart of n2 %s: serving the same copy as its peers (%d keys) after %v", how, ref.Keys, took.Round(time.Millisecond))
+		logCatchUp(ctx, t, "n2", ss[1].data)
 	}
 
 	// A new server joins: it catches up by snapshot plus tail, kept on
@@ -376,6 +377,19 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	payload := float64(ref.Keys) * float64(size+10) // keys are 8-10 bytes: the estimate is within 1%
 	t.Logf("new server n4: started and joined in %v, then caught up with %d keys (~%.0f MB of keys and values) in %v: %.0f MB/s",
 		took.Round(time.Millisecond), ref.Keys, payload/1e6, caught.Round(time.Millisecond), payload/1e6/caught.Seconds())
+	logCatchUp(ctx, t, "n4", ss[3].data)
+}
+
+// logCatchUp logs what a server's catching up took (its status's counters).
+func logCatchUp(ctx context.Context, t *testing.T, id, addr string) {
+	st, err := remoteStatus(ctx, addr)
+	if err != nil || st.CatchUp == nil {
+		t.Logf("%s: no catch-up counters (%v)", id, err)
+		return
+	}
+	c := st.CatchUp
+	t.Logf("%s caught up with %d partitions restored from %d snapshot replies (%.0f MB), %d stale, %d Busy, %d fetches unanswered in time",
+		id, c.Restored, c.Pieces, float64(c.PieceBytes)/1e6, c.Stale, c.Busy, c.Retries)
 }
 
 // saveProfile saves a CPU profile of FERO_RESTART_PPROF_SECONDS (10) from

@@ -59,6 +59,9 @@ type StatusReport struct {
 	Cluster string            `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
 	Other   map[string]string `msgpack:"other_clusters,omitempty" json:"other_clusters,omitempty"`
 	Yields  uint64            `msgpack:"yields,omitempty" json:"yields,omitempty"`
+	// CatchUp counts what this node's copy took to catch up since it
+	// started (snapshots received and restored, stale replies, retries).
+	CatchUp *partition.CatchUp `msgpack:"catch_up,omitempty" json:"catch_up,omitempty"`
 	// Syncing lists the partitions this node owns by its map but has not
 	// taken yet, each with what it waits for.
 	Syncing []SyncingReport `msgpack:"syncing,omitempty" json:"syncing,omitempty"`
@@ -171,6 +174,9 @@ func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, er
 		return nil, err
 	}
 	rep.Voting, rep.Yields = ci.voting, ci.yields
+	if ci.catchUp != (partition.CatchUp{}) {
+		rep.CatchUp = &ci.catchUp
+	}
 	vs := ci.voters
 	if !n.cfg.Client {
 		rep.Cluster = ci.cluster.String()

@@ -1060,12 +1060,13 @@ type clusterView struct {
 	cluster partition.ClusterID
 	foreign map[string]partition.ClusterID
 	yields  uint64
+	catchUp partition.CatchUp
 }
 
 func (n *Node) clusterInfo(ctx context.Context) (clusterView, error) {
 	out := make(chan clusterView, 1)
 	q := func(e *partition.Engine) {
-		out <- clusterView{e.Voters(), e.Voting(), e.Cluster(), e.Foreign(), e.Yields()}
+		out <- clusterView{e.Voters(), e.Voting(), e.Cluster(), e.Foreign(), e.Yields(), e.CatchUp()}
 	}
 	if err := n.query(ctx, q); err != nil {
 		return clusterView{}, err

@@ -451,6 +451,7 @@ func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
 		// the fetch stays outstanding and goes again shortly (tickPart).
 		if f := &pt.fetch; f.id != 0 && m.ID == f.id && from == f.to {
 			f.retry = e.now.Add(e.cfg.fetchRetry / busyRetry)
+			e.catchUp.Busy++
 		}
 		return nil
 	}
@@ -474,7 +475,10 @@ func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
 
 func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	f := pt.fetch
+	e.catchUp.Pieces++
+	e.catchUp.PieceBytes += uint64(len(m.State))
 	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
+		e.catchUp.Stale++
 		e.maybeFetch(pt)
 		return
 	}
@@ -502,6 +506,7 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	pt.durReset = true
 	e.touch(pt)
 	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
+	e.catchUp.Restored++
 	pt.ackDirty = true
 	e.afterCatchUp(pt, m.Position, m.Start)
 	if pt.fetch.id == 0 {

@@ -106,6 +106,7 @@ type Engine struct {
 	foreign    map[string]ClusterID   // servers of other clusters refused, by ID
 	foreignVer uint64                 // changes when foreign gains a server or a name
 	yields     uint64                 // times this node's cluster gave way
+	catchUp    CatchUp                // what this copy's catching up took
 	termFloor  uint64                 // the highest term a cluster it gave up used
 
 	out chunks // the messages sent per write or per round
@@ -442,6 +443,9 @@ func (e *Engine) tickPart(pt *part) {
 		}
 	}
 	if f := &pt.fetch; f.id != 0 && (e.now.Sub(f.sent) >= e.cfg.fetchRetry || (!f.retry.IsZero() && !e.now.Before(f.retry))) {
+		if f.retry.IsZero() {
+			e.catchUp.Retries++ // unanswered (a Busy reply set f.retry)
+		}
 		pt.fetch = fetchState{}
 	}
 	e.maybeFetch(pt)

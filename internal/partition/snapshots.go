@@ -38,6 +38,19 @@ const MaxSnapshotsInFlight = 4
 // slot frees (waitingFetch), and a fetch re-asked replaces the one waiting.
 const busyRetry = 4
 
+// CatchUp counts what a copy's catching up took since the engine started:
+// snapshot replies and their bytes, the replies it could not use (its
+// fetch had moved on), the partitions restored, the Busy replies, and the
+// fetches asked again because no answer came within the fetch retry. A
+// catch-up that goes well restores each partition once, with few stale
+// replies and retries.
+type CatchUp struct {
+	Pieces, PieceBytes, Stale, Restored, Busy, Retries uint64
+}
+
+// CatchUp returns the engine's catch-up counters.
+func (e *Engine) CatchUp() CatchUp { return e.catchUp }
+
 // waitingFetch is a fetch answered Busy, waiting at the server for a slot.
 type waitingFetch struct {
 	m  Fetch
