@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // rssMB reads a process's resident set size from /proc, in MB.
@@ -130,6 +133,57 @@ func TestHostileConnectionsKeepMemoryBounded(t *testing.T) {
 	mu.Unlock()
 	t.Logf("RSS at rest %.1f MB, peak while 540 hostile connections hung %.1f MB (bound: rest + %.0f MB)", base, connPeak, bound)
 	require.Less(t, connPeak, base+bound, "RSS peaked at %.1f MB while the hostile connections hung", connPeak)
+
+	// 30 calls of 16 MiB on one connection that never reads a reply: the
+	// node reads each whole (its read buffer grows with what arrives) and
+	// answers it; what it holds for calls in flight is capped at 64 MiB a
+	// connection. Before the caps, 30 calls never answered held 505 MB.
+	mu.Lock()
+	peak = 0
+	mu.Unlock()
+	calls, err := net.Dial("tcp", s.data)
+	require.NoError(t, err)
+	defer calls.Close()
+	sent := make(chan error, 1)
+	go func() {
+		payload := bytes.Repeat([]byte{0xc0}, 16<<20-256)
+		b := append([]byte(nil), fePreface...)
+		if _, err := calls.Write(b); err != nil {
+			sent <- err
+			return
+		}
+		for i := range 30 {
+			if _, err := calls.Write(wire.AppendFrame(nil, wire.KindCall, uint64(i+1), node.OpRequest, payload)); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	writes := time.After(2 * time.Minute)
+	for done := false; !done; {
+		select {
+		case err := <-sent:
+			// The node may close the connection on calls from a source
+			// that never reads; either way it read what it read.
+			t.Logf("30 calls of 16 MiB sent: %v", err)
+			done = true
+		case <-writes:
+			t.Log("the 30 calls of 16 MiB were still being written after 2 minutes")
+			done = true
+		case <-time.After(20 * time.Millisecond):
+		}
+		sample()
+	}
+	_, err = run(ctx, "status", "--addr", s.data)
+	require.NoError(t, err, "a normal client is served beside the 30 calls")
+	mu.Lock()
+	callPeak := peak
+	mu.Unlock()
+	const callsBound = 64.0
+	t.Logf("RSS peak through 30 calls of 16 MiB on one connection: %.1f MB (bound: rest + %.0f MB)", callPeak, callsBound)
+	require.Less(t, callPeak, base+callsBound, "RSS peaked at %.1f MB through the calls", callPeak)
+	_ = calls.Close()
 
 	// 1,000 writes of 1 MB to one key.
 	value := `"` + strings.Repeat("v", 1_000_000-64) + `"`
