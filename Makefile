@@ -94,7 +94,7 @@ $(STATICCHECK):
 	GOBIN=$(BIN) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: fuzz
-fuzz: ## Every fuzz target for FUZZTIME executions each (10^7; FuzzSchedules FUZZTIME_SCHEDULES, 10^5): about 7 hours on 2 cores (docs/security.md).
+fuzz: ## Every fuzz target for FUZZTIME executions each (10^7; FuzzSchedules FUZZTIME_SCHEDULES, 10^5): about 13 hours on 2 cores (docs/security.md).
 	FUZZTIME_SCHEDULES=$(FUZZTIME_SCHEDULES) ./scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
