@@ -47,6 +47,11 @@ type part struct {
 	durMeta  PartMeta // the meta handed to the driver
 	durBytes int      // bytes of the entries on disk past its snapshot (diskEntryBytes)
 	durSnap  int      // bytes of the state in its last snapshot on disk
+	// durState is the state a snapshot reply restored this round, at
+	// offset durStateAt: the disk's snapshot takes it as it is rather than
+	// encoding the state again (durable.go). Held until the next Ready.
+	durState   []byte
+	durStateAt uint64
 
 	// Owner side.
 	active    bool
@@ -495,6 +500,12 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	} else if err := e.st.Restore(pt.p, m.State); err != nil {
 		pt.fetch = f // keep it outstanding: the fetch retry asks again
 		return
+	} else if e.cfg.durable {
+		// A state Restore took is one the disk's load can restore: the
+		// snapshot for the disk is these bytes. (A SnapshotReply is
+		// decoded by reflection, which copies State, so it is this
+		// engine's to keep.)
+		pt.durState, pt.durStateAt = m.State, m.Position.Offset
 	}
 	e.adopt(pt, m.Position.Epoch)
 	// Newest first: the order that undoes them.

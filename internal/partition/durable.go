@@ -109,6 +109,11 @@ func (e *Engine) durableReady() {
 		pt.durDirty = false
 		d := Durable{Partition: p}
 		last := pt.log.last()
+		restored := pt.durState
+		if pt.durStateAt != last {
+			restored = nil // entries followed the restore this round
+		}
+		pt.durState = nil
 		switch {
 		case pt.durReset || pt.durOff < pt.log.base || pt.durBytes >= max(min(e.cfg.historyBytes, diskTailFloor), pt.durSnap):
 			// The log was replaced, or lost entries the disk has not
@@ -123,7 +128,13 @@ func (e *Engine) durableReady() {
 			// entries: with the tail bounded by the history's 2 MiB
 			// instead, 100 MB of state in 271 partitions never took a
 			// snapshot, and a restart replayed all 1,000,000 writes.
-			state, err := e.st.Snapshot(p)
+			// A partition restored this round from a whole-state reply
+			// takes the reply's bytes: encoding 1 GB of restored state
+			// again took 0.85 s of the driver's time in a join.
+			state, err := restored, error(nil)
+			if state == nil {
+				state, err = e.st.Snapshot(p)
+			}
 			if err != nil {
 				// The state cannot encode itself (it never fails for the
 				// document store): keep the entries instead, if the log
