@@ -1358,14 +1358,10 @@ func TestSnapshotCatchUpChecksTrimmedHistory(t *testing.T) {
 	}
 }
 
-// TestSnapshotsInFlightAreBounded: a server joining a resource whose every
-// partition is past the history cap gets snapshots from each server at
-// most MaxSnapshotsInFlight at a time; the rest are answered Busy and asked
-// again, and it catches up in every partition. (Sent all at once, the
-// snapshots of 1 GB of state were one burst that kept a joining server
-// from ever catching up.)
-func TestSnapshotsInFlightAreBounded(t *testing.T) {
-	const parts = 24
+// joinFarBehind makes a network of servers a and b whose every partition
+// is past the history cap, and adds server d, which catches up only by
+// snapshots.
+func joinFarBehind(t *testing.T, parts int) *network {
 	n := newNetwork(t, parts, []string{"a", "b"}, WithHistoryMax(4))
 	n.settle()
 	for p := range parts {
@@ -1376,6 +1372,18 @@ func TestSnapshotsInFlightAreBounded(t *testing.T) {
 	n.deliverAll()
 	n.add("d", false)
 	n.setMap([]string{"a", "b", "d"}, "a", "b", "d")
+	return n
+}
+
+// TestSnapshotsInFlightAreBounded: a server joining a resource whose every
+// partition is past the history cap gets snapshots from each server at
+// most MaxSnapshotsInFlight at a time; the rest are answered Busy and asked
+// again, and it catches up in every partition. (Sent all at once, the
+// snapshots of 1 GB of state were one burst that kept a joining server
+// from ever catching up.)
+func TestSnapshotsInFlightAreBounded(t *testing.T) {
+	const parts = 24
+	n := joinFarBehind(t, parts)
 
 	// Deliver one message at a time; no server ever has more than the
 	// bound of snapshots to d in the queue.
@@ -1420,16 +1428,7 @@ func TestSnapshotsInFlightAreBounded(t *testing.T) {
 // which the node's 100 ms tick rounds up: about half of a 1 GB join.
 func TestWaitingFetchTakesAFreedSlot(t *testing.T) {
 	const parts = 24
-	n := newNetwork(t, parts, []string{"a", "b"}, WithHistoryMax(4))
-	n.settle()
-	for p := range parts {
-		for i := range 10 {
-			_, _ = n.propose(n.owner(p), p, fmt.Sprint("k", i), fmt.Sprint(i), WaitAck)
-		}
-	}
-	n.deliverAll()
-	n.add("d", false)
-	n.setMap([]string{"a", "b", "d"}, "a", "b", "d")
+	n := joinFarBehind(t, parts)
 	busy := 0
 	for steps := 0; len(n.queue) > 0 && steps < 1_000_000; steps++ {
 		if m, ok := n.queue[0].msg.(*FetchReply); ok && n.queue[0].to == "d" && m.Busy {
