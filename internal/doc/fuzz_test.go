@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -89,6 +90,24 @@ func FuzzRestore(f *testing.F) {
 			require.True(t, ok, "restored key %q cannot be read", k)
 		}
 	})
+}
+
+// TestRestoreOfHugeDeclaredKeysStaysSmall: snapshots whose keys declare 2
+// GB and hold a few bytes are refused, and refusing them allocates about
+// what each holds. Restore took a pooled msgpack decoder, whose buffer
+// each such key grew and the pool kept: 30 in a row allocated gigabytes.
+func TestRestoreOfHugeDeclaredKeysStaysSmall(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	b := []byte{0x81, 0xdb, 0x7f, 0xff, 0xff, 0xff, 'k', 'e', 'y'} // {str32 of 2 GB: ...}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 30 {
+		require.ErrorIs(t, s.Restore(0, b), ErrSnapshot)
+	}
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, uint64(128<<20), "30 refused snapshots allocated %d MB", allocated>>20)
 }
 
 // FuzzLazyValue: Apply keeps a top-level value undecoded once

@@ -660,9 +660,12 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table) error {
 		return errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
 	}
 	r := bytes.NewReader(b)
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(r)
+	// A decoder of its own, not one from msgpack's pool: a pooled decoder
+	// keeps the buffer a string's declared length grew, even when the
+	// bytes were not there, and snapshots that each declared a key of 2
+	// GB grew one pooled buffer by a quarter or more per call, without
+	// bound (a FuzzRestore worker reached 24 GB).
+	dec := msgpack.NewDecoder(r)
 	n, err := dec.DecodeMapLen()
 	if err != nil || n < 0 {
 		return bad("not a map (%v)", err)

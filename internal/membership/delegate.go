@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // delegate receives memberlist's callbacks. memberlist calls most of them
@@ -169,7 +171,7 @@ func decodeLeaving(b []byte) (string, uint64, error) {
 		return "", 0, ErrInvalidMeta
 	}
 	var msg leavingMsg
-	if err := msgpack.Unmarshal(b[1:], &msg); err != nil {
+	if err := wire.DecodeValue(b[1:], &msg); err != nil { // lengths checked first (DecodeMeta)
 		return "", 0, fmt.Errorf("%w: %w", ErrInvalidMeta, err)
 	}
 	if msg.ID == "" || len(msg.ID) > MaxIDLen {

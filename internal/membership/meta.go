@@ -5,6 +5,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // Role says whether a member can own partitions.
@@ -97,7 +99,11 @@ func DecodeMeta(b []byte) (Meta, error) {
 		return Meta{}, fmt.Errorf("%w: %d bytes", ErrInvalidMeta, len(b))
 	}
 	var m Meta
-	if err := msgpack.Unmarshal(b, &m); err != nil {
+	// DecodeValue checks first that every length the bytes declare is
+	// there: msgpack's pooled decoders keep a buffer grown by a declared
+	// length even when the bytes are missing, and a packet declaring a
+	// string of 2 GB grew one by a quarter or more each time.
+	if err := wire.DecodeValue(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("%w: %w", ErrInvalidMeta, err)
 	}
 	if err := m.Validate(); err != nil {

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -87,4 +88,25 @@ func FuzzDecodeMeta(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, m, m2)
 	})
+}
+
+// TestHugeDeclaredStringsStaySmall: gossip metadata and leave messages
+// whose string declares 2 GB and holds a few bytes are refused, and
+// refusing them allocates about what each holds. Decoded by msgpack's
+// pooled decoders, each grew a kept buffer by a quarter or more: an
+// outsider's 30 packets allocated gigabytes.
+func TestHugeDeclaredStringsStaySmall(t *testing.T) {
+	meta := []byte{0x81, 0xa1, 'i', 0xdb, 0x7f, 0xff, 0xff, 0xff, 'n', '1'}
+	leaving := append([]byte{msgLeaving}, meta...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 30 {
+		_, err := DecodeMeta(meta)
+		require.ErrorIs(t, err, ErrInvalidMeta)
+		_, _, err = decodeLeaving(leaving)
+		require.ErrorIs(t, err, ErrInvalidMeta)
+	}
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, uint64(128<<20), "60 refused messages allocated %d MB", allocated>>20)
 }
