@@ -24,10 +24,12 @@ import (
 // peer, in the order they came: when a slot for the peer frees, the server
 // answers the oldest waiting fetch at once, so a slot does not sit idle
 // until the copy asks again. (With the copy's retry alone, rounded up to
-// the node's 100 ms tick, a server's slots to a joining node stood idle
-// about half the time: 1 GB of state in 271 partitions is 68 rounds of 4
-// snapshots per server.) A fetch waits at most half the fetch retry: past
-// that the copy may have given it up, and asks again anyway.
+// the node's 100 ms tick, each slot waited up to a tick between snapshots:
+// 271 partitions from two servers are about 34 rounds of 4 snapshots
+// each, and a resync of 1 GB into memory took 6.6 s against 3.2 s with
+// the wait, both measured beside a fuzzer.) A fetch waits at most half the
+// fetch retry: past that the copy may have given it up, and asks again
+// anyway.
 
 // MaxSnapshotsInFlight bounds the snapshots a server has in flight to one
 // peer.
