@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -357,13 +358,24 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	}
 
 	// A new server joins: it catches up by snapshot plus tail, kept on
-	// its own data directory. The rate counts keys and values (the
+	// its own data directory (FERO_JOIN_MEMORY=1: into memory, which
+	// tells the disk's share of the time from the network's). The rate counts keys and values (the
 	// payload), from the moment it printed its addresses (it has joined
 	// the gossip) until it votes with the peers' copy.
 	ids = append(ids, "n4")
 	data, gossip, dirs = append(data, freeAddr(t)), append(gossip, freeAddr(t)), append(dirs, t.TempDir())
+	for i := range 3 {
+		if st, err := remoteStatus(ctx, ss[i].data); err == nil && st.Disk != nil {
+			d := st.Disk
+			t.Logf("%s before the join: %.2f s writing, %d snapshots of %.0f MB (%.2f s)", ids[i], d.WriteSeconds, d.Snapshots, float64(d.SnapshotBytes)/1e6, d.SnapshotSeconds)
+		}
+	}
+	cpu0 := make([][2]float64, 3)
+	for i := range 3 {
+		cpu0[i][0], cpu0[i][1] = cpuSeconds(ss[i].cmd.Process.Pid)
+	}
 	began = time.Now()
-	ss = append(ss, start(3, true))
+	ss = append(ss, start(3, os.Getenv("FERO_JOIN_MEMORY") == ""))
 	joined := time.Now()
 	var prof sync.WaitGroup
 	if profAddr4 != "" {
@@ -371,6 +383,13 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	}
 	waitCaughtUp(ctx, t, ss, 3)
 	took, caught := joined.Sub(began), time.Since(joined)
+	for i := range 4 {
+		u, s := cpuSeconds(ss[i].cmd.Process.Pid)
+		if i < 3 {
+			u, s = u-cpu0[i][0], s-cpu0[i][1]
+		}
+		t.Logf("%s used %.2f s of CPU during the join (%.2f s user, %.2f s system)", ids[i], u+s, u, s)
+	}
 	prof.Wait()
 	ref, err := remoteStatus(ctx, ss[0].data)
 	require.NoError(t, err)
@@ -378,6 +397,30 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	t.Logf("new server n4: started and joined in %v, then caught up with %d keys (~%.0f MB of keys and values) in %v: %.0f MB/s",
 		took.Round(time.Millisecond), ref.Keys, payload/1e6, caught.Round(time.Millisecond), payload/1e6/caught.Seconds())
 	logCatchUp(ctx, t, "n4", ss[3].data)
+	for i := range 3 {
+		if st, err := remoteStatus(ctx, ss[i].data); err == nil && st.Disk != nil {
+			d := st.Disk
+			t.Logf("%s since start: %.2f s writing, %d snapshots of %.0f MB (%.2f s)", ids[i], d.WriteSeconds, d.Snapshots, float64(d.SnapshotBytes)/1e6, d.SnapshotSeconds)
+		}
+	}
+}
+
+// cpuSeconds is the CPU time, user and system, process pid has used, or
+// 0 where /proc cannot tell.
+func cpuSeconds(pid int) (user, system float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command's closing parenthesis; utime and
+	// stime are the 12th and 13th of them.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return u / 100, s / 100 // clock ticks; 100 a second on Linux
 }
 
 // logCatchUp logs what a server's catching up took (its status's counters).
@@ -390,6 +433,10 @@ func logCatchUp(ctx context.Context, t *testing.T, id, addr string) {
 	c := st.CatchUp
 	t.Logf("%s caught up with %d partitions restored from %d snapshot replies (%.0f MB), %d stale, %d Busy, %d fetches unanswered in time",
 		id, c.Restored, c.Pieces, float64(c.PieceBytes)/1e6, c.Stale, c.Busy, c.Retries)
+	if d := st.Disk; d != nil {
+		t.Logf("%s's driver spent %.2f s writing to its disk (%.2f s of it saving %d snapshots of %.0f MB), %d fsyncs of write groups",
+			id, d.WriteSeconds, d.SnapshotSeconds, d.Snapshots, float64(d.SnapshotBytes)/1e6, d.Syncs)
+	}
 }
 
 // saveProfile saves a CPU profile of FERO_RESTART_PPROF_SECONDS (10) from
@@ -463,6 +510,9 @@ func waitReady(ctx context.Context, t *testing.T, ss []*server) {
 func waitCaughtUp(ctx context.Context, t *testing.T, ss []*server, i int) {
 	t.Helper()
 	var last string
+	// FERO_RESTART_TRACE=1 logs the catching-up server's progress every
+	// half second.
+	trace, began, traced := os.Getenv("FERO_RESTART_TRACE") != "", time.Now(), time.Now()
 	require.Eventually(t, func() bool {
 		ref, err := remoteStatus(ctx, ss[0].data)
 		if err != nil {
@@ -472,6 +522,12 @@ func waitCaughtUp(ctx context.Context, t *testing.T, ss []*server, i int) {
 		if err != nil {
 			last = err.Error()
 			return false
+		}
+		if trace && time.Since(traced) >= 500*time.Millisecond && st.CatchUp != nil {
+			traced = time.Now()
+			c := st.CatchUp
+			t.Logf("%5.1f s: %d keys of %d, %d restored, %d replies (%.0f MB), %d stale, %d busy, %d unanswered",
+				time.Since(began).Seconds(), st.Keys, ref.Keys, c.Restored, c.Pieces, float64(c.PieceBytes)/1e6, c.Stale, c.Busy, c.Retries)
 		}
 		last = fmt.Sprintf("voting %v, %d keys of %d", st.Voting, st.Keys, ref.Keys)
 		return st.Voting && st.Keys == ref.Keys && st.Digest == ref.Digest

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/wire"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 func TestNewOptions(t *testing.T) {
@@ -372,4 +374,53 @@ func TestDigestFollowsEveryChange(t *testing.T) {
 		require.NoError(t, s.Restore(p, nil))
 	}
 	require.Equal(t, empty, s.Digest(), "emptied")
+}
+
+// TestRestoreSharedKeepsTheBytes: RestoreShared restores what Restore
+// does, without copying the large values (their bytes stay in the
+// snapshot's), and Restore still copies them.
+func TestRestoreSharedKeepsTheBytes(t *testing.T) {
+	state := map[string]any{}
+	for i := range 200 {
+		state[fmt.Sprintf("k%03d", i)] = strings.Repeat(string(rune('a'+i%26)), 5_000)
+	}
+	state["small"] = "x"
+	s := storeOf(t, state)
+	snaps := snapshots(t, s)
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	total := 0
+	for _, b := range snaps {
+		total += len(b)
+	}
+	shared, copied := newStore(t), newStore(t)
+	sharedBytes := allocated(func() {
+		for p, b := range snaps {
+			require.NoError(t, shared.RestoreShared(p, b))
+		}
+	})
+	copiedBytes := allocated(func() {
+		for p, b := range snaps {
+			require.NoError(t, copied.Restore(p, b))
+		}
+	})
+	t.Logf("snapshots of %d bytes: RestoreShared allocated %d, Restore %d", total, sharedBytes, copiedBytes)
+	require.Equal(t, s.Digest(), shared.Digest())
+	require.Equal(t, s.Digest(), copied.Digest())
+	require.Less(t, sharedBytes, uint64(total/4), "RestoreShared copied the values")
+	require.Greater(t, copiedBytes, uint64(total), "Restore kept the snapshot's bytes")
+	v, ok := shared.Get("k007")
+	require.True(t, ok)
+	require.Equal(t, state["k007"], v)
+	// A value written over a shared one is the store's own.
+	nv, err := msgpack.Marshal("new")
+	require.NoError(t, err)
+	require.NoError(t, apply(shared, Change{Type: wire.RecordUpdate, Key: "k007", Value: nv}))
+	v, _ = shared.Get("k007")
+	require.Equal(t, "new", v)
 }

@@ -80,6 +80,14 @@ type DiskReport struct {
 	Bytes int64 `msgpack:"bytes" json:"bytes"`
 	// Syncs counts the fsyncs of write groups since start.
 	Syncs uint64 `msgpack:"syncs" json:"syncs"`
+	// WriteSeconds is the time the driver spent writing rounds to the
+	// disk since start (fsyncs included), and SnapshotSeconds the part of
+	// it spent saving snapshots.
+	WriteSeconds    float64 `msgpack:"write_s" json:"write_s"`
+	SnapshotSeconds float64 `msgpack:"snapshot_s" json:"snapshot_s"`
+	// Snapshots and SnapshotBytes count the snapshots saved since start.
+	Snapshots     uint64 `msgpack:"snapshots" json:"snapshots"`
+	SnapshotBytes uint64 `msgpack:"snapshot_bytes" json:"snapshot_bytes"`
 	// Behind counts the partitions whose last offset on disk trails the
 	// last one applied (0 after every round under the group policy; under
 	// the others, "on disk" means handed to the OS).

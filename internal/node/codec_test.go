@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,6 +28,8 @@ func sampleMessages() []partition.Message {
 		&partition.Fetch{Partition: 1, ID: 5, From: 10, Max: 512, Base: 3, BaseEpoch: ep, Runs: []partition.Run{{Epoch: ep, First: 4}}},
 		&partition.FetchReply{Partition: 1, ID: 5, Position: pos, Start: 2, Entries: entries},
 		&partition.SnapshotReply{Partition: 1, ID: 6, Position: pos, Start: 2, OffsetEpoch: ep, TruncateTo: 8, State: []byte{0x80}},
+		&partition.SnapshotReply{Partition: 2, ID: 7, Position: pos, Start: 2, OffsetEpoch: ep, TruncateTo: 8, State: []byte{0x81, 0xa1, 'k', 0x01},
+			Runs: []partition.Run{{Epoch: partition.Epoch{Term: 6, Owner: "s1"}, First: 1}, {Epoch: ep, First: 30}}, Snap: 99, Chunk: 3, More: true},
 		&partition.Forward{Partition: 9, ID: 77, Hops: 1, Type: wire.RecordAdd, Key: "k", Value: []byte{0x01}, Wait: partition.WaitMajority, K: 2},
 		&partition.ForwardReply{Partition: 9, ID: 77, Code: 14, Msg: "no quorum", Owner: "s3"},
 		&partition.Heartbeat{},
@@ -49,6 +52,25 @@ func TestMessagesRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSnapshotReplySharesItsState: decoded from a receive buffer the
+// transport keeps, a snapshot reply's state is that buffer's bytes, not a
+// copy (a reply carries megabytes; the copy showed in a join's profile).
+func TestSnapshotReplySharesItsState(t *testing.T) {
+	state := make([]byte, 1<<20)
+	for i := range state {
+		state[i] = byte(i)
+	}
+	b, err := partition.AppendMessage(nil, &partition.SnapshotReply{Partition: 4, ID: 1, State: state})
+	require.NoError(t, err)
+	var dec partition.Decoder
+	m, err := dec.DecodeShared(b)
+	require.NoError(t, err)
+	got := m.(*partition.SnapshotReply).State
+	require.True(t, bytes.Equal(state, got), "the state decodes as it was")
+	b[len(b)-len(state)-3] ^= 0xff // the state's second byte (four bytes of fields follow the state)
+	assert.False(t, bytes.Equal(state, got), "the state is a copy")
+}
+
 func TestBadMessagesRefused(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"empty":         nil,
@@ -58,6 +80,8 @@ func TestBadMessagesRefused(t *testing.T) {
 		// [p, term, owner, first, [entries…]] declaring 12 entries in 13 bytes.
 		"entries the bytes cannot hold":             append([]byte{byte(partition.KindCommit), 0x95, 1, 1, 0xa1, 's', 1, 0x9c}, make([]byte, 13)...),
 		"fetch reply entries the bytes cannot hold": append([]byte{byte(partition.KindFetchReply), 0x97, 1, 1, 1, 0xa1, 's', 1, 0, 0x9c}, make([]byte, 20)...),
+		// [p, id, term, owner, offset, start, term, owner, truncate, state, [runs…]] declaring 15 runs in 16 bytes.
+		"snapshot reply runs the bytes cannot hold": append([]byte{byte(partition.KindSnapshotReply), 0x9e, 1, 1, 1, 0xa1, 's', 1, 0, 1, 0xa1, 's', 0, 0xc4, 0, 0x9f}, make([]byte, 16)...),
 	} {
 		_, err := partition.DecodeMessage(b)
 		assert.ErrorIsf(t, err, wire.ErrMalformed, "%s", name)

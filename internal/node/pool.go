@@ -289,6 +289,11 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 		p.mu.Unlock()
 		return nil
 	}
+	// Its other end is a member, proved by the cluster secret when there
+	// is one: read its frames into buffers of their declared size (a
+	// snapshot reply of megabytes no longer doubles its buffer as it
+	// arrives).
+	c.TrustLengths()
 	// A connection adopted again (its hello came twice) changes nothing.
 	cur, ok := p.conns[id]
 	if ok && cur.c != c && cur.c.Err() == nil {

@@ -41,7 +41,18 @@ func (d docState) Apply(p int, e partition.Entry) {
 
 func (d docState) Snapshot(p int) ([]byte, error) { return d.store.Snapshot(p) }
 
-func (d docState) Restore(p int, b []byte) error { return d.store.Restore(p, b) }
+// Restore keeps a large snapshot's bytes as its values' (the engine never
+// changes them: partition.State); a small one is copied, so that it does
+// not hold a receive block shared with other messages.
+func (d docState) Restore(p int, b []byte) error {
+	if len(b) >= sharedRestoreMin {
+		return d.store.RestoreShared(p, b)
+	}
+	return d.store.Restore(p, b)
+}
+
+// sharedRestoreMin is the least snapshot whose values keep its bytes.
+const sharedRestoreMin = 256 << 10
 
 func (d docState) Warm(parts []int, keys []string) uint64 { return d.store.Warm(parts, keys) }
 

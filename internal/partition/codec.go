@@ -83,6 +83,27 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 	case *Heartbeat:
 		b = wire.AppendArrayHeader(b, 1)
 		return wire.AppendUint(b, uint64(m.Partition)), nil
+	case *SnapshotReply:
+		// By hand, so that the copy decodes the state without copying it
+		// (DecodeShared): a reply carries megabytes.
+		b = wire.AppendArrayHeader(b, 14)
+		b = appendUints(b, uint64(m.Partition), m.ID)
+		b = appendPosition(b, m.Position)
+		b = wire.AppendUint(b, m.Start)
+		b = appendEpoch(b, m.OffsetEpoch)
+		b = wire.AppendUint(b, m.TruncateTo)
+		b = wire.AppendBin(b, m.State)
+		b = wire.AppendArrayHeader(b, len(m.Runs))
+		for _, r := range m.Runs {
+			b = wire.AppendArrayHeader(b, 3)
+			b = appendEpoch(b, r.Epoch)
+			b = wire.AppendUint(b, r.First)
+		}
+		more := uint64(0)
+		if m.More {
+			more = 1
+		}
+		return appendUints(b, m.Snap, uint64(m.Chunk), more), nil
 	}
 	return appendReflect(b, m)
 }
@@ -234,7 +255,10 @@ func (dec *Decoder) Decode(b []byte) (Message, error) { return dec.decode(b, fal
 // of a message past the step that takes it, except what it copies: the
 // log and the state copy what they apply, events carry the log's copy,
 // and an entry held past a gap or a write queued during a sync is copied
-// when it is held. So a stepped message lets go of b.
+// when it is held. The one exception is a restored snapshot's state, held
+// until the next Ready hands it to the driver for the disk (which writes
+// it before that Ready's Advance). So a stepped message lets go of b by
+// the end of its round.
 func (dec *Decoder) DecodeShared(b []byte) (Message, error) { return dec.decode(b, true) }
 
 func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
@@ -294,6 +318,19 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 	case *Heartbeat:
 		c.Array("heartbeat", 1)
 		m.Partition = c.Uint32("partition")
+	case *SnapshotReply:
+		c.Array("snapshot reply", 14)
+		m.Partition = c.Uint32("partition")
+		m.ID = c.Uint("id")
+		m.Position = d.position()
+		m.Start = c.Uint("start")
+		m.OffsetEpoch = d.epoch()
+		m.TruncateTo = c.Uint("truncate to")
+		m.State = d.keep(c.Bytes("state"))
+		d.runs(&m.Runs)
+		m.Snap = c.Uint("snap")
+		m.Chunk = c.Uint32("chunk")
+		m.More = c.Uint("more") != 0
 	default:
 		if err := wire.DecodeValue(b[1:], m); err != nil {
 			return nil, fmt.Errorf("%w: engine message kind %d: %v", wire.ErrMalformed, kind, err)
@@ -385,6 +422,29 @@ func (d *decoding) commit(m *Commit) {
 		e.Key = d.key()
 		e.Value = d.value()
 	}
+}
+
+// minRun is the fewest bytes a run takes (array header, term, owner,
+// first offset).
+const minRun = 4
+
+func (d *decoding) runs(dst *[]Run) {
+	c := &d.c
+	n := c.Array("runs", -1)
+	if n == 0 {
+		return
+	}
+	if n > c.Left()/minRun {
+		c.Fail("%d runs in %d bytes", n, c.Left())
+		return
+	}
+	rs := make([]Run, n)
+	for i := range rs {
+		c.Array("run", 3)
+		rs[i].Epoch = d.epoch()
+		rs[i].First = c.Uint("first")
+	}
+	*dst = rs
 }
 
 func (d *decoding) entries(dst *[]Entry) {

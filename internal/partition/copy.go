@@ -502,9 +502,9 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 		return
 	} else if e.cfg.durable {
 		// A state Restore took is one the disk's load can restore: the
-		// snapshot for the disk is these bytes. (A SnapshotReply is
-		// decoded by reflection, which copies State, so it is this
-		// engine's to keep.)
+		// snapshot for the disk is these bytes. They may alias the
+		// receive buffer (DecodeShared), which stays as it is; the next
+		// Ready hands them to the driver and lets go of them.
 		pt.durState, pt.durStateAt = m.State, m.Position.Offset
 	}
 	e.adopt(pt, m.Position.Epoch)

@@ -282,7 +282,10 @@ type State interface {
 	// Restore replaces the partition's state with a snapshot another node's
 	// Snapshot produced. On error the state must be unchanged. An empty
 	// snapshot (nil) empties the partition, and must not fail: the engine
-	// drops a copy that way when its cluster gives way (rule 9).
+	// drops a copy that way when its cluster gives way (rule 9). The
+	// snapshot's bytes never change afterwards (a copy of the engine's, or
+	// a receive buffer the transport keeps for them), so the state may
+	// keep them rather than copies.
 	Restore(partition int, snapshot []byte) error
 }
 

@@ -70,7 +70,8 @@ type Recovery struct {
 // A partition's log holds entries First…Last (see Bounds); First-1 is the
 // base of its snapshot, or 0. A Store is safe for concurrent use, but the
 // writes to one partition must be issued in their order by one caller (the
-// engine's driver). Entries returned to callers are their own: they alias
+// engine's driver). Snapshots of different partitions may be saved side
+// by side, and are written to disk side by side. Entries returned to callers are their own: they alias
 // nothing the store keeps, and the store keeps nothing of theirs.
 type Store interface {
 	// Append adds entries to the end of partition p's log. entries must

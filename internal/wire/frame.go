@@ -228,7 +228,20 @@ type Reader struct {
 	armed       bool   // a deadline is set on the stream
 	armedFor    uint64 // the value of frames when it was set: the frame it bounds
 	first       bool   // the deadline set is the first frame's, from SetFrameTimeout
+	// exact: a frame of up to this many bytes gets a block of its
+	// declared size at once (SetExact); 0 for none.
+	exact int
 }
+
+// SetExact makes the Reader read a frame of up to n bytes into a block of
+// the size its length prefix declares, allocated when the frame starts to
+// arrive, instead of a block that doubles as its bytes arrive (which for a
+// frame of megabytes allocates twice its size and copies it once more).
+// It trusts the sender's lengths: a sender that declares n bytes and sends
+// few holds n bytes of memory until the frame timeout. So it is for
+// streams whose sender has proved who it is (a cluster peer), never for
+// the first frames of an accepted connection. n <= 0 turns it off.
+func (r *Reader) SetExact(n int) { r.exact = max(n, 0) }
 
 // Pin keeps every payload returned so far valid after later calls to Next.
 func (r *Reader) Pin() { r.pinned = true }
@@ -370,9 +383,12 @@ func (r *Reader) read(n int) error {
 // of which r.end-r.start have arrived. The new buffer is at most twice what
 // has arrived (or a block), never the n the frame declares, so memory
 // follows the bytes received; a large frame that keeps arriving doubles it
-// read by read.
+// read by read. With SetExact, a frame within its bound gets its n bytes.
 func (r *Reader) grow(n int) {
 	size := max(r.block, min(n, 2*(r.end-r.start)))
+	if n <= r.exact {
+		size = max(size, n)
+	}
 	if !r.pinned && size <= len(r.buf) && len(r.buf) <= maxKeptBlock {
 		// Nothing cut from this block is in use: refill it. A block
 		// grown for a large frame is kept (up to maxKeptBlock), so a

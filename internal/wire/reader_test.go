@@ -286,3 +286,46 @@ func TestFirstFrameDeadline(t *testing.T) {
 	require.NoError(t, r.Next(&f))
 	assert.Equal(t, []bool{true, false}, sc.set(), "cleared once the first frame is in")
 }
+
+// chunkedReader hands out its data at most n bytes a read, as a socket
+// receiving a large frame does.
+type chunkedReader struct {
+	data []byte
+	n    int
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), c.n)], c.data)
+	c.data = c.data[k:]
+	return k, nil
+}
+
+// TestSetExact: a large frame read in 64 KiB pieces takes one block of
+// its size with SetExact, and a block that doubles as its bytes arrive
+// (one new block per doubling) without.
+func TestSetExact(t *testing.T) {
+	payload := bytes.Repeat([]byte{7}, 3<<20)
+	stream := AppendFrame(AppendFrame(nil, KindCall, 1, 9, []byte("small")), KindCall, 2, 9, payload)
+	for _, exact := range []bool{false, true} {
+		r := NewReader(&chunkedReader{data: stream, n: 64 << 10}, 0)
+		if exact {
+			r.SetExact(DefaultMaxFrame)
+		}
+		var f Frame
+		require.NoError(t, r.Next(&f))
+		first, _ := r.Block()
+		require.NoError(t, r.Next(&f))
+		require.True(t, bytes.Equal(payload, f.Payload))
+		last, size := r.Block()
+		if exact {
+			assert.Equal(t, first+1, last, "one new block")
+			assert.Equal(t, len(stream)-len(AppendFrame(nil, KindCall, 1, 9, []byte("small"))), size, "of the frame's size")
+		} else {
+			assert.Greater(t, last, first+4, "a block per doubling")
+		}
+		t.Logf("exact %v: %d new blocks, the last of %d bytes", exact, last-first, size)
+	}
+}
