@@ -384,6 +384,7 @@ func TestRestartLoadsFromDisk(t *testing.T) {
 	waitCaughtUp(ctx, t, ss, 3)
 	took, caught := joined.Sub(began), time.Since(joined)
 	for i := range 4 {
+		t.Logf("%s: RSS %.0f MB", ids[i], rssMB(t, ss[i].cmd.Process.Pid))
 		u, s := cpuSeconds(ss[i].cmd.Process.Pid)
 		if i < 3 {
 			u, s = u-cpu0[i][0], s-cpu0[i][1]
