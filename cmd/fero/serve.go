@@ -16,9 +16,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/fero-go/fero/internal/storage"
@@ -54,6 +58,7 @@ type serveFlags struct {
 	inMemory     bool
 	fsync        string
 	pprof        string
+	http         string
 	// Limits on input (docs/security.md).
 	maxConns, maxConnsPerIP       int
 	maxInflight, maxInflightBytes int
@@ -115,6 +120,7 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep no data directory: a restarted server comes back empty and catches up from its peers")
 	fl.StringVar(&f.fsync, "fsync", "group", "when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
 	fl.StringVar(&f.pprof, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address host:port, for finding where a node spends its time")
+	fl.StringVar(&f.http, "http", "", "serve /metrics (Prometheus), /healthz and /readyz on this address host:port (docs/operations.md)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
@@ -252,6 +258,19 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		}
 		defer stop()
 	}
+	var hs *httpServer
+	if f.http != "" {
+		// Before the node opens, so that /healthz answers while a large
+		// data directory loads (a liveness probe must not kill a node for
+		// taking its time), with /readyz saying it is starting.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if hs, err = serveHTTP(f.http, reg); err != nil {
+			return err
+		}
+		defer hs.stop()
+		opts = append(opts, fero.WithMetrics(reg))
+	}
 	var r *fero.Resource
 	switch {
 	case !durable:
@@ -272,6 +291,9 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		return err
 	}
 	defer r.Close()
+	if hs != nil {
+		hs.res.Store(r)
+	}
 	if f.secretFile != "" {
 		stop := reloadSecretsOnHUP(r, f.secretFile, f.tokenFile, cmd.OutOrStdout(), logger)
 		defer stop()
@@ -280,6 +302,9 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
+	if hs != nil {
+		fmt.Fprintf(out, "fero: http %s (/metrics, /healthz, /readyz)\n", hs.addr)
+	}
 	if f.readyServer > 0 {
 		if err := r.WaitServers(ctx, f.readyServer); err != nil {
 			return err
@@ -373,6 +398,56 @@ func reloadSecretsOnHUP(r *fero.Resource, path, tokenPath string, out io.Writer,
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }
+}
+
+// httpServer serves a node's metrics and health (--http).
+type httpServer struct {
+	addr string
+	res  atomic.Pointer[fero.Resource] // set once the node has opened
+	stop func()
+}
+
+// readyTimeout bounds a /readyz check (it asks the node's engine).
+const readyTimeout = 2 * time.Second
+
+// serveHTTP serves /metrics from reg, /healthz and /readyz on addr.
+// /healthz answers 200 while the process serves HTTP at all: the question
+// a liveness probe asks. /readyz answers 200 once the node has joined and
+// serves its share (fero.Resource.Ready), and 503 with the reasons, one a
+// line, until then.
+func serveHTTP(addr string, reg *prometheus.Registry) (*httpServer, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	hs := &httpServer{addr: l.Addr().String()}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		r := hs.res.Load()
+		if r == nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "starting: the node has not opened yet (loading its data directory, or joining)")
+			return
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), readyTimeout)
+		defer cancel()
+		if err := r.Ready(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	hs.stop = func() { _ = srv.Close() }
+	return hs, nil
 }
 
 // servePprof serves net/http/pprof's handlers on addr, which must be a

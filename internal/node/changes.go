@@ -136,6 +136,7 @@ func (n *Node) publish(ev partition.Event) {
 			case s.c <- ch:
 			default:
 				s.dropped.Add(1)
+				n.subDrops.Add(1)
 			}
 			continue
 		}

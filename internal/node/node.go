@@ -80,6 +80,10 @@ type Config struct {
 	DataDir string
 	// Sync is the data directory's fsync policy (default: each group).
 	Sync storage.SyncPolicy
+	// Metrics counts the callers' writes and calls and times them, for
+	// the node's Prometheus collector (Node.Collector); without it the
+	// collector has only what the node counts anyway.
+	Metrics bool
 }
 
 // DefaultMaxRequests is the default bound on handlers running at once.
@@ -91,6 +95,10 @@ type Node struct {
 	id      string
 	logger  *slog.Logger
 	started atomic.Bool // Start has set everything up; requests are served
+	// hot is the write and call metrics (Config.Metrics); nil without.
+	hot *hotMetrics
+	// subDrops counts changes subscribers with the Drop policy missed.
+	subDrops atomic.Uint64
 
 	srv   *transport.Server
 	pool  *pool
@@ -216,6 +224,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
 		out: make(map[string]*batchWriter),
+	}
+	if cfg.Metrics {
+		n.hot = newHotMetrics(cfg.Resource)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.ring, n.disk = rg, dk
@@ -416,6 +427,30 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
+	m := n.hot
+	if m == nil || int(wait) >= len(waitNames) {
+		return n.proposeWrite(ctx, c, wait, k, done, inline)
+	}
+	began := time.Now()
+	if done != nil {
+		inner := done
+		done = func(c partition.Completion) {
+			m.wrote(wait, c.Err, time.Since(began))
+			inner(c)
+		}
+	}
+	err := n.proposeWrite(ctx, c, wait, k, done, inline)
+	switch {
+	case err != nil:
+		m.wrote(wait, err, time.Since(began)) // done is not called
+	case done == nil:
+		m.writesOK[wait].Inc() // queued
+	}
+	return err
+}
+
+// proposeWrite is writeAsync without the metrics.
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}

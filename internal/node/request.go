@@ -234,6 +234,17 @@ var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many reques
 // until ctx ends; a request whose connection broke after it was sent is
 // not, since the handler may have run: the error says so.
 func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
+	if m := n.hot; m != nil {
+		began := time.Now()
+		reply, err := n.request(ctx, verb, key, payload, oneway)
+		m.called(err, time.Since(began))
+		return reply, err
+	}
+	return n.request(ctx, verb, key, payload, oneway)
+}
+
+// request is Request without the metrics.
+func (n *Node) request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
 	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
@@ -531,6 +542,23 @@ func pause(ctx, node context.Context, backoff *time.Duration) error {
 // request could not be sent. done may run on a connection's reader
 // goroutine or on a goroutine of its own: it must return promptly.
 func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
+	if m := n.hot; m != nil {
+		began, inner := time.Now(), done
+		done = func(reply []byte, err error) {
+			m.called(err, time.Since(began))
+			inner(reply, err)
+		}
+		err := n.requestAsync(ctx, verb, key, payload, done)
+		if err != nil {
+			m.called(err, time.Since(began)) // done is not called
+		}
+		return err
+	}
+	return n.requestAsync(ctx, verb, key, payload, done)
+}
+
+// requestAsync is RequestAsync without the metrics.
+func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}

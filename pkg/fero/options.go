@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/partition"
@@ -40,6 +41,7 @@ type config struct {
 	token       []byte   // proved by Dial (WithToken)
 	dataDir     string
 	fsync       storage.SyncPolicy
+	metrics     prometheus.Registerer // WithMetrics
 
 	membership []membership.Option
 	ring       []ring.Option

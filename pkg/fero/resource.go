@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/doc"
@@ -42,6 +43,8 @@ type Resource struct {
 	replayWG sync.WaitGroup
 	close    sync.Once
 	closeErr error
+	// collector is the node's, registered by WithMetrics.
+	collector prometheus.Collector
 }
 
 // Open starts a node of the named resource and joins its cluster. It
@@ -65,7 +68,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		ID: cfg.id, Resource: name, Client: cfg.client, Listen: cfg.listen,
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
-		DataDir: cfg.dataDir, Sync: cfg.fsync,
+		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil,
 	}
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
@@ -75,6 +78,10 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		return nil, err
 	}
 	r.n = n
+	if err := r.registerMetrics(); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
 	if len(cfg.secrets) == 0 {
 		for _, addr := range []string{r.Addr(), r.GossipAddr()} {
 			if !IsLoopback(addr) {
@@ -456,6 +463,9 @@ func (r *Resource) WaitServers(ctx context.Context, n int) error {
 // and timer the resource holds. It is idempotent.
 func (r *Resource) Close() error {
 	r.close.Do(func() {
+		if r.collector != nil {
+			r.cfg.metrics.Unregister(r.collector)
+		}
 		r.closeErr = r.n.Close()
 		if r.replay != nil {
 			r.replay.Close()

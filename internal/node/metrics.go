@@ -1,0 +1,315 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/ring"
+)
+
+// Prometheus metrics (docs/operations.md). Two kinds:
+//
+//   - What the node counts anyway (commits, applies, drops, restores,
+//     ownership changes, catch-up, the disk's writes, members, partitions
+//     by role) is read when the collector is scraped: it costs the hot path
+//     nothing.
+//   - The callers' writes and calls, by wait and result, and their
+//     latencies, are counted as they complete, with Config.Metrics only:
+//     an atomic add and a histogram observation per write, on counters
+//     whose labels were resolved when the node started (no map lookup per
+//     write; an error's code is looked up, errors being rare).
+
+// latencyBuckets spans an unloaded loopback write (about 50 µs) to a
+// write that waited out a sync (seconds).
+var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 10, 18)
+
+// waitNames label writes by their wait, indexed by partition.Wait.
+var waitNames = [...]string{
+	partition.WaitNone:     "none",
+	partition.WaitAck:      "ack",
+	partition.WaitMajority: "majority",
+	partition.WaitReplicas: "replicas",
+}
+
+// hotMetrics are the metrics the write and call paths update.
+type hotMetrics struct {
+	writes     *prometheus.CounterVec // resource from the const labels; wait, result
+	writesOK   [len(waitNames)]prometheus.Counter
+	writeTime  [len(waitNames)]prometheus.Observer
+	calls      *prometheus.CounterVec // result
+	callsOK    prometheus.Counter
+	callTime   prometheus.Histogram
+	collectors []prometheus.Collector
+}
+
+func newHotMetrics(resource string) *hotMetrics {
+	labels := prometheus.Labels{"resource": resource}
+	m := &hotMetrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fero_writes_total", ConstLabels: labels,
+			Help: "Writes this node's callers made (the library's and remote clients'), by the wait they asked for and how they ended (ok, or the error's code; wait none ends as queued).",
+		}, []string{"wait", "result"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fero_calls_total", ConstLabels: labels,
+			Help: "Calls of custom verbs this node's callers made, by how they ended (ok, or the error's code).",
+		}, []string{"result"}),
+		callTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fero_call_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
+			Help: "How long calls of custom verbs took, from the caller's request to its answer.",
+		}),
+	}
+	writeTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fero_write_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
+		Help: "How long writes took, from the caller's request to its answer, by the wait asked for (none is not timed: it is answered once queued).",
+	}, []string{"wait"})
+	for w, name := range waitNames {
+		result := "ok"
+		if partition.Wait(w) == partition.WaitNone {
+			result = "queued"
+		} else {
+			m.writeTime[w] = writeTime.WithLabelValues(name)
+		}
+		m.writesOK[w] = m.writes.WithLabelValues(name, result)
+	}
+	m.callsOK = m.calls.WithLabelValues("ok")
+	m.collectors = []prometheus.Collector{m.writes, writeTime, m.calls, m.callTime}
+	return m
+}
+
+// wrote counts a write that ended with err after took.
+func (m *hotMetrics) wrote(w partition.Wait, err error, took time.Duration) {
+	if int(w) >= len(waitNames) {
+		return
+	}
+	if err == nil {
+		m.writesOK[w].Inc()
+	} else {
+		m.writes.WithLabelValues(waitNames[w], errs.CodeOf(err).String()).Inc()
+	}
+	if o := m.writeTime[w]; o != nil {
+		o.Observe(took.Seconds())
+	}
+}
+
+// called counts a call that ended with err after took.
+func (m *hotMetrics) called(err error, took time.Duration) {
+	if err == nil {
+		m.callsOK.Inc()
+	} else {
+		m.calls.WithLabelValues(errs.CodeOf(err).String()).Inc()
+	}
+	m.callTime.Observe(took.Seconds())
+}
+
+// Collector returns the node's Prometheus collector: the metrics read at
+// scrape time, and with Config.Metrics the write and call metrics. Every
+// metric carries a "resource" label.
+func (n *Node) Collector() prometheus.Collector { return (*nodeCollector)(n) }
+
+type nodeCollector Node
+
+var (
+	descLabels = []string{"resource"}
+	descs      = struct {
+		committed, applied, dropped, restored, gained, lost *prometheus.Desc
+		members, partitions, voting, keys                   *prometheus.Desc
+		catchUpPieces, catchUpBytes, catchUpStale           *prometheus.Desc
+		catchUpBusy, catchUpRetries                         *prometheus.Desc
+		diskBytes, diskSyncs, diskWrite, diskSnapshots      *prometheus.Desc
+		diskSnapshotBytes, diskBehind, diskFailed           *prometheus.Desc
+		subscriberDrops                                     *prometheus.Desc
+	}{
+		committed:         prometheus.NewDesc("fero_commits_total", "Changes this node committed as a partition's owner.", descLabels, nil),
+		applied:           prometheus.NewDesc("fero_applied_total", "Owners' commits applied to this node's copy.", descLabels, nil),
+		dropped:           prometheus.NewDesc("fero_dropped_total", "Changes this node applied and then undid because another history replaced them (never Majority-acked ones; docs/engine.md rule 6).", descLabels, nil),
+		restored:          prometheus.NewDesc("fero_restored_partitions_total", "Partitions whose copy was replaced by a snapshot from a peer.", descLabels, nil),
+		gained:            prometheus.NewDesc("fero_ownership_gained_total", "Partitions this node took ownership of.", descLabels, nil),
+		lost:              prometheus.NewDesc("fero_ownership_lost_total", "Partitions this node stopped owning.", descLabels, nil),
+		members:           prometheus.NewDesc("fero_members", "Members this node's gossip knows, by role and state.", []string{"resource", "role", "state"}, nil),
+		partitions:        prometheus.NewDesc("fero_partitions", "This node's partitions by role (owner, replica, syncing, ...).", []string{"resource", "role"}, nil),
+		voting:            prometheus.NewDesc("fero_voting", "1 when this server's vote counts in the configuration, 0 while it catches up (a learner) or is a client.", descLabels, nil),
+		keys:              prometheus.NewDesc("fero_keys", "Keys in this node's copy.", descLabels, nil),
+		catchUpPieces:     prometheus.NewDesc("fero_catchup_snapshot_replies_total", "Snapshot replies (whole states or pieces) this node received while catching up.", descLabels, nil),
+		catchUpBytes:      prometheus.NewDesc("fero_catchup_snapshot_bytes_total", "Bytes of state in the snapshot replies this node received.", descLabels, nil),
+		catchUpStale:      prometheus.NewDesc("fero_catchup_stale_replies_total", "Snapshot replies that came too late to be used.", descLabels, nil),
+		catchUpBusy:       prometheus.NewDesc("fero_catchup_busy_replies_total", "Fetches a peer answered Busy (its snapshots in flight to this node at their bound).", descLabels, nil),
+		catchUpRetries:    prometheus.NewDesc("fero_catchup_fetch_retries_total", "Fetches asked again because no answer came in time.", descLabels, nil),
+		diskBytes:         prometheus.NewDesc("fero_disk_bytes", "Size of the data directory.", descLabels, nil),
+		diskSyncs:         prometheus.NewDesc("fero_disk_fsyncs_total", "fsyncs of write groups.", descLabels, nil),
+		diskWrite:         prometheus.NewDesc("fero_disk_write_seconds_total", "Time the driver spent writing rounds to the disk, fsyncs included.", descLabels, nil),
+		diskSnapshots:     prometheus.NewDesc("fero_disk_snapshots_total", "Snapshots saved to the data directory.", descLabels, nil),
+		diskSnapshotBytes: prometheus.NewDesc("fero_disk_snapshot_bytes_total", "Bytes of state in the snapshots saved.", descLabels, nil),
+		diskBehind:        prometheus.NewDesc("fero_disk_partitions_behind", "Partitions whose last offset on disk trails the last one applied (0 after every round under fsync group).", descLabels, nil),
+		diskFailed:        prometheus.NewDesc("fero_disk_failed", "1 once the data directory failed (the node left the cluster and takes no writes until restarted).", descLabels, nil),
+		subscriberDrops:   prometheus.NewDesc("fero_subscriber_overflows_total", "Changes a slow subscriber missed (its stream was cut or its oldest changes dropped, as its overflow policy says).", descLabels, nil),
+	}
+)
+
+// Describe describes nothing: the collector is unchecked, since which
+// series it has depends on the cluster (members by state, partitions by
+// role), and describing by collecting would query the engine at
+// registration.
+func (c *nodeCollector) Describe(chan<- *prometheus.Desc) {}
+
+// scrapeTimeout bounds the engine queries of a scrape.
+const scrapeTimeout = 5 * time.Second
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := (*Node)(c)
+	res := n.cfg.Resource
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, res)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, res)
+	}
+	s := n.Stats()
+	counter(descs.committed, float64(s.Committed))
+	counter(descs.applied, float64(s.Applied))
+	counter(descs.dropped, float64(s.Dropped))
+	counter(descs.restored, float64(s.Restored))
+	counter(descs.gained, float64(s.Gained))
+	counter(descs.lost, float64(s.Lost))
+	counter(descs.subscriberDrops, float64(n.subDrops.Load()))
+	gauge(descs.keys, float64(n.store.Len()))
+
+	type key struct{ role, state string }
+	members := map[key]int{}
+	for _, m := range n.ms.Members() {
+		members[key{m.Role.String(), m.Status.String()}]++
+	}
+	for k, v := range members {
+		ch <- prometheus.MustNewConstMetric(descs.members, prometheus.GaugeValue, float64(v), res, k.role, k.state)
+	}
+
+	ctx, cancel := context.WithTimeout(n.ctx, scrapeTimeout)
+	defer cancel()
+	if st, err := n.Status(ctx); err == nil {
+		roles := map[string]int{}
+		behind := 0
+		for _, p := range st {
+			roles[p.Role.String()]++
+			if n.disk != nil {
+				if _, onDisk, err := n.disk.store.Bounds(p.Partition); err == nil && onDisk < p.Position.Offset {
+					behind++
+				}
+			}
+		}
+		for role, v := range roles {
+			ch <- prometheus.MustNewConstMetric(descs.partitions, prometheus.GaugeValue, float64(v), res, role)
+		}
+		if n.disk != nil {
+			gauge(descs.diskBehind, float64(behind))
+		}
+	}
+	if ci, err := n.clusterInfo(ctx); err == nil {
+		voting := 0.0
+		if ci.voting {
+			voting = 1
+		}
+		gauge(descs.voting, voting)
+		cu := ci.catchUp
+		counter(descs.catchUpPieces, float64(cu.Pieces))
+		counter(descs.catchUpBytes, float64(cu.PieceBytes))
+		counter(descs.catchUpStale, float64(cu.Stale))
+		counter(descs.catchUpBusy, float64(cu.Busy))
+		counter(descs.catchUpRetries, float64(cu.Retries))
+	}
+	if d := n.disk; d != nil {
+		r := d.report(n.cfg.DataDir)
+		gauge(descs.diskBytes, float64(r.Bytes))
+		counter(descs.diskSyncs, float64(r.Syncs))
+		counter(descs.diskWrite, r.WriteSeconds)
+		counter(descs.diskSnapshots, float64(r.Snapshots))
+		counter(descs.diskSnapshotBytes, float64(r.SnapshotBytes))
+		failed := 0.0
+		if r.Err != "" {
+			failed = 1
+		}
+		gauge(descs.diskFailed, failed)
+	}
+	if m := n.hot; m != nil {
+		for _, col := range m.collectors {
+			col.Collect(ch)
+		}
+	}
+}
+
+// Readiness is whether a node serves its share of the cluster, for a load
+// balancer's or Kubernetes' readiness probe: Why lists what is missing,
+// empty when Ready.
+type Readiness struct {
+	Ready bool     `json:"ready"`
+	Why   []string `json:"why,omitempty"`
+}
+
+// Readiness checks that the node has joined (its engine has a partition
+// map with it in it), and, for a server, that its vote counts (it is not a
+// learner still catching up), that it sees a quorum of its configuration
+// alive, that it owns nothing it is still syncing, and that its disk has
+// not failed. A client node needs a map with a server in it.
+func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
+	var why []string
+	m := n.EngineMap()
+	switch {
+	case m == nil:
+		why = append(why, "no partition map yet: it has not joined a cluster")
+	case n.cfg.Client && len(m.Members()) == 0:
+		why = append(why, "its map has no server")
+	case !n.cfg.Client && !slices.ContainsFunc(m.Members(), func(x ring.Member) bool { return x.ID == n.id }):
+		why = append(why, "its partition map does not include it yet")
+	}
+	if n.cfg.Client {
+		return Readiness{Ready: len(why) == 0, Why: why}, nil
+	}
+	if n.disk != nil && n.disk.err() != nil {
+		why = append(why, "its data directory failed: "+n.disk.err().Error())
+	}
+	ci, err := n.clusterInfo(ctx)
+	if err != nil {
+		return Readiness{}, err
+	}
+	if !ci.voting {
+		why = append(why, "its vote does not count yet: it is catching up (a learner)")
+	}
+	alive := map[string]bool{}
+	for _, mem := range n.ms.Members() {
+		if mem.Status == membership.StatusConnected || mem.Status == membership.StatusSuspect {
+			alive[mem.ID] = true
+		}
+	}
+	voters, up := 0, 0
+	for _, v := range ci.voters {
+		if v.Left {
+			continue
+		}
+		voters++
+		if alive[v.ID] || v.ID == n.id {
+			up++
+		}
+	}
+	if quorum := voters/2 + 1; voters == 0 || up < quorum {
+		why = append(why, fmt.Sprintf("it sees %d of the %d servers of its configuration alive; a quorum is %d", up, voters, voters/2+1))
+	}
+	st, err := n.Status(ctx)
+	if err != nil {
+		return Readiness{}, err
+	}
+	syncing := 0
+	for _, s := range st {
+		if s.Role == partition.RoleSyncing {
+			syncing++
+		}
+	}
+	if syncing > 0 {
+		why = append(why, fmt.Sprintf("%d partitions it owns are still syncing", syncing))
+	}
+	return Readiness{Ready: len(why) == 0, Why: why}, nil
+}
