@@ -117,16 +117,18 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 				if err != nil {
 					return err
 				}
-				// A server that runs another program counts its CPU. The
+				// A server that runs another program counts its CPU, and
+				// reports its peak RSS as its own (ProgramMaxRSS). The
 				// programs start before the server is ready, so the first
 				// answer finds them all; later ones, some asked inside a
 				// measured window, read only theirs, not all of /proc.
 				if !scanned {
 					kids, scanned = Descendants(), true
 				}
-				d := CPUOf(kids)
-				u.CPU.User += d.User
-				u.CPU.Sys += d.Sys
+				d := UsageOf(kids)
+				u.CPU.User += d.CPU.User
+				u.CPU.Sys += d.CPU.Sys
+				u.ProgramMaxRSS = d.MaxRSS
 				if err := out.json(u); err != nil {
 					return err
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ var registry = bench.Registry{
 	"burn": burnSystem{},
 	"disk": diskSystem{asked: &fsyncCounts{n: map[string]uint64{}}},
 	"aof":  aofSystem{},
+	"prog": programSystem{},
 }
 
 // TestMain turns the test binary into a benchmark child when the runner
@@ -388,4 +390,58 @@ func TestDurableSystemsReportTheirFsyncs(t *testing.T) {
 	b.Reset()
 	require.NoError(t, rep.WriteText(&b))
 	assert.Contains(t, b.String(), "  disk: appendfsync test · fsyncs/s n/a · records per fsync n/a")
+}
+
+// programSystem is the echo whose server also runs another program, as
+// bench/redissut runs a redis-server: a sleep, whose peak RSS (under 4 MB)
+// is far below a Go process's.
+type programSystem struct{ echo.System }
+
+func (s programSystem) Serve(ctx context.Context, opts bench.ServeOptions, ready func(string)) error {
+	cmd := exec.CommandContext(ctx, "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	err := s.System.Serve(ctx, opts, ready)
+	_ = cmd.Wait() // killed when ctx ends
+	return err
+}
+
+// TestServerThatRunsAProgramReportsItsRSS: the peak RSS of a server that
+// runs another program is that program's, not its Go wrapper's, and its
+// CPU counts them both.
+func TestServerThatRunsAProgramReportsItsRSS(t *testing.T) {
+	if _, err := exec.LookPath("sleep"); err != nil {
+		t.Skip("no sleep command:", err)
+	}
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := &bench.Session{
+		Runner:    &bench.Runner{Exe: os.Args[0], Env: append(os.Environ(), childEnv+"=1"), Systems: registry},
+		Systems:   []string{"prog", "echo"},
+		Scenarios: []bench.Scenario{bench.OneWay},
+		Matrix:    bench.Matrix{Sizes: []int{64}, Records: []int64{2000}, Clients: []int{1}, Servers: []int{1}},
+		Params: bench.Params{
+			WarmupRecords: 100, Timeout: 2 * time.Second, TrialTimeout: 30 * time.Second, Host: "127.0.0.1",
+		},
+		Runs: 1,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 2)
+	rss := map[string]int64{}
+	for _, tr := range rep.Trials {
+		assert.Zero(t, tr.Errors, tr.System)
+		rss[tr.System] = tr.ServerMaxRSS
+		require.NotEmpty(t, tr.Processes, tr.System)
+		assert.Equal(t, tr.ServerMaxRSS, tr.Processes[0].MaxRSS, tr.System)
+	}
+	t.Logf("server peak RSS: prog %d bytes, echo %d bytes", rss["prog"], rss["echo"])
+	assert.Positive(t, rss["prog"])
+	assert.Less(t, rss["prog"], int64(4<<20), "sleep's peak RSS, not the wrapper's")
+	assert.Greater(t, rss["echo"], rss["prog"], "the echo server's is its own, a Go process's")
 }

@@ -3,18 +3,36 @@ package bench
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"strings"
+	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// fakeProc writes files (path relative to /proc: content) into a
+// directory and opens it as /proc.
+func fakeProc(t *testing.T, files map[string]string) procfs.FS {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	}
+	fs, err := procfs.NewFS(dir)
+	require.NoError(t, err)
+	return fs
+}
 
 const sampleStat = `cpu  10132153 290696 3084719 46828483 16683 0 25195 175 0 0
 cpu0 1393280 32966 572056 13343292 6130 0 17875 0 0 0
@@ -22,29 +40,30 @@ intr 199292 0 0
 ctxt 12345
 `
 
-func TestParseProcStat(t *testing.T) {
-	s, err := ParseProcStat(strings.NewReader(sampleStat))
-	require.NoError(t, err)
-	assert.Equal(t, CPUStat{User: 10132153, Nice: 290696, System: 3084719, Idle: 46828483, IOWait: 16683, IRQ: 0, SoftIRQ: 25195, Steal: 175}, s)
-	_, err = ParseProcStat(strings.NewReader("intr 1 2 3\n"))
-	assert.Error(t, err)
-	_, err = ParseProcStat(strings.NewReader("cpu 1 x 3 4\n"))
-	assert.Error(t, err)
-	// Old kernels without steal and beyond.
-	s, err = ParseProcStat(strings.NewReader("cpu 1 2 3 4\n"))
-	require.NoError(t, err)
-	assert.EqualValues(t, 4, s.Idle)
+func TestReadProcStat(t *testing.T) {
+	// /proc/stat counts ticks of 1/100 s; procfs gives seconds.
+	s, ok := cpuStatOf(fakeProc(t, map[string]string{"stat": sampleStat}))
+	require.True(t, ok)
+	assert.InDelta(t, 101321.53, s.User, 1e-6)
+	assert.InDelta(t, 468284.83, s.Idle, 1e-6)
+	assert.InDelta(t, 1.75, s.Steal, 1e-6)
+	_, ok = cpuStatOf(fakeProc(t, nil))
+	assert.False(t, ok, "no /proc/stat")
+	_, ok = ReadProcStat()
+	if _, err := os.Stat("/proc/stat"); err == nil {
+		assert.True(t, ok, "this machine's /proc/stat")
+	}
 }
 
 func TestBusynessBetween(t *testing.T) {
-	a := CPUStat{User: 100, System: 50, Idle: 850}
-	b := CPUStat{User: 250, System: 100, Idle: 1050, Steal: 10}
-	// 210 busy of 410 ticks.
-	got := BusynessBetween(a, b, 100)
-	assert.InDelta(t, 210.0/410, got.Busy, 1e-9)
-	assert.InDelta(t, 10.0/410, got.Steal, 1e-9)
+	a := procfs.CPUStat{User: 1, System: 0.5, Idle: 8.5}
+	b := procfs.CPUStat{User: 2.5, System: 1, Idle: 10.5, Steal: 0.1}
+	// 2.1 s busy of 4.1 s.
+	got := BusynessBetween(a, b)
+	assert.InDelta(t, 2.1/4.1, got.Busy, 1e-9)
+	assert.InDelta(t, 0.1/4.1, got.Steal, 1e-9)
 	assert.InDelta(t, 2.1, got.Seconds, 1e-9)
-	assert.Equal(t, Busyness{}, BusynessBetween(a, a, 100))
+	assert.Equal(t, Busyness{}, BusynessBetween(a, a))
 }
 
 const sampleCPUInfo = `processor	: 0
@@ -57,10 +76,18 @@ vendor_id	: AuthenticAMD
 model name	: AMD EPYC 7B13
 `
 
-func TestParseCPUInfo(t *testing.T) {
-	ci, err := ParseCPUInfo(strings.NewReader(sampleCPUInfo))
-	require.NoError(t, err)
-	assert.Equal(t, CPUInfo{Model: "AMD EPYC 7B13", Count: 2}, ci)
+func TestCPUInfoAndKernel(t *testing.T) {
+	fs := fakeProc(t, map[string]string{
+		"cpuinfo":              sampleCPUInfo,
+		"sys/kernel/ostype":    "Linux\n",
+		"sys/kernel/osrelease": "6.1.0-28-amd64\n",
+	})
+	assert.Equal(t, "Linux 6.1.0-28-amd64", kernelRelease(fs))
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" && runtime.GOARCH != "386" {
+		t.Skip("the sample is an x86 Linux /proc/cpuinfo; procfs reads each architecture's own format, and only on Linux")
+	}
+	assert.Equal(t, CPUInfo{Model: "AMD EPYC 7B13", Count: 2}, cpuInfoOf(fs))
+	assert.Equal(t, CPUInfo{}, cpuInfoOf(fakeProc(t, nil)))
 }
 
 func TestCPUTimes(t *testing.T) {
@@ -76,17 +103,32 @@ func TestSelfUsage(t *testing.T) {
 	assert.Positive(t, u.MaxRSS)
 }
 
-func TestParseProcPidStat(t *testing.T) {
-	// A command name with spaces and a ')' of its own.
-	line := "4242 (a b) c)) S 17 4242 4242 0 -1 4194560 120 0 0 0 731 52 0 0 20 0 3 0 100 1000 200"
-	got, err := parseProcPidStat(line)
-	require.NoError(t, err)
-	assert.Equal(t, procTimes{pid: 4242, ppid: 17, utime: 731, stime: 52}, got)
+// pidStat is a /proc/<pid>/stat line with ppid, utime and stime set, and
+// a command name with spaces and a ')' of its own.
+func pidStat(pid, ppid, utime, stime int) string {
+	return fmt.Sprintf("%d (a b) c)) S %d %d %d 0 -1 4194560 120 0 0 0 %d %d 0 0 20 0 3 0 100 1000 200 "+
+		"18446744073709551615 1 2 3 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", pid, ppid, pid, pid, utime, stime)
+}
 
-	for _, bad := range []string{"", "4242 no name", "x (n) S 1 2 3", "1 (n) S 1 2 3 4 5 6 7 8 9 10 11"} {
-		_, err := parseProcPidStat(bad)
-		assert.Error(t, err, "%q", bad)
-	}
+func TestDescendantsAndUsageFromProc(t *testing.T) {
+	fs := fakeProc(t, map[string]string{
+		"1/stat":    pidStat(1, 0, 1, 1),
+		"10/stat":   pidStat(10, 1, 5, 5),
+		"11/stat":   pidStat(11, 10, 731, 52),
+		"11/status": "Name:\tredis-server\nVmHWM:\t   20480 kB\nVmRSS:\t   10240 kB\n",
+		"12/stat":   pidStat(12, 10, 100, 48),
+		"12/status": "Name:\tsh\nVmHWM:\t    1024 kB\n",
+		"13/stat":   pidStat(13, 11, 0, 0),
+		"20/stat":   pidStat(20, 1, 9, 9),
+		"self":      "not a process",
+	})
+	assert.Equal(t, []int{11, 12, 13}, descendantsOf(fs, 10), "children, then theirs")
+	assert.Equal(t, []int{10, 20, 11, 12, 13}, descendantsOf(fs, 1))
+	assert.Empty(t, descendantsOf(fs, 13))
+
+	u := usageOfPids(fs, []int{11, 12, 99})
+	assert.Equal(t, CPUTimes{User: 8310 * time.Millisecond, Sys: 1000 * time.Millisecond}, u.CPU, "ticks of 10 ms; pid 99 is gone")
+	assert.EqualValues(t, (20480+1024)*1024, u.MaxRSS, "their peaks, summed")
 }
 
 func TestDescendantsCountAGrandchild(t *testing.T) {
@@ -96,15 +138,15 @@ func TestDescendantsCountAGrandchild(t *testing.T) {
 	// A shell (our child) runs a busy loop in a subshell (our grandchild),
 	// says when it is done, and stays alive.
 	_, _, out := startShell(t, `(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done; exec sleep 60) & wait`)
-	before := CPUOf(Descendants())
+	before := UsageOf(Descendants()).CPU
 	line, err := out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "done\n", line)
-	got := CPUOf(Descendants()).Sub(before)
+	got := UsageOf(Descendants()).CPU.Sub(before)
 	assert.Greater(t, got.Total(), time.Duration(0), "the grandchild's busy loop is counted")
 }
 
-func TestCPUOfReadsTheDescendantsFoundOnce(t *testing.T) {
+func TestUsageOfReadsTheDescendantsFoundOnce(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc")
 	}
@@ -118,14 +160,15 @@ func TestCPUOfReadsTheDescendantsFoundOnce(t *testing.T) {
 		return len(kids) >= 2
 	}, 10*time.Second, 10*time.Millisecond, "the shell and its subshell")
 	assert.Equal(t, cmd.Process.Pid, kids[0], "breadth first: the child, then its own")
-	before := CPUOf(kids)
+	before := UsageOf(kids)
+	assert.Positive(t, before.MaxRSS, "the shell's and the subshell's peak RSS")
 	_, err := io.WriteString(in, "go\n")
 	require.NoError(t, err)
 	line, err := out.ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "done\n", line)
-	assert.Greater(t, CPUOf(kids).Sub(before).Total(), time.Duration(0), "the grandchild's busy loop is counted")
-	assert.Zero(t, CPUOf([]int{-1}).Total(), "a process that is gone counts nothing")
+	assert.Greater(t, UsageOf(kids).CPU.Sub(before.CPU).Total(), time.Duration(0), "the grandchild's busy loop is counted")
+	assert.Zero(t, UsageOf([]int{-1}), "a process that is gone counts nothing")
 }
 
 // startShell runs script in a shell, our child, in a process group of its

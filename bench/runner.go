@@ -301,7 +301,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		res.Fsyncs = &n
 	}
 	if haveStat && haveStat2 {
-		res.Machine = BusynessBetween(statBefore, statAfter, userHZ)
+		res.Machine = BusynessBetween(statBefore, statAfter)
 	}
 	for i, s := range servers {
 		cpu := serverAfter[i].CPU.Sub(serverBefore[i].CPU)
@@ -319,11 +319,17 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		if err != nil {
 			return res, err
 		}
-		res.Processes[k].MaxRSS = u.MaxRSS // all and Processes list servers, then clients
-		if strings.HasPrefix(c.name, "server") {
-			res.ServerMaxRSS = max(res.ServerMaxRSS, u.MaxRSS)
+		rss := u.MaxRSS
+		// A server that runs another program (a redis-server): that
+		// program's peak, read at the end of the window, not the wrapper's.
+		if k < len(servers) && serverAfter[k].ProgramMaxRSS > 0 {
+			rss = serverAfter[k].ProgramMaxRSS
+		}
+		res.Processes[k].MaxRSS = rss // all and Processes list servers, then clients
+		if k < len(servers) {
+			res.ServerMaxRSS = max(res.ServerMaxRSS, rss)
 		} else {
-			res.ClientMaxRSS = max(res.ClientMaxRSS, u.MaxRSS)
+			res.ClientMaxRSS = max(res.ClientMaxRSS, rss)
 		}
 	}
 	all = nil

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/bench"
@@ -51,6 +52,10 @@ type System struct {
 	// as fero.ParseFsync reads it ("group", "interval", "never"). Empty:
 	// servers keep everything in memory.
 	Fsync string
+	// Metrics turns on every node's Prometheus metrics (fero.WithMetrics,
+	// on a registry of its own that nothing scrapes): what they cost the
+	// hot path is the difference from the same system without them.
+	Metrics bool
 }
 
 var (
@@ -83,8 +88,12 @@ const SecretFileEnv = "FERO_BENCH_SECRET_FILE"
 // an fsync policy, its data directory is made under opts.DataDir and
 // removed once the node has closed.
 func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
+	var extra []fero.Option
+	if s.Metrics {
+		extra = append(extra, fero.WithMetrics(prometheus.NewRegistry()))
+	}
 	if s.Fsync == "" {
-		return serve(ctx, opts, nil, ready)
+		return serve(ctx, opts, extra, ready)
 	}
 	policy, err := fero.ParseFsync(s.Fsync)
 	if err != nil {
@@ -94,7 +103,7 @@ func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(a
 	if err != nil {
 		return err
 	}
-	err = serve(ctx, opts, []fero.Option{fero.WithDataDir(dir), fero.WithFsync(policy)}, ready)
+	err = serve(ctx, opts, append(extra, fero.WithDataDir(dir), fero.WithFsync(policy)), ready)
 	return errors.Join(err, remove())
 }
 
@@ -176,11 +185,14 @@ func dataOf(addrs []string) []string {
 
 // Dial opens a fero client node and waits until it routes by a map of
 // every server.
-func (System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
+func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
 	if len(opts.Servers) == 0 {
 		return nil, errors.New("ferosut: no server")
 	}
 	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d-%d", opts.Index, os.Getpid())), fero.WithSeeds(gossipOf(opts.Servers)...))
+	if s.Metrics {
+		o = append(o, fero.WithMetrics(prometheus.NewRegistry()))
+	}
 	r, err := fero.Open(ctx, Resource, o...)
 	if err != nil {
 		return nil, fmt.Errorf("ferosut: open client: %w", err)

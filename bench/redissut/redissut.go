@@ -19,9 +19,10 @@
 // install redis-server) as a child of the serving process, waits until it
 // answers PING, and stops it when its context ends. The child is killed if
 // the serving process dies, so it never outlives a run. The harness counts
-// the CPU of a server's child processes as the server's (see
-// [bench.Descendants]), so Redis's own CPU is in the report. With several servers each is an
-// independent Redis: clients spread over them as Servers[Index %
+// the CPU of a server's child processes as the server's, and reports their
+// peak RSS in place of the server process's (see [bench.Descendants] and
+// [bench.Usage]), so Redis's own CPU and memory are in the report. With
+// several servers each is an independent Redis: clients spread over them as Servers[Index %
 // len(Servers)] and nothing is replicated, so the Conn does not implement
 // [bench.Replicator].
 //

@@ -1,18 +1,23 @@
 package redissut
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -473,4 +478,67 @@ func TestServeRejectsAnUnknownAppendFsync(t *testing.T) {
 	dirs, err := os.ReadDir(parent)
 	require.NoError(t, err)
 	assert.Empty(t, dirs)
+}
+
+// TestServerUsageIsRedisServers: the usage a fero-bench server process
+// reports for Redis has the redis-server process's peak RSS, read from
+// its /proc/<pid>/status, not the serving Go process's own.
+func TestServerUsageIsRedisServers(t *testing.T) {
+	needRedis(t)
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		spec := bench.ServeSpec{System: "redis", Serve: bench.ServeOptions{Addr: "127.0.0.1:0"}}
+		done <- bench.ServeChild(context.Background(), bench.Registry{"redis": System{}}, spec, stdinR, stdoutW)
+		_ = stdoutW.Close()
+	}()
+	out := bufio.NewReader(stdoutR)
+	addr, err := out.ReadString('\n')
+	require.NoError(t, err)
+
+	var redis procfs.Proc
+	for _, pid := range bench.Descendants() {
+		p, err := fs.Proc(pid)
+		require.NoError(t, err)
+		if comm, _ := p.Comm(); comm == "redis-server" {
+			redis = p
+		}
+	}
+	require.NotZero(t, redis.PID, "a redis-server among this process's children")
+	peak := func() int64 {
+		st, err := redis.NewStatus()
+		require.NoError(t, err)
+		return int64(st.VmHWM)
+	}
+
+	// 10,000 keys of 4,000 bytes: Redis's peak grows by some 40 MB, which
+	// this process's does not.
+	c := dial(t, strings.TrimSpace(addr), 0)
+	ctx := context.Background()
+	payload := make([]byte, 4000)
+	for range Keys {
+		require.NoError(t, c.Send(ctx, payload))
+	}
+	require.NoError(t, c.Sync(ctx))
+
+	before := peak()
+	_, err = io.WriteString(stdinW, "usage\n")
+	require.NoError(t, err)
+	line, err := out.ReadString('\n')
+	require.NoError(t, err)
+	var u bench.Usage
+	require.NoError(t, json.Unmarshal([]byte(line), &u), line)
+	after := peak()
+	t.Logf("redis-server peak RSS %d bytes; the serving process's own %d", u.ProgramMaxRSS, u.MaxRSS)
+	assert.Greater(t, u.ProgramMaxRSS, int64(40e6), "Redis holds 40 MB of values")
+	assert.GreaterOrEqual(t, u.ProgramMaxRSS, before, "redis-server's VmHWM")
+	assert.LessOrEqual(t, u.ProgramMaxRSS, after, "redis-server's VmHWM")
+
+	require.NoError(t, stdinW.Close())
+	require.NoError(t, <-done)
 }

@@ -35,6 +35,8 @@ import (
 var registry = bench.Registry{
 	"echo": echo.System{},
 	"fero": ferosut.System{},
+	// fero with its Prometheus metrics on (fero.WithMetrics) on every node.
+	"fero-metrics": ferosut.System{Metrics: true},
 	// fero keeping its partitions on disk, one system per fsync policy.
 	"fero-group":    ferosut.System{Fsync: "group"},
 	"fero-interval": ferosut.System{Fsync: "interval"},
@@ -177,7 +179,9 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 // runLong is run's help: what the durable systems are and what --fsync
 // adds.
 const runLong = `run measures the systems named by --systems side by side, quoted against
---baseline if one is given.
+--baseline if one is given. fero-metrics is fero with every node's
+Prometheus metrics on (fero.WithMetrics): run it beside fero to see what
+the metrics cost.
 
 Durable systems keep each server's data in a fresh directory under
 --data-dir, removed after its trial:

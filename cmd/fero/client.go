@@ -80,22 +80,31 @@ const waitUsage = `what the write waits for: none (queued on the node), ack (the
 
 func newPut() *cobra.Command {
 	var f remoteFlags
-	var add bool
+	var add, literal bool
 	var wait string
 	cmd := &cobra.Command{
-		Use:   "put KEY JSON",
+		Use:   "put KEY VALUE",
 		Short: "Set the value at KEY, through the cluster",
 		Long: `put sets the value at KEY (an UPDATE, or an ADD with --add, which fails if
 KEY has a value) and returns once the write reached --wait (by default
-once the owner committed it). JSON is any JSON value; a bare word that is
-not JSON is taken as a string.`,
+once the owner committed it).
+
+VALUE is read as JSON, except for bare words:
+  - a VALUE whose first non-space character is {, [ or " must be valid
+    JSON; if it is not, put fails and writes nothing;
+  - a JSON number, true, false or null is stored as that JSON value;
+  - anything else (fr, 2026-11-26, hello world) is stored as a string.
+--string stores VALUE as a string whatever it looks like.`,
 		Example: `  fero put --addr 127.0.0.1:7400 ada '{"name":"Ada","langs":["en"]}'
-  fero put --addr 127.0.0.1:7400 ada.langs.- fr       # push onto the array`,
+  fero put --addr 127.0.0.1:7400 ada.langs.- fr       # push the string "fr" onto the array
+  fero put --addr 127.0.0.1:7400 ada.age 36           # the number 36
+  fero put --addr 127.0.0.1:7400 ada.id '"36"'        # the string "36"
+  fero put --addr 127.0.0.1:7400 --string ada.bio '{not JSON}'`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var v any
-			if err := json.Unmarshal([]byte(args[1]), &v); err != nil {
-				v = args[1]
+			v, err := parseValue(args[1], literal)
+			if err != nil {
+				return err
 			}
 			verb := fero.VerbUpdate
 			if add || strings.HasSuffix(args[0], ".-") {
@@ -115,15 +124,43 @@ not JSON is taken as a string.`,
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&add, "add", false, "create only: fail if KEY has a value")
+	cmd.Flags().BoolVar(&literal, "string", false, "store VALUE as a string, even if it is JSON")
 	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
 	return cmd
+}
+
+// parseValue is put's rule for VALUE (see its help): JSON, or a bare word
+// taken as a string. A VALUE that starts like a JSON object, array or
+// string and does not parse is a mistake (a lost quote or brace in the
+// shell), so it fails rather than being stored as text.
+func parseValue(arg string, literal bool) (any, error) {
+	if literal {
+		return arg, nil
+	}
+	var v any
+	err := json.Unmarshal([]byte(arg), &v)
+	if err == nil {
+		return v, nil
+	}
+	trimmed := strings.TrimLeft(arg, " \t\r\n")
+	if trimmed == "" || !strings.ContainsRune(`{["`, rune(trimmed[0])) {
+		return arg, nil
+	}
+	if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
+		err = fmt.Errorf("%w at byte %d", err, se.Offset)
+	}
+	shown := arg
+	if len(shown) > 60 {
+		shown = strings.ToValidUTF8(shown[:60], "") + "..."
+	}
+	return nil, fmt.Errorf("VALUE %s is not valid JSON: %v; a VALUE that starts with {, [ or \" must be JSON (to store it as a string, use --string)", shown, err)
 }
 
 func newGet() *cobra.Command {
 	var f remoteFlags
 	cmd := &cobra.Command{
 		Use:   "get KEY",
-		Short: "Print the value at KEY as JSON, read from its owner",
+		Short: "Print the value at KEY as JSON on one line, read from its owner",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
@@ -135,7 +172,7 @@ func newGet() *cobra.Command {
 				if !ok {
 					return fmt.Errorf("%s: not found", args[0])
 				}
-				return printJSON(cmd.OutOrStdout(), v)
+				return printJSONLine(cmd.OutOrStdout(), v)
 			})
 		},
 	}
@@ -386,6 +423,12 @@ func sizeString(n int64) string {
 	return fmt.Sprintf("%.1f %cB", f, "kMGTP"[i])
 }
 
+// printJSONLine prints v as compact JSON on one line, as get and tail do.
+func printJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(jsonable(v))
+}
+
+// printJSON prints v as indented JSON, as status --json does.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

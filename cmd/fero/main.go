@@ -46,7 +46,9 @@ func newRoot() *cobra.Command {
 		Long: `fero runs a generic server node for a resource, and reads, writes, tails
 and inspects a running cluster through any of its nodes.
 
-Values given to put are JSON and travel as msgpack; get and tail print JSON.
+Values given to put are JSON, or a bare word taken as a string ("fero put
+--help" has the rule); they travel as msgpack. get and tail print JSON, one
+value per line.
 Keys are paths: "ada.tags.0" is element 0 of the tags array of the key "ada".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

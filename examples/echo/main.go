@@ -4,7 +4,7 @@
 // measured: sequential round trips, a burst of pipelined calls and a
 // stream of one-way messages confirmed by a final call.
 //
-//	go run ./examples/echo            # or: make demo
+//	go run ./examples/echo
 //	go run ./examples/echo -nodes 5 -calls 20000
 package main
 

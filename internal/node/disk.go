@@ -417,7 +417,7 @@ func (n *Node) diskFailed(rd partition.Ready, err error) {
 	}
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters.Take(c.Token); ok {
-			w(partition.Completion{Token: c.Token, Partition: c.Partition, Err: errs.Errorf(errs.Aborted, "%v: %v", ErrDisk, err)})
+			n.complete(w, partition.Completion{Token: c.Token, Partition: c.Partition, Err: errs.Errorf(errs.Aborted, "%v: %v", ErrDisk, err)})
 		}
 	}
 }

@@ -99,6 +99,8 @@ type Node struct {
 	hot *hotMetrics
 	// subDrops counts changes subscribers with the Drop policy missed.
 	subDrops atomic.Uint64
+	// t0 is when the node was made: the origin of Node.since.
+	t0 time.Time
 
 	srv   *transport.Server
 	pool  *pool
@@ -120,7 +122,7 @@ type Node struct {
 	// waiters holds the callbacks of proposals, by token, under engMu. The
 	// engine completes every proposal it accepts within its write timeout,
 	// which bounds how far the table's window spans.
-	waiters seqtab.Table[func(partition.Completion)]
+	waiters seqtab.Table[waiter]
 	early   []inbound               // messages before the engine's first map; under engMu
 	out     map[string]*batchWriter // per peer, reused each round; under engMu
 	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
@@ -167,11 +169,34 @@ type inbound struct {
 type proposal struct {
 	req  partition.Request
 	done func(partition.Completion) // nil: nobody waits; runs on the driver
+	// began is when the caller asked, on the node's clock (Node.since),
+	// for the write metrics; 0 when not timed.
+	began int64
 	// read, when set, makes this a linearizable read of req.Key (rule 13)
 	// instead of a write: the driver reads the value as it proposes the
 	// read, and hands it to read once the engine confirms it.
 	read func([]byte, error)
 }
+
+// waiter is a proposal's callback, by token, and what the metrics need to
+// time it.
+type waiter struct {
+	done  func(partition.Completion)
+	began int64 // Node.since when the caller asked; 0: not timed
+	wait  partition.Wait
+}
+
+// complete calls w's callback with c, timing it first.
+func (n *Node) complete(w waiter, c partition.Completion) {
+	if w.began != 0 && n.hot != nil {
+		n.hot.wrote(w.wait, c.Err, time.Duration(n.since()-w.began))
+	}
+	w.done(c)
+}
+
+// since is the time since the node was made, on the monotonic clock, in
+// nanoseconds, at least 1.
+func (n *Node) since() int64 { return int64(time.Since(n.t0)) + 1 }
 
 // ErrClosed is returned by calls on a closed node.
 var ErrClosed = errs.New(errs.Unavailable, "node closed")
@@ -225,6 +250,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
 		out: make(map[string]*batchWriter),
 	}
+	n.t0 = time.Now()
 	if cfg.Metrics {
 		n.hot = newHotMetrics(cfg.Resource)
 	}
@@ -429,28 +455,29 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
-		return n.proposeWrite(ctx, c, wait, k, done, inline)
+		return n.proposeWrite(ctx, c, wait, k, done, inline, 0)
 	}
-	began := time.Now()
-	if done != nil {
-		inner := done
-		done = func(c partition.Completion) {
-			m.wrote(wait, c.Err, time.Since(began))
-			inner(c)
+	if done == nil {
+		err := n.proposeWrite(ctx, c, wait, k, done, inline, 0)
+		if err != nil {
+			m.wrote(wait, err, 0)
+		} else {
+			m.writesOK[wait].Inc() // queued
 		}
+		return err
 	}
-	err := n.proposeWrite(ctx, c, wait, k, done, inline)
-	switch {
-	case err != nil:
-		m.wrote(wait, err, time.Since(began)) // done is not called
-	case done == nil:
-		m.writesOK[wait].Inc() // queued
+	// Timed when its waiter completes (Node.complete): a field in the
+	// waiter, not a closure around done, which cost an allocation a write.
+	began := n.since()
+	err := n.proposeWrite(ctx, c, wait, k, done, inline, began)
+	if err != nil {
+		m.wrote(wait, err, time.Duration(n.since()-began)) // done is not called
 	}
 	return err
 }
 
 // proposeWrite is writeAsync without the metrics.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool) error {
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool, began int64) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
@@ -472,7 +499,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 		}
 		if n.props.empty() && n.eng.Map() != nil {
 			n.eng.Clock(time.Now())
-			n.propose(proposal{req: req, done: done})
+			n.propose(proposal{req: req, done: done, began: began})
 			n.output()
 			n.engMu.Unlock()
 			return nil
@@ -486,7 +513,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	if n.spawnClosed {
 		return ErrClosed
 	}
-	return n.props.push(ctx, n.ctx, proposal{req: req, done: done})
+	return n.props.push(ctx, n.ctx, proposal{req: req, done: done, began: began})
 }
 
 // serveEngine hands a peer's engine message to the driver. It runs on
@@ -535,14 +562,14 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			defer n.engMu.Unlock()
 			for _, w := range n.waiters.All() {
-				w(partition.Completion{Err: errClosedInFlight})
+				n.complete(w, partition.Completion{Err: errClosedInFlight})
 			}
 			for _, p := range n.props.take() {
 				switch {
 				case p.read != nil:
 					p.read(nil, ErrClosed)
 				case p.done != nil:
-					p.done(partition.Completion{Err: ErrClosed})
+					n.complete(waiter{done: p.done, began: p.began, wait: p.req.Wait}, partition.Completion{Err: ErrClosed})
 				}
 			}
 			n.closeSubs()
@@ -701,7 +728,7 @@ func (n *Node) propose(p proposal) {
 		case p.read != nil:
 			p.read(nil, ErrDisk)
 		case p.done != nil:
-			p.done(partition.Completion{Err: ErrDisk})
+			n.complete(waiter{done: p.done, began: p.began, wait: p.req.Wait}, partition.Completion{Err: ErrDisk})
 		}
 		return
 	}
@@ -710,12 +737,13 @@ func (n *Node) propose(p proposal) {
 		return
 	}
 	if p.done != nil {
-		p.req.Token = n.waiters.Add(p.done)
+		p.req.Token = n.waiters.Add(waiter{done: p.done, began: p.began, wait: p.req.Wait})
 	}
 	if err := n.eng.Propose(p.req); err != nil {
 		if p.done != nil {
-			n.waiters.Take(p.req.Token)
-			p.done(partition.Completion{Err: err})
+			if w, ok := n.waiters.Take(p.req.Token); ok {
+				n.complete(w, partition.Completion{Err: err})
+			}
 		}
 	}
 }
@@ -727,13 +755,13 @@ func (n *Node) proposeRead(p proposal) {
 	b, _ := n.store.GetBytes(p.req.Key)
 	b = bytes.Clone(b)
 	done := p.read
-	tok := n.waiters.Add(func(c partition.Completion) {
+	tok := n.waiters.Add(waiter{done: func(c partition.Completion) {
 		if c.Err != nil {
 			done(nil, c.Err)
 			return
 		}
 		done(b, nil)
-	})
+	}})
 	if err := n.eng.ProposeRead(partition.ReadRequest{Partition: p.req.Partition, Token: tok, Deadline: p.req.Deadline}); err != nil {
 		n.waiters.Take(tok)
 		done(nil, err)
@@ -837,7 +865,7 @@ func (n *Node) process(rd partition.Ready) {
 	}
 	for _, c := range rd.Completions {
 		if w, ok := n.waiters.Take(c.Token); ok {
-			w(c)
+			n.complete(w, c)
 		}
 	}
 	for _, id := range n.outOrder {

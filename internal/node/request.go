@@ -235,9 +235,9 @@ var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many reques
 // not, since the handler may have run: the error says so.
 func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
 	if m := n.hot; m != nil {
-		began := time.Now()
+		began := n.since()
 		reply, err := n.request(ctx, verb, key, payload, oneway)
-		m.called(err, time.Since(began))
+		m.called(err, time.Duration(n.since()-began))
 		return reply, err
 	}
 	return n.request(ctx, verb, key, payload, oneway)
@@ -542,23 +542,22 @@ func pause(ctx, node context.Context, backoff *time.Duration) error {
 // request could not be sent. done may run on a connection's reader
 // goroutine or on a goroutine of its own: it must return promptly.
 func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
-	if m := n.hot; m != nil {
-		began, inner := time.Now(), done
-		done = func(reply []byte, err error) {
-			m.called(err, time.Since(began))
-			inner(reply, err)
-		}
-		err := n.requestAsync(ctx, verb, key, payload, done)
-		if err != nil {
-			m.called(err, time.Since(began)) // done is not called
-		}
-		return err
+	var began int64
+	if n.hot != nil {
+		began = n.since()
 	}
-	return n.requestAsync(ctx, verb, key, payload, done)
+	err := n.requestAsync(ctx, verb, key, payload, done, began)
+	if err != nil && began != 0 {
+		n.hot.called(err, time.Duration(n.since()-began)) // done is not called
+	}
+	return err
 }
 
-// requestAsync is RequestAsync without the metrics.
-func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
+// requestAsync is RequestAsync; a call timed for the metrics (began, on
+// the node's clock, not 0) is counted in the callback the connection
+// calls anyway, rather than in a closure around done, which cost an
+// allocation a call.
+func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error), began int64) error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}
@@ -570,6 +569,9 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	if c == nil {
 		// No map yet, this node owns the key (the handler runs here), or
 		// no connection to the owner yet.
+		if began != 0 {
+			done = n.timedCall(began, done)
+		}
 		if !n.requestSlow(ctx, verb, key, payload, done) {
 			return ErrClosed
 		}
@@ -582,20 +584,39 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		switch {
 		case err != nil:
-			done(nil, err)
 		case len(reply) == 0:
-			done(nil, errs.New(errs.Internal, "fero: empty reply"))
+			err = errs.New(errs.Internal, "fero: empty reply")
 		case reply[0] == replyOK:
+			if began != 0 {
+				n.hot.called(nil, time.Duration(n.since()-began))
+			}
 			done(reply[1:], nil)
+			return
 		default:
 			// The owner moved: retry the slow way, off the reader.
+			if began != 0 {
+				done = n.timedCall(began, done)
+			}
 			if !n.requestSlow(ctx, verb, key, payload, done) {
 				done(nil, ErrClosed)
 			}
+			return
 		}
+		if began != 0 {
+			n.hot.called(err, time.Duration(n.since()-began))
+		}
+		done(nil, err)
 	})
 	putRequestBuf(bp, b)
 	return err
+}
+
+// timedCall wraps done to count and time the call that began at began.
+func (n *Node) timedCall(began int64, done func([]byte, error)) func([]byte, error) {
+	return func(reply []byte, err error) {
+		n.hot.called(err, time.Duration(n.since()-began))
+		done(reply, err)
+	}
 }
 
 // requestBufs holds the buffers requests are encoded in, up to

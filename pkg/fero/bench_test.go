@@ -3,11 +3,13 @@ package fero
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -73,6 +75,11 @@ func BenchmarkCall(b *testing.B) {
 func benchPair(ctx context.Context, b *testing.B) (*Resource, []string) {
 	b.Helper()
 	base := []Option{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
+	if os.Getenv("FERO_BENCH_METRICS") != "" {
+		// Each node's Prometheus metrics on (WithMetrics): run with and
+		// without to see what they cost.
+		base = append(base, WithMetrics(prometheus.NewRegistry()))
+	}
 	srv, err := Open(ctx, "bench", append(base, WithID("server"))...)
 	require.NoError(b, err)
 	b.Cleanup(func() { srv.Close() })
