@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,7 +125,7 @@ var (
 		catchUpBusy, catchUpRetries                         *prometheus.Desc
 		diskBytes, diskSyncs, diskWrite, diskSnapshots      *prometheus.Desc
 		diskSnapshotBytes, diskBehind, diskFailed           *prometheus.Desc
-		subscriberDrops                                     *prometheus.Desc
+		subscriberDrops, lagOffsets, lagSeconds             *prometheus.Desc
 	}{
 		committed:         prometheus.NewDesc("fero_commits_total", "Changes this node committed as a partition's owner.", descLabels, nil),
 		applied:           prometheus.NewDesc("fero_applied_total", "Owners' commits applied to this node's copy.", descLabels, nil),
@@ -148,6 +149,8 @@ var (
 		diskSnapshotBytes: prometheus.NewDesc("fero_disk_snapshot_bytes_total", "Bytes of state in the snapshots saved.", descLabels, nil),
 		diskBehind:        prometheus.NewDesc("fero_disk_partitions_behind", "Partitions whose last offset on disk trails the last one applied (0 after every round under fsync group).", descLabels, nil),
 		diskFailed:        prometheus.NewDesc("fero_disk_failed", "1 once the data directory failed (the node left the cluster and takes no writes until restarted).", descLabels, nil),
+		lagOffsets:        prometheus.NewDesc("fero_replication_lag_offsets", "On a partition's owner: how many offsets its slowest live copy's acks trail the log.", []string{"resource", "partition"}, nil),
+		lagSeconds:        prometheus.NewDesc("fero_replication_lag_seconds", "On a partition's owner: how long its slowest trailing copy's acks have not moved (0 when no copy trails).", []string{"resource", "partition"}, nil),
 		subscriberDrops:   prometheus.NewDesc("fero_subscriber_overflows_total", "Changes a slow subscriber missed (its stream was cut or its oldest changes dropped, as its overflow policy says).", descLabels, nil),
 	}
 )
@@ -196,6 +199,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		behind := 0
 		for _, p := range st {
 			roles[p.Role.String()]++
+			if p.Role == partition.RoleOwner {
+				part := strconv.Itoa(p.Partition)
+				ch <- prometheus.MustNewConstMetric(descs.lagOffsets, prometheus.GaugeValue, float64(p.Lag), res, part)
+				ch <- prometheus.MustNewConstMetric(descs.lagSeconds, prometheus.GaugeValue, p.LagSeconds, res, part)
+			}
 			if n.disk != nil {
 				if _, onDisk, err := n.disk.store.Bounds(p.Partition); err == nil && onDisk < p.Position.Offset {
 					behind++

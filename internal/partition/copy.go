@@ -127,6 +127,7 @@ type wait struct {
 // peer is what an owner knows of one copy.
 type peer struct {
 	pos     Position  // last acked
+	at      time.Time // when pos last moved (for Status.LagSeconds)
 	inc     uint64    // the incarnation that sent the last ack
 	checked uint64    // acked offset at the last probe check
 	probed  time.Time // last probe check

@@ -861,6 +861,7 @@ func (e *Engine) Status(p int) Status {
 		s.Role = RoleClient
 	case pt.active:
 		s.Role = RoleOwner
+		s.Lag, s.LagSeconds = e.lag(pt)
 	case e.ownerOf(p) == e.id:
 		s.Role = RoleSyncing
 		s.Why = e.syncWhy(pt)
@@ -868,6 +869,31 @@ func (e *Engine) Status(p int) Status {
 		s.Role = RoleReplica
 	}
 	return s
+}
+
+// lag returns, for a partition this node owns, how far its slowest live
+// copy's acks trail the log's last offset, and for how long that copy's
+// acks have not moved while it trails. A copy that has acked nothing in
+// this epoch counts from the epoch's start.
+func (e *Engine) lag(pt *part) (offsets uint64, seconds float64) {
+	last := pt.log.last()
+	for _, id := range e.copies {
+		pr := pt.peers[id]
+		acked, at := pt.logStart, time.Time{}
+		if pr != nil && pr.pos.Epoch == pt.accepted {
+			acked, at = pr.pos.Offset, pr.at
+		}
+		if acked >= last {
+			continue
+		}
+		if d := last - acked; d > offsets {
+			offsets, seconds = d, 0
+			if !at.IsZero() {
+				seconds = e.now.Sub(at).Seconds()
+			}
+		}
+	}
+	return offsets, seconds
 }
 
 // Map returns the map the engine routes by (nil before the first SetMap).

@@ -1531,3 +1531,47 @@ func TestSyncAsksAgain(t *testing.T) {
 		t.Fatalf("c after 800 ms: %v in %v, want owner in its first proposal %v", s.Role, s.Accepted, first.epoch)
 	}
 }
+
+// TestOwnerReportsReplicationLag: an owner's Status says how far its
+// slowest copy's acks trail its log, and for how long they have not
+// moved; once the acks arrive, no lag.
+func TestOwnerReportsReplicationLag(t *testing.T) {
+	n := newNetwork(t, 4, []string{"a", "b", "c"})
+	n.settle()
+	p := 1
+	owner := n.owner(p)
+	slow := "a"
+	for _, id := range n.ids() {
+		if id != owner {
+			slow = id
+			break
+		}
+	}
+	if s := n.nodes[owner].e.Status(p); s.Lag != 0 || s.LagSeconds != 0 {
+		t.Fatalf("lag before any write: %+v", s)
+	}
+	for i := range 5 {
+		_, _ = n.propose(owner, p, fmt.Sprintf("k%d", i), "v", WaitAck)
+	}
+	// Everything but the slow copy's acks.
+	n.deliverWhere(func(e envelope) bool {
+		_, ack := e.msg.(*CommitAck)
+		return !(ack && e.from == slow)
+	})
+	n.tick(2 * time.Second)
+	n.deliverWhere(func(e envelope) bool {
+		_, ack := e.msg.(*CommitAck)
+		return !(ack && e.from == slow)
+	})
+	s := n.nodes[owner].e.Status(p)
+	if s.Lag != 5 {
+		t.Fatalf("lag with %s's acks held: %d offsets, want 5 (%+v)", slow, s.Lag, s)
+	}
+	if s.LagSeconds < 2 {
+		t.Fatalf("lag seconds with %s's acks held: %v, want at least the 2 s that passed", slow, s.LagSeconds)
+	}
+	n.deliverAll()
+	if s := n.nodes[owner].e.Status(p); s.Lag != 0 || s.LagSeconds != 0 {
+		t.Fatalf("lag once every ack arrived: %+v", s)
+	}
+}

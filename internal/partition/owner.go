@@ -298,9 +298,9 @@ func (e *Engine) stepAck(pt *part, from string, m *CommitAck) {
 	}
 	if pr.inc != m.Inc {
 		// A restarted copy: what its previous life acked is not its word.
-		pr.pos, pr.inc = m.Position, m.Inc
+		pr.pos, pr.inc, pr.at = m.Position, m.Inc, e.now
 	} else if m.Position.Compare(pr.pos) > 0 {
-		pr.pos = m.Position
+		pr.pos, pr.at = m.Position, e.now
 	}
 	e.checkWaits(pt)
 }

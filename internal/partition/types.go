@@ -228,6 +228,11 @@ type Status struct {
 	Gap     int // entries buffered past a gap
 	Queued  int // writes waiting for sync
 	Waiting int // writes waiting for replica acks
+	// Lag is, on the owner, how many offsets its slowest live copy's acks
+	// trail the log, and LagSeconds how long that copy's acks have not
+	// moved (0 when it has never acked in this epoch).
+	Lag        uint64
+	LagSeconds float64
 	// Why says, for a partition this node owns by its map but has not
 	// taken yet (RoleSyncing), what it waits for: an operator's first
 	// question when writes to it fail with "owner syncing".
