@@ -146,6 +146,9 @@ func TestServeHTTP(t *testing.T) {
 		parts += float64(s.Value)
 	}
 	require.Equal(t, 271.0, parts, "partitions by role")
+	owned, _ := sample(ms, "fero_partitions", "role", "owner")
+	require.Len(t, ms["fero_replication_lag_offsets"], int(owned), "a lag for each partition it owns")
+	require.Len(t, ms["fero_replication_lag_seconds"], int(owned))
 	var commits float64
 	for _, sc := range scrapes {
 		c, found := sample(sc, "fero_commits_total", "resource", "kv")
