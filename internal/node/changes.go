@@ -116,6 +116,9 @@ func (n *Node) publish(ev partition.Event) {
 		n.stats.restored.Add(1)
 	case partition.EventOwnershipGained:
 		n.stats.gained.Add(1)
+		if n.hot != nil {
+			n.hot.syncTime.Observe(ev.Took.Seconds())
+		}
 		return
 	case partition.EventOwnershipLost:
 		n.stats.lost.Add(1)

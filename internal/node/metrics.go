@@ -47,6 +47,7 @@ type hotMetrics struct {
 	calls      *prometheus.CounterVec // result
 	callsOK    prometheus.Counter
 	callTime   prometheus.Histogram
+	syncTime   prometheus.Histogram
 	collectors []prometheus.Collector
 }
 
@@ -65,6 +66,10 @@ func newHotMetrics(resource string) *hotMetrics {
 			Name: "fero_call_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
 			Help: "How long calls of custom verbs took, from the caller's request to its answer.",
 		}),
+		syncTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fero_sync_duration_seconds", ConstLabels: labels, Buckets: prometheus.ExponentialBucketsRange(1e-3, 60, 16),
+			Help: "How long this node's syncs took, from becoming a partition's owner by its map to starting its epoch (docs/engine.md rule 4): the time the partition took no writes.",
+		}),
 	}
 	writeTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "fero_write_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
@@ -80,7 +85,7 @@ func newHotMetrics(resource string) *hotMetrics {
 		m.writesOK[w] = m.writes.WithLabelValues(name, result)
 	}
 	m.callsOK = m.calls.WithLabelValues("ok")
-	m.collectors = []prometheus.Collector{m.writes, writeTime, m.calls, m.callTime}
+	m.collectors = []prometheus.Collector{m.writes, writeTime, m.calls, m.callTime, m.syncTime}
 	return m
 }
 
@@ -126,6 +131,7 @@ var (
 		diskBytes, diskSyncs, diskWrite, diskSnapshots      *prometheus.Desc
 		diskSnapshotBytes, diskBehind, diskFailed           *prometheus.Desc
 		subscriberDrops, lagOffsets, lagSeconds             *prometheus.Desc
+		outboxBytes, bpWaits, bpSeconds                     *prometheus.Desc
 	}{
 		committed:         prometheus.NewDesc("fero_commits_total", "Changes this node committed as a partition's owner.", descLabels, nil),
 		applied:           prometheus.NewDesc("fero_applied_total", "Owners' commits applied to this node's copy.", descLabels, nil),
@@ -151,6 +157,9 @@ var (
 		diskFailed:        prometheus.NewDesc("fero_disk_failed", "1 once the data directory failed (the node left the cluster and takes no writes until restarted).", descLabels, nil),
 		lagOffsets:        prometheus.NewDesc("fero_replication_lag_offsets", "On a partition's owner: how many offsets its slowest live copy's acks trail the log.", []string{"resource", "partition"}, nil),
 		lagSeconds:        prometheus.NewDesc("fero_replication_lag_seconds", "On a partition's owner: how long its slowest trailing copy's acks have not moved (0 when no copy trails).", []string{"resource", "partition"}, nil),
+		outboxBytes:       prometheus.NewDesc("fero_peer_outbox_bytes", "Bytes waiting in the outboxes of this node's connections to its peers.", descLabels, nil),
+		bpWaits:           prometheus.NewDesc("fero_backpressure_waits_total", "Sends that waited for room in a connection's full outbox (the peer or the network not keeping up).", descLabels, nil),
+		bpSeconds:         prometheus.NewDesc("fero_backpressure_wait_seconds_total", "Time sends spent waiting for room in full outboxes.", descLabels, nil),
 		subscriberDrops:   prometheus.NewDesc("fero_subscriber_overflows_total", "Changes a slow subscriber missed (its stream was cut or its oldest changes dropped, as its overflow policy says).", descLabels, nil),
 	}
 )
@@ -181,6 +190,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descs.gained, float64(s.Gained))
 	counter(descs.lost, float64(s.Lost))
 	counter(descs.subscriberDrops, float64(n.subDrops.Load()))
+	gauge(descs.outboxBytes, float64(n.pool.queued()))
+	counter(descs.bpWaits, float64(n.tstats.BackpressureWaits.Load()))
+	counter(descs.bpSeconds, time.Duration(n.tstats.BackpressureNanos.Load()).Seconds())
 	gauge(descs.keys, float64(n.store.Len()))
 
 	type key struct{ role, state string }

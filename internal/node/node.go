@@ -101,6 +101,9 @@ type Node struct {
 	subDrops atomic.Uint64
 	// t0 is when the node was made: the origin of Node.since.
 	t0 time.Time
+	// tstats counts the backpressure of every connection the node makes
+	// or accepts.
+	tstats transport.Stats
 
 	srv   *transport.Server
 	pool  *pool
@@ -287,7 +290,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	mux := transport.NewMux()
-	topts := append([]transport.Option{transport.WithLogger(n.logger)}, cfg.Transport...)
+	topts := append([]transport.Option{transport.WithLogger(n.logger), transport.WithStats(&n.tstats)}, cfg.Transport...)
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
 	n.pool.logger = n.logger
 	n.pool.setSecrets(cfg.Secrets)

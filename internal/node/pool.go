@@ -321,6 +321,24 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 	return c
 }
 
+// queued returns the bytes waiting in the outboxes of the pool's live
+// connections.
+func (p *pool) queued() int {
+	p.mu.Lock()
+	cs := make([]*transport.Conn, 0, len(p.conns))
+	for _, pc := range p.conns {
+		cs = append(cs, pc.c)
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, c := range cs {
+		if c.Err() == nil {
+			n += c.Queued()
+		}
+	}
+	return n
+}
+
 // lookup returns the live connection to id, or nil; it never dials.
 func (p *pool) lookup(id string) *transport.Conn {
 	p.mu.Lock()

@@ -220,7 +220,7 @@ func (e *Engine) startEpoch(pt *part) {
 		pt.peers[c] = &peer{probed: e.now}
 		e.send(c, es)
 	}
-	e.event(Event{Kind: EventOwnershipGained, Partition: pt.p, Epoch: s.epoch})
+	e.event(Event{Kind: EventOwnershipGained, Partition: pt.p, Epoch: s.epoch, Took: e.now.Sub(s.started)})
 	q := pt.queue
 	pt.queue = nil
 	for _, w := range q {

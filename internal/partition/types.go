@@ -175,6 +175,8 @@ type Event struct {
 	Epoch     Epoch
 	Position  Position
 	Entry     Entry
+	// Took is, for EventOwnershipGained, how long the sync before it took.
+	Took time.Duration
 }
 
 // Role is what this node is for one partition.

@@ -338,3 +338,30 @@ func TestLastAnswerLeavesBeforeTheHandlerReturns(t *testing.T) {
 		answered <- struct{}{}
 	}
 }
+
+// TestStatsCountBackpressure: with WithStats, sends that wait for room in
+// a full outbox are counted, with the time they waited, and Queued says
+// what the outbox holds.
+func TestStatsCountBackpressure(t *testing.T) {
+	const limit = 64 << 10
+	addr, release := stalledPeer(t)
+	var st Stats
+	c, err := DialConn(ctxT(t), addr, WithOutboxLimit(limit), WithMaxBatch(16<<10), WithCloseTimeout(0), WithStats(&st))
+	require.NoError(t, err)
+	defer c.Close()
+	defer release()
+	payload := make([]byte, 1024)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var err2 error
+	for i := 0; i < 64<<10 && err2 == nil; i++ {
+		err2 = c.Send(ctx, opCount, payload)
+	}
+	require.ErrorIs(t, err2, context.DeadlineExceeded, "the peer never reads: a send blocks")
+	// One wait or more: while the socket's buffers still take bytes, the
+	// writer frees room, the sender appends and waits again.
+	require.GreaterOrEqual(t, st.BackpressureWaits.Load(), uint64(1))
+	require.GreaterOrEqual(t, time.Duration(st.BackpressureNanos.Load()), 50*time.Millisecond, "it waited until its context ended")
+	require.Greater(t, c.Queued(), 0)
+	require.LessOrEqual(t, c.Queued(), limit+1100)
+}

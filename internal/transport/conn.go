@@ -93,6 +93,7 @@ func newConn(nc net.Conn, cfg *config, h Handler, accepted bool) *Conn {
 		// call uses (ids start at 1), so every version ignores it.
 		c.out.buf = wire.AppendFrame(c.out.buf, wire.KindCancel, 0, 0, nil)
 	}
+	c.out.stats = cfg.stats
 	c.out.keep = 2 * cfg.maxBatch
 	if !cfg.noDirect {
 		c.out.direct = directWriter(nc)
@@ -105,6 +106,10 @@ func newConn(nc net.Conn, cfg *config, h Handler, accepted bool) *Conn {
 	}
 	return c
 }
+
+// Queued returns how many bytes of frames wait in the connection's
+// outbox to be written.
+func (c *Conn) Queued() int { return c.out.queued() }
 
 // TrustLengths tells the connection that its other end has proved who it
 // is (a cluster peer): from its next frame on, a frame is read into a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/fero-go/fero/internal/wire"
@@ -58,6 +59,7 @@ const (
 )
 
 type config struct {
+	stats          *Stats
 	maxFrame       int
 	outboxLimit    int
 	maxBatch       int
@@ -156,6 +158,17 @@ func WithMaxFrame(n int) Option { return optionFunc(func(c *config) { c.maxFrame
 // WithOutboxLimit sets the bytes a connection may queue before senders
 // block or fail fast (default DefaultOutboxLimit).
 func WithOutboxLimit(n int) Option { return optionFunc(func(c *config) { c.outboxLimit = n }) }
+
+// Stats counts, across every connection made with WithStats, the sends
+// that waited for room in a full outbox (backpressure), and how long they
+// waited in all.
+type Stats struct {
+	BackpressureWaits atomic.Uint64
+	BackpressureNanos atomic.Int64
+}
+
+// WithStats makes the connections count their backpressure waits in s.
+func WithStats(s *Stats) Option { return optionFunc(func(c *config) { c.stats = s }) }
 
 // WithMaxBatch sets the most bytes handed to one write (default
 // DefaultMaxBatch, the original's outbox.max).

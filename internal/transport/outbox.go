@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // outbox is a connection's queue of encoded frames: senders append under
@@ -23,6 +24,7 @@ type outbox struct {
 	mu    sync.Mutex
 	buf   []byte
 	limit int
+	stats *Stats // nil: not counted (WithStats)
 	// busy is set while a write is under way, by the writer goroutine
 	// (writerOwns) or a sender: writes never overlap, so frames leave in
 	// the order they were queued.
@@ -75,13 +77,31 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 		}
 		space := o.space
 		o.mu.Unlock()
+		var began time.Time
+		if o.stats != nil {
+			o.stats.BackpressureWaits.Add(1)
+			began = time.Now()
+		}
 		select {
 		case <-space:
 		case <-ctx.Done():
+			if o.stats != nil {
+				o.stats.BackpressureNanos.Add(int64(time.Since(began)))
+			}
 			return ctx.Err()
+		}
+		if o.stats != nil {
+			o.stats.BackpressureNanos.Add(int64(time.Since(began)))
 		}
 		o.mu.Lock()
 	}
+}
+
+// queued returns how many bytes wait in the outbox.
+func (o *outbox) queued() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.buf)
 }
 
 // unlock releases o.mu after an append; wasEmpty says the append found

@@ -100,6 +100,9 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 4.0, counterOf(t, reg, "fero_call_duration_seconds"))
 	require.Equal(t, float64(a.node().Store().Partitions()), counterOf(t, reg, "fero_partitions"))
 	require.Equal(t, 1.0, counterOf(t, reg, "fero_voting"))
+	gained := counterOf(t, reg, "fero_ownership_gained_total")
+	require.Positive(t, gained)
+	require.Equal(t, gained, counterOf(t, reg, "fero_sync_duration_seconds"), "a sync timed for every ownership gained")
 	// The owners committed every write that succeeded (16), and every
 	// server applied or committed each.
 	commits := 0.0
