@@ -37,6 +37,8 @@ type serveFlags struct {
 	listen       string
 	bind         string
 	seeds        []string
+	requireSeeds bool
+	seedWait     time.Duration
 	portRange    string
 	scanHosts    []string
 	multicast    bool
@@ -86,7 +88,10 @@ Its first line on stdout names its addresses:
   fero: node <id> of "<resource>": gossip <host:port> data <host:port>
 
 Other nodes join with --seeds <gossip address>; put, get, rm, tail and status
-take --addr <data address>.
+take --addr <data address>. A node given seeds never founds a cluster of
+its own before it has seen them: while none answers it has joined nothing
+and serves no writes, says so in a warning, and keeps trying them. With
+--require-seeds it exits instead if none answers within --seed-wait.
 
 Every node of a resource must use the same --partitions, --replicas and
 --vnodes.
@@ -124,6 +129,8 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
+	fl.BoolVar(&f.requireSeeds, "require-seeds", false, "exit with an error, rather than wait joined to nothing, if no seed answers within --seed-wait")
+	fl.DurationVar(&f.seedWait, "seed-wait", 10*time.Second, "how long --require-seeds waits for a seed to answer")
 	fl.StringVar(&f.portRange, "ports", "", "gossip port range START-END to take a port from and scan for peers (the original's ports)")
 	fl.StringSliceVar(&f.scanHosts, "scan-hosts", nil, "hosts whose port range is scanned (default the loopback host)")
 	fl.BoolVar(&f.multicast, "multicast", false, "discover peers by UDP multicast (on by default with --preset lan)")
@@ -203,6 +210,16 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	if len(f.seeds) > 0 {
 		opts = append(opts, fero.WithSeeds(f.seeds...))
+	}
+	switch {
+	case f.requireSeeds && len(f.seeds) == 0:
+		return errors.New("--require-seeds needs --seeds")
+	case f.requireSeeds && f.seedWait <= 0:
+		return fmt.Errorf("--seed-wait %v: want a positive duration", f.seedWait)
+	case f.requireSeeds:
+		opts = append(opts, fero.WithRequireSeeds(f.seedWait))
+	case cmd.Flags().Changed("seed-wait"):
+		return errors.New("--seed-wait needs --require-seeds")
 	}
 	if f.portRange != "" {
 		var lo, hi int

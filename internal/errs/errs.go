@@ -77,6 +77,14 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return e
 }
 
+// Wrapf returns an error with e's code whose message is e's followed by
+// ": " and the formatted detail. errors.Is matches it with e on this node;
+// across the wire only the code and the message travel, and the message
+// still starts with e's.
+func Wrapf(e *Error, format string, args ...any) *Error {
+	return &Error{code: e.code, msg: e.msg + ": " + fmt.Sprintf(format, args...), cause: e}
+}
+
 // FromWire rebuilds an error received from a peer.
 func FromWire(code uint32, msg string) *Error {
 	return &Error{code: Code(code), msg: msg, remote: true}

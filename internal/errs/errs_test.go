@@ -41,6 +41,17 @@ func TestWrapAndWire(t *testing.T) {
 	assert.Nil(t, New(NotFound, "x").Unwrap())
 }
 
+func TestWrapfKeepsTheSentinel(t *testing.T) {
+	sentinel := New(Unavailable, "no quorum")
+	err := Wrapf(sentinel, "server %s sees %d", "a", 1)
+	assert.Equal(t, "fero: unavailable: no quorum: server a sees 1", err.Error())
+	assert.Equal(t, "no quorum: server a sees 1", MessageOf(err))
+	assert.Equal(t, Unavailable, CodeOf(err))
+	assert.ErrorIs(t, err, sentinel)
+	assert.ErrorIs(t, fmt.Errorf("write: %w", err), sentinel)
+	assert.NotErrorIs(t, FromWire(uint32(Unavailable), MessageOf(err)), sentinel, "only the code and message cross the wire")
+}
+
 func TestMessageOfKeepsWrappingContext(t *testing.T) {
 	inner := New(PermissionDenied, "wrong password")
 	if got := MessageOf(fmt.Errorf("login ada: %w", inner)); got != "login ada: wrong password" {

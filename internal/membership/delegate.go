@@ -258,15 +258,7 @@ const suspectPrefix = "Suspect "
 const suspectSuffix = " has failed, no acks received"
 
 func (b *logBridge) Write(p []byte) (int, error) {
-	line := string(bytes.TrimRight(p, "\n"))
-	level := slog.LevelInfo
-	for _, l := range logLevels {
-		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
-			line, level = rest, l.level
-			break
-		}
-	}
-	line, _ = strings.CutPrefix(line, "memberlist: ")
+	level, line := logLevel(string(bytes.TrimRight(p, "\n")))
 	if rest, ok := strings.CutPrefix(line, suspectPrefix); ok {
 		if name, ok := strings.CutSuffix(rest, suspectSuffix); ok {
 			b.m.suspect(name)
@@ -293,3 +285,62 @@ var logLevels = []struct {
 	{"[ERR] ", slog.LevelError},
 	{"[ERROR] ", slog.LevelError},
 }
+
+// logLevel returns the level to log one of memberlist's lines at, and the
+// line without its level and "memberlist: " prefixes.
+//
+// memberlist logs at ERROR every exchange with a peer that fails, though
+// most fail because the peer is going away, which failure detection
+// handles: a push/pull, a gossip or ack send, a fallback TCP ping or a
+// stream read with a peer that was killed or is leaving gets a refused or
+// reset connection, EOF or a broken pipe, and this member's own probes,
+// reads and sends in flight when it closes get "use of closed network
+// connection". Operators read "Push/Pull with n2 failed: dial tcp ...:
+// connect: connection refused" at ERROR after stopping a server as a
+// failure of the survivor. So an ERROR line is lowered by its cause:
+//
+//   - the peer's process closed or refused the connection, or this
+//     member's socket closed (peerGone): DEBUG. The peer's end is reported
+//     by failure detection ("Suspect ... has failed", "Marking ... as
+//     failed", at INFO) and by fero's partition map changes.
+//   - the peer's host did not answer in time or cannot be routed to
+//     (peerUnreachable): WARN. A host that went down gives the same, but
+//     so does a firewall or a lossy network while the peer is alive, which
+//     an operator should see.
+//
+// Every other ERROR line stays an ERROR: messages that do not decode or
+// decrypt (a peer with another secret, or not a peer), labels that do not
+// match, a full push/pull queue, a conflicting address, a socket that
+// cannot accept. memberlist's own WARN, INFO and DEBUG lines keep their
+// level.
+func logLevel(line string) (slog.Level, string) {
+	level := slog.LevelInfo
+	for _, l := range logLevels {
+		if rest, ok := strings.CutPrefix(line, l.prefix); ok {
+			line, level = rest, l.level
+			break
+		}
+	}
+	line, _ = strings.CutPrefix(line, "memberlist: ")
+	if level != slog.LevelError {
+		return level, line
+	}
+	for _, s := range peerGone {
+		if strings.Contains(line, s) {
+			return slog.LevelDebug, line
+		}
+	}
+	for _, s := range peerUnreachable {
+		if strings.Contains(line, s) {
+			return slog.LevelWarn, line
+		}
+	}
+	return level, line
+}
+
+// Causes of a failed exchange with a peer (see logLevel), as Go's net
+// package words them.
+var (
+	peerGone        = []string{"connection refused", "connection reset by peer", "broken pipe", "EOF", "use of closed network connection"}
+	peerUnreachable = []string{"i/o timeout", "no route to host", "network is unreachable", "host is down"}
+)

@@ -37,7 +37,7 @@ func (m *Membership) rejoinLoop() {
 		m.forget(time.Now())
 		m.resolveSeeds(m.ctx)
 		if targets := m.targets(m.ctx); len(targets) > 0 {
-			if n, err := m.Join(m.ctx, targets...); err != nil && m.ctx.Err() == nil {
+			if n, err := m.join(m.ctx, targets); err != nil && m.ctx.Err() == nil {
 				m.log.Debug("rejoin found nobody", "targets", len(targets), "err", err)
 			} else if n > 0 {
 				m.log.Debug("rejoin", "targets", len(targets), "answered", n)

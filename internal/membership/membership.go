@@ -43,6 +43,7 @@ type Membership struct {
 	heard     map[string]time.Time
 	subs      map[*Subscription]struct{}
 	seedAddrs map[string][]string // seed → the gossip addresses it resolves to
+	seedErrs  map[string]string   // seed → why the last join of it failed; absent once one worked
 	keyring   *memberlist.Keyring // nil without encryption
 
 	probe time.Duration // memberlist's probe interval, once created
@@ -78,7 +79,7 @@ func New(opts ...Option) (*Membership, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Membership{
 		cfg:       cfg,
-		log:       cfg.logger.With("component", "membership", "resource", cfg.meta.Resource, "id", cfg.meta.ID),
+		log:       cfg.logger.With("component", "membership"), // the caller's logger names the resource and node (WithLogger)
 		ctx:       ctx,
 		cancel:    cancel,
 		wake:      make(chan struct{}, 1),
@@ -144,11 +145,68 @@ func (m *Membership) Start(ctx context.Context) error {
 
 	m.resolveSeeds(ctx)
 	if targets := m.targets(ctx); len(targets) > 0 {
-		if _, err := m.Join(ctx, targets...); err != nil && ctx.Err() != nil {
+		if _, err := m.join(ctx, targets); err != nil && ctx.Err() != nil {
 			return errors.Join(ctx.Err(), m.Close())
 		}
 	}
 	return nil
+}
+
+// join joins targets as Join does, each seed on its own, so that Seeds can
+// say why a seed did not answer, and the rest in one call. memberlist joins
+// the addresses of one call one after another, so this takes no longer.
+func (m *Membership) join(ctx context.Context, targets []string) (int, error) {
+	n := 0
+	var errs []error
+	var rest []string
+	for _, t := range targets {
+		if !slices.Contains(m.cfg.seeds, t) {
+			rest = append(rest, t)
+			continue
+		}
+		k, err := m.Join(ctx, t)
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		m.mu.Lock()
+		if err != nil {
+			if m.seedErrs == nil {
+				m.seedErrs = map[string]string{}
+			}
+			m.seedErrs[t] = joinReason(t, err)
+		} else {
+			delete(m.seedErrs, t)
+		}
+		m.mu.Unlock()
+		n += k
+		errs = append(errs, err)
+	}
+	if len(rest) > 0 {
+		k, err := m.Join(ctx, rest...)
+		n += k
+		errs = append(errs, err)
+	}
+	if n == 0 {
+		return 0, errors.Join(errs...)
+	}
+	return n, nil
+}
+
+// joinReason words why joining seed failed: memberlist's error lists each
+// address the seed resolved to ("failed to join ADDR: cause"); the address
+// is dropped where it is the seed itself.
+func joinReason(seed string, err error) string {
+	var parts []string
+	var multi interface{ WrappedErrors() []error }
+	if errors.As(err, &multi) {
+		for _, e := range multi.WrappedErrors() {
+			parts = append(parts, strings.TrimPrefix(e.Error(), "failed to join "+seed+": "))
+		}
+	}
+	if len(parts) == 0 {
+		return err.Error()
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (m *Membership) create() (*memberlist.Memberlist, error) {
@@ -330,6 +388,55 @@ func (m *Membership) UnseenSeeds(members []Member) []string {
 		if !slices.ContainsFunc(m.seedAddrs[s], func(a string) bool { return at[a] }) {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// SeedStatus is what a member knows of one of its seeds.
+type SeedStatus struct {
+	Seed string
+	// Answered: a live peer gossips from an address the seed names.
+	Answered bool
+	// Self: the seed names this member's own gossip address.
+	Self bool
+	// Err is why the last attempt to join the seed failed; "" when it
+	// worked or none was made yet.
+	Err string
+}
+
+// String describes the seed for a log line or an error: the seed, and
+// why it did not answer.
+func (s SeedStatus) String() string {
+	switch {
+	case s.Answered:
+		return s.Seed + " (answered)"
+	case s.Self:
+		return s.Seed + " (this node's own address)"
+	case s.Err != "":
+		return s.Seed + " (" + s.Err + ")"
+	}
+	return s.Seed + " (not tried yet)"
+}
+
+// Seeds reports on each seed the member was given, in the order given.
+func (m *Membership) Seeds() []SeedStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	peers := make(map[string]bool, len(m.peers))
+	for _, p := range m.peers {
+		if p.m.ID != m.meta.ID && p.m.Status.Live() {
+			peers[canonicalAddr(p.m.Gossip)] = true
+		}
+	}
+	self := canonicalAddr(m.gossipAddr())
+	out := make([]SeedStatus, 0, len(m.cfg.seeds))
+	for _, s := range m.cfg.seeds {
+		st := SeedStatus{Seed: s, Err: m.seedErrs[s]}
+		for _, a := range m.seedAddrs[s] {
+			st.Answered = st.Answered || peers[a]
+			st.Self = st.Self || a == self
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,6 +480,37 @@ func TestUnseenSeeds(t *testing.T) {
 	require.Equal(t, []string{ms[0].Local().Gossip, byName, nobody}, late.UnseenSeeds(nil))
 }
 
+// TestSeedsSayWhyTheyDidNotAnswer: Seeds tells the seeds a live peer
+// answers at from those nobody does, with the error of the last join of
+// each, which the rejoin loop keeps up to date.
+func TestSeedsSayWhyTheyDidNotAnswer(t *testing.T) {
+	t.Parallel()
+	nw := memnet.New(9)
+	ms := memCluster(t, nw, 1)
+	nobody := "127.0.0.9:1"
+	alone := start(t, append(memOpts(nw, "alone"), WithSeeds(nobody))...)
+	st := alone.Seeds()
+	require.Len(t, st, 1)
+	require.False(t, st[0].Answered)
+	require.False(t, st[0].Self)
+	require.Contains(t, st[0].Err, "unreachable", "the initial join's error, without memberlist's wrapping")
+	require.NotContains(t, st[0].Err, "failed to join", "the seed is not named twice")
+
+	late := start(t, append(memOpts(nw, "late"), WithSeeds(ms[0].Local().Gossip, nobody))...)
+	waitConverged(t, []*Membership{ms[0], late}, []string{"late", "node-000"}, 20*time.Second)
+	st = late.Seeds()
+	require.Equal(t, SeedStatus{Seed: ms[0].Local().Gossip, Answered: true}, st[0])
+	require.Equal(t, nobody, st[1].Seed)
+	require.False(t, st[1].Answered)
+	require.NotEmpty(t, st[1].Err)
+
+	require.NoError(t, ms[0].Close())
+	require.Eventually(t, func() bool {
+		st := late.Seeds()
+		return !st[0].Answered && st[0].Err != ""
+	}, 20*time.Second, 20*time.Millisecond, "the seed that left is tried again, and why it fails is kept")
+}
+
 // TestKeyRotation: a running cluster moves from one gossip key to another
 // in three rounds (add, use, drop) without a member ever leaving; then a
 // member with the new key joins and one with the old key cannot.
@@ -527,4 +559,45 @@ func TestBadPacketsCannotFloodTheLog(t *testing.T) {
 	_, _ = b.Write([]byte("[ERROR] memberlist: a line that names no sender\n"))
 	_, _ = b.Write([]byte("[ERROR] memberlist: a line that names no sender\n"))
 	require.Equal(t, 4, h.count(slog.LevelError), "lines without a sender all pass")
+}
+
+// TestMemberlistLevels: memberlist's ERROR lines about a peer that went
+// away, or about this member's own sockets closing, are logged at DEBUG;
+// those about a peer's host that does not answer at WARN; every other
+// keeps memberlist's level. The lines are memberlist v0.7.0's.
+func TestMemberlistLevels(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want slog.Level
+	}{
+		// A peer killed or leaving.
+		{"[ERR] memberlist: Push/Pull with n2 failed: dial tcp 127.0.0.1:7502: connect: connection refused", slog.LevelDebug},
+		{"[ERR] memberlist: Push/Pull with n2 failed: EOF", slog.LevelDebug},
+		{"[ERR] memberlist: Failed fallback TCP ping: read tcp 127.0.0.1:40112->127.0.0.1:7502: read: connection reset by peer", slog.LevelDebug},
+		{"[ERR] memberlist: Failed to send gossip to 127.0.0.1:7502: write udp 127.0.0.1:7501->127.0.0.1:7502: sendto: connection refused", slog.LevelDebug},
+		{"[ERR] memberlist: Failed to send ack: write tcp 127.0.0.1:7501->127.0.0.1:40112: write: broken pipe from=127.0.0.1:40112", slog.LevelDebug},
+		{"[ERR] memberlist: failed to receive: EOF from=127.0.0.1:40112", slog.LevelDebug},
+		// This member closing.
+		{"[ERR] memberlist: Failed fallback TCP ping: read tcp 127.0.0.1:40112->127.0.0.1:7502: use of closed network connection", slog.LevelDebug},
+		{"[ERR] memberlist: Error reading UDP packet: read udp 127.0.0.1:7501: use of closed network connection", slog.LevelDebug},
+		// A peer's host that does not answer.
+		{"[ERR] memberlist: Failed fallback TCP ping: timeout 1s: read tcp 127.0.0.1:40112->10.0.0.2:7946: i/o timeout", slog.LevelWarn},
+		{"[ERR] memberlist: Push/Pull with n2 failed: dial tcp 10.0.0.2:7946: connect: no route to host", slog.LevelWarn},
+		// Real errors.
+		{"[ERR] memberlist: failed to receive: no installed keys could decrypt the message from=10.0.0.9:4000", slog.LevelError},
+		{"[ERR] memberlist: discarding packet with unacceptable label \"other\": from=10.0.0.9:4000", slog.LevelError},
+		{"[ERR] memberlist: Too many pending push/pull requests", slog.LevelError},
+		{"[ERR] memberlist: Error accepting TCP connection: accept tcp [::]:7946: accept4: too many open files", slog.LevelError},
+		{"[ERR] memberlist: Conflicting address for n2. Mine: 10.0.0.2:7946 Theirs: 10.0.0.3:7946 Old state: 0", slog.LevelError},
+		{"[ERROR] memberlist: Failed to encrypt local state: cipher: message authentication failed", slog.LevelError},
+		// memberlist's other levels stand.
+		{"[WARN] memberlist: Refuting a suspect message (from: n2)", slog.LevelWarn},
+		{"[INFO] memberlist: Suspect n2 has failed, no acks received", slog.LevelInfo},
+		{"[DEBUG] memberlist: failed to join 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused", slog.LevelDebug},
+		{"[WARN] memberlist: Got ping for unexpected node n9 from=10.0.0.9:4000: EOF", slog.LevelWarn},
+	} {
+		got, rest := logLevel(c.line)
+		require.Equal(t, c.want, got, c.line)
+		require.False(t, strings.HasPrefix(rest, "[") || strings.HasPrefix(rest, "memberlist:"), "the prefixes are cut: %q", rest)
+	}
 }

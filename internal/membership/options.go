@@ -184,7 +184,10 @@ func WithSecretKeys(keys ...[]byte) Option {
 }
 
 // WithLogger routes this package's and memberlist's logs to l (default: a
-// logger that discards everything).
+// logger that discards everything). Records carry component=membership;
+// naming the resource and the member is l's part (fero's node logger
+// already carries resource= and node=, and a second copy repeated both on
+// every line).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
 
 // WithTransport replaces memberlist's UDP/TCP transport, for example with a

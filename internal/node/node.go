@@ -131,6 +131,9 @@ type Node struct {
 	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
 	hdrFor  partition.ClusterID
 	seen    struct{ foreign, yields uint64 } // what noteClusters last logged; under engMu
+	// noSeedSince is when the node warned that no seed answered its join
+	// (zero: it did not, or a seed has answered since); the driver's.
+	noSeedSince time.Time
 	// peerCluster holds the cluster each peer's last batch named, by ID,
 	// so that its founder is not allocated again per batch.
 	peerCluster sync.Map
@@ -334,6 +337,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.srv.Close()
 		return nil, err
 	}
+	if n.ms.HasSeeds() {
+		n.warnNoSeed()
+	}
 	n.view = newView(n.ring, n.ms, n.logger)
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.view.run(n.ctx) }()
@@ -341,6 +347,40 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.started.Store(true)
 	ok = true
 	return n, nil
+}
+
+// warnNoSeed logs, at WARN, that none of the node's seeds answered the
+// join it made as it started, if none did. Such a node has joined no
+// cluster, and a node given seeds never founds one (docs/engine.md, rule
+// 9): without the line it looked like a working cluster of one, while
+// every write waited out its timeout.
+func (n *Node) warnNoSeed() {
+	var tried []string
+	for _, s := range n.ms.Seeds() {
+		if s.Answered {
+			return
+		}
+		tried = append(tried, s.String())
+	}
+	n.noSeedSince = time.Now()
+	n.logger.Warn("fero: node: no seed answered: this node has joined no cluster, and a node given seeds founds none before it sees them, so it serves no writes (they wait out their timeout). It keeps trying the seeds: if they are starting too, this passes once one answers; if not, check that each is the gossip address of a running node of this resource (fero serve prints it when it starts, fero status lists them), or start the first server without seeds",
+		"seeds", strings.Join(tried, ", "))
+}
+
+// noteSeedAnswered logs, once a seed answers, that the warning of
+// warnNoSeed no longer holds; the driver calls it as the map changes.
+func (n *Node) noteSeedAnswered() {
+	if n.noSeedSince.IsZero() {
+		return
+	}
+	for _, s := range n.ms.Seeds() {
+		if s.Answered {
+			n.logger.Warn("fero: node: a seed answered; this node has joined its cluster", "seed", s.Seed,
+				"after", time.Since(n.noSeedSince).Round(time.Millisecond))
+			n.noSeedSince = time.Time{}
+			return
+		}
+	}
 }
 
 func randomID() string {
@@ -588,6 +628,7 @@ func (n *Node) drive() {
 			// configuration (rule 9).
 			n.eng.SetSettleDelay(n.ms.ProbeInterval())
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
+			n.noteSeedAnswered()
 			if len(unseen) > 0 && n.eng.AwaitingConfig() {
 				n.logger.Info("fero: node: seeds not seen yet; this node forms no new cluster before it sees every one, or hears from a formed cluster", "unseen", unseen)
 			}

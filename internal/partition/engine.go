@@ -317,19 +317,71 @@ func (e *Engine) hasQuorum() bool {
 	return e.quorumOK
 }
 
-// reachesQuorum reports whether this node has heard, within the lease,
-// from enough servers (itself included) to make a quorum: a node cut off
-// from the majority whose map still lists servers of the other side stops
-// writing once the lease runs out.
-func (e *Engine) reachesQuorum() bool {
+// noQuorum is the error for a write or read refused for want of quorum:
+// ErrNoQuorum (errs.Wrapf: errors.Is matches it here, and across the wire
+// the code and the leading "no quorum" stay) with what this node sees,
+// what writes need, and what the operator can do. Without it, the
+// survivor of two servers that left answered every write "no quorum" and
+// nothing more.
+func (e *Engine) noQuorum() error {
+	q := e.quorum()
+	var up, down []string
+	for _, v := range e.voters {
+		switch {
+		case v.Left:
+		case e.alive[v.ID] || v.ID == e.id:
+			up = append(up, v.ID)
+		default:
+			down = append(down, v.ID)
+		}
+	}
+	slices.Sort(down)
+	need := fmt.Sprintf("writes need %d (a majority)", q)
+	if e.cfg.quorum > 0 {
+		need = fmt.Sprintf("writes need %d (the fixed quorum)", q)
+	}
+	live := len(e.m.Members())
+	switch {
+	case live >= q:
+		// Enough servers in the map, but not heard from within the lease.
+		return errs.Wrapf(ErrNoQuorum, "server %s has heard from %d of its %d live servers within its lease (%v), and %s: it may be cut off from the others",
+			e.id, e.heardServers(), live, e.lease(), need)
+	case e.cfg.quorum > 0:
+		return errs.Wrapf(ErrNoQuorum, "server %s sees %d live servers, and %s: start servers, or lower the fixed quorum (WithQuorum, fero serve --quorum)",
+			e.id, live, need)
+	}
+	msg := fmt.Sprintf("server %s sees %d of the %d servers of its configuration alive, and %s", e.id, len(up), len(up)+len(down), need)
+	switch {
+	case len(down) > 8:
+		msg += fmt.Sprintf(`; %d servers of its configuration are not (fero status lists them): remove those gone for good from the configuration with "fero forget ID..." (Resource.Forget), and bring back those only stopped or cut off`, len(down))
+	case len(down) > 0:
+		verb := "are"
+		if len(down) == 1 {
+			verb = "is"
+		}
+		msg += fmt.Sprintf(`; %s %s not: if gone for good, remove them from the configuration with "fero forget %s" (Resource.Forget); if only stopped or cut off, bring them back instead`,
+			strings.Join(down, ", "), verb, strings.Join(down, " "))
+	}
+	return errs.Wrapf(ErrNoQuorum, "%s", msg)
+}
+
+// heardServers counts the live servers, this node included, that this
+// node has heard from within the lease.
+func (e *Engine) heardServers() int {
 	n := 1
 	for id := range e.alive {
 		if id != e.id && e.now.Sub(e.heard[id]) <= e.lease() {
 			n++
 		}
 	}
-	return n >= e.quorum()
+	return n
 }
+
+// reachesQuorum reports whether this node has heard, within the lease,
+// from enough servers (itself included) to make a quorum: a node cut off
+// from the majority whose map still lists servers of the other side stops
+// writing once the lease runs out.
+func (e *Engine) reachesQuorum() bool { return e.heardServers() >= e.quorum() }
 
 // declaredDead reports whether id is a server this node has seen alive
 // but whose failure gossip has since declared: Step gives it no promise
@@ -534,7 +586,7 @@ func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k
 // it while syncing, or refuse it.
 func (e *Engine) write(pt *part, w write, o origin) error {
 	if !e.hasQuorum() {
-		return ErrNoQuorum
+		return e.noQuorum()
 	}
 	if e.expired(w, o) {
 		return ErrExpired

@@ -59,7 +59,7 @@ func (e *Engine) ProposeRead(r ReadRequest) error {
 	case e.cfg.client || e.ownerOf(pt.p) != e.id:
 		return ErrNotOwner
 	case !e.hasQuorum():
-		return ErrNoQuorum
+		return e.noQuorum()
 	case !pt.active:
 		return ErrOwnerSyncing
 	}

@@ -1280,3 +1280,60 @@ func pauseOwner(t *testing.T, n *network, ids []string, o string, p int) []strin
 	}
 	return others
 }
+
+// TestNoQuorumSaysWhatToDo: a write or read refused for want of quorum
+// says what the server sees, what writes need and what the operator can
+// do about it (the survivor of two servers that left answered "no quorum"
+// and nothing more). The error is still ErrNoQuorum, coded Unavailable,
+// and its message still starts with "no quorum".
+func TestNoQuorumSaysWhatToDo(t *testing.T) {
+	const parts = 4
+	ids := []string{"a", "b", "c"}
+	ownedBy := func(t *testing.T, n *network, id string, members []string) int {
+		t.Helper()
+		m := n.buildMap(members)
+		for p := range parts {
+			if o, _ := m.Owner(p); o.ID == id {
+				return p
+			}
+		}
+		t.Fatalf("%s owns nothing in a map of %v", id, members)
+		return 0
+	}
+	refused := func(t *testing.T, n *network, p int, want string) {
+		t.Helper()
+		_, err := n.propose("a", p, "k", "v", WaitAck)
+		require.ErrorIs(t, err, ErrNoQuorum)
+		require.Equal(t, errs.Unavailable, errs.CodeOf(err))
+		require.Equal(t, want, err.Error())
+		n.token++
+		err = n.nodes["a"].e.ProposeRead(ReadRequest{Partition: p, Token: n.token})
+		require.ErrorIs(t, err, ErrNoQuorum, "a read")
+		require.Equal(t, want, err.Error(), "a read")
+	}
+
+	t.Run("two of three gone", func(t *testing.T) {
+		n := newNetwork(t, parts, ids)
+		n.settle()
+		n.crash("b")
+		n.crash("c")
+		n.setMap([]string{"a"}, "a")
+		n.settle()
+		refused(t, n, 0, `fero: unavailable: no quorum: server a sees 1 of the 3 servers of its configuration alive, and writes need 2 (a majority); b, c are not: if gone for good, remove them from the configuration with "fero forget b c" (Resource.Forget); if only stopped or cut off, bring them back instead`)
+	})
+	t.Run("cut off", func(t *testing.T) {
+		n := newNetwork(t, parts, ids)
+		n.settle()
+		n.isolate([]string{"a"}, []string{"b", "c"})
+		n.tick(4 * time.Second) // past the lease: a hears nobody, and its map still lists b and c
+		refused(t, n, ownedBy(t, n, "a", ids), "fero: unavailable: no quorum: server a has heard from 1 of its 3 live servers within its lease (3s), and writes need 2 (a majority): it may be cut off from the others")
+	})
+	t.Run("fixed quorum", func(t *testing.T) {
+		n := newNetwork(t, parts, ids, WithQuorum(3))
+		n.settle()
+		n.crash("c")
+		n.setMap([]string{"a", "b"}, "a", "b")
+		n.settle()
+		refused(t, n, ownedBy(t, n, "a", []string{"a", "b"}), "fero: unavailable: no quorum: server a sees 2 live servers, and writes need 3 (the fixed quorum): start servers, or lower the fixed quorum (WithQuorum, fero serve --quorum)")
+	})
+}

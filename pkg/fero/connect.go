@@ -3,8 +3,11 @@ package fero
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
@@ -93,6 +96,37 @@ func (r *Resource) alone(ctx context.Context) (bool, error) {
 			return false, ctx.Err()
 		case <-deadline.C:
 			return true, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// awaitSeed waits up to the WithRequireSeeds wait for a node to answer at
+// one of the seeds.
+func (r *Resource) awaitSeed(ctx context.Context) error {
+	ms := r.n.Membership()
+	if !ms.HasSeeds() {
+		return errs.New(errs.InvalidArgument, "WithRequireSeeds without seeds: give them with WithSeeds")
+	}
+	deadline := time.NewTimer(r.cfg.seedWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		seeds := ms.Seeds()
+		if slices.ContainsFunc(seeds, func(s membership.SeedStatus) bool { return s.Answered }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			tried := make([]string, len(seeds))
+			for i, s := range seeds {
+				tried[i] = s.String()
+			}
+			return errs.Errorf(errs.Unavailable, "no seed answered within %v: %s; this node must join its cluster through a seed, so it does not start alone: check that each seed is the gossip address of a running node of %q (fero serve prints it when it starts), start a seed first, or wait longer (fero serve --seed-wait)",
+				r.cfg.seedWait, strings.Join(tried, ", "), r.name)
 		case <-tick.C:
 		}
 	}

@@ -3,6 +3,7 @@ package fero
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -151,4 +152,24 @@ func TestHistoryCapSnapshotSync(t *testing.T) {
 	v, ok := late.Get("k42")
 	require.True(t, ok)
 	assert.EqualValues(t, 242, v)
+}
+
+// TestRequireSeeds: with WithRequireSeeds, Open fails (CodeUnavailable)
+// when no node answers at a seed within the wait, naming each seed and why
+// it failed, and returns once a seed answers; without seeds it is refused.
+func TestRequireSeeds(t *testing.T) {
+	c := newTestCluster(t, 43)
+	nobody := "127.0.0.9:1"
+	start := time.Now()
+	_, err := Open(ctxT(t), "test", append(c.options("alone"), WithSeeds(nobody), WithRequireSeeds(300*time.Millisecond))...)
+	require.Equal(t, CodeUnavailable, CodeOf(err), "%v", err)
+	require.ErrorContains(t, err, "no seed answered within 300ms: "+nobody+" (fero: memnet: unreachable: "+nobody+"); this node must join its cluster through a seed")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "Open waited for a seed")
+
+	_, err = Open(ctxT(t), "test", append(c.options("noseeds"), WithRequireSeeds(time.Second))...)
+	require.Equal(t, CodeInvalidArgument, CodeOf(err), "%v", err)
+
+	c.open("a")
+	b := c.open("b", WithRequireSeeds(10*time.Second))
+	require.True(t, slices.ContainsFunc(b.Members(), func(m Member) bool { return m.ID == "a" }), "b opened joined to a")
 }

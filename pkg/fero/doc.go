@@ -99,8 +99,9 @@
 // (2.0), WithQuorum (a majority of the configuration), WithWriteTimeout
 // (10s), WithMaxEntry (1 MiB), WithOutboxLimit (256 KiB), WithTLS,
 // WithSecretKey, WithClusterSecret, WithClientTokens (none), WithPreset,
-// WithBind, WithListen, WithLogger (none), WithDataDir (none: in memory)
-// and WithFsync (FsyncGroup).
+// WithBind, WithListen, WithLogger (none), WithDataDir (none: in memory),
+// WithFsync (FsyncGroup) and WithRequireSeeds (off: a node whose seeds do
+// not answer opens, warns and keeps trying).
 //
 // # Durability
 //

@@ -33,6 +33,7 @@ type config struct {
 	store       Store
 	replayAll   bool
 	connectWait time.Duration
+	seedWait    time.Duration // WithRequireSeeds; 0: off
 	wait        Wait
 	maxRequests int
 	tick        time.Duration
@@ -141,6 +142,13 @@ func WithBind(hostport string) Option {
 func WithSeeds(addrs ...string) Option {
 	return func(c *config) { c.membership = append(c.membership, membership.WithSeeds(addrs...)) }
 }
+
+// WithRequireSeeds makes Open fail unless a node answers at one of the
+// seeds ([WithSeeds]) within wait. Without it, a node whose seeds do not
+// answer opens all the same and keeps trying them, joined to no cluster
+// and serving no writes meanwhile (it logs a warning): a node given seeds
+// never founds a cluster before it has seen them.
+func WithRequireSeeds(wait time.Duration) Option { return func(c *config) { c.seedWait = wait } }
 
 // WithPortRange makes server nodes take a gossip port in [start, end] and
 // look for peers on every port of the range (the original's ports), on the

@@ -90,6 +90,12 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 			}
 		}
 	}
+	if cfg.seedWait > 0 {
+		if err := r.awaitSeed(ctx); err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+	}
 	if cfg.store != nil {
 		if err := r.connect(ctx); err != nil {
 			_ = r.Close()
