@@ -61,6 +61,9 @@ type serveFlags struct {
 	fsync        string
 	pprof        string
 	http         string
+	dns          string
+	dnsPort      int
+	dnsServer    string
 	// Limits on input (docs/security.md).
 	maxConns, maxConnsPerIP       int
 	maxInflight, maxInflightBytes int
@@ -129,6 +132,9 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
+	fl.StringVar(&f.dns, "dns", "", "discover peers through DNS, looked up again at every re-join round: a name starting with _ as SRV records (a Kubernetes headless Service's _gossip._tcp.NAME), any other as A/AAAA records joined at --dns-port")
+	fl.IntVar(&f.dnsPort, "dns-port", 0, "the gossip port of the A/AAAA records of --dns (0: 7946)")
+	fl.StringVar(&f.dnsServer, "dns-server", "", "send --dns's lookups to this DNS server host:port instead of the system's resolver")
 	fl.BoolVar(&f.requireSeeds, "require-seeds", false, "exit with an error, rather than wait joined to nothing, if no seed answers within --seed-wait")
 	fl.DurationVar(&f.seedWait, "seed-wait", 10*time.Second, "how long --require-seeds waits for a seed to answer")
 	fl.StringVar(&f.portRange, "ports", "", "gossip port range START-END to take a port from and scan for peers (the original's ports)")
@@ -207,6 +213,15 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	if f.bind != "" {
 		opts = append(opts, fero.WithBind(f.bind))
+	}
+	switch {
+	case f.dns != "":
+		opts = append(opts, fero.WithDNS(f.dns, f.dnsPort))
+		if f.dnsServer != "" {
+			opts = append(opts, fero.WithDNSServer(f.dnsServer))
+		}
+	case f.dnsPort != 0 || f.dnsServer != "":
+		return errors.New("--dns-port and --dns-server go with --dns")
 	}
 	if len(f.seeds) > 0 {
 		opts = append(opts, fero.WithSeeds(f.seeds...))

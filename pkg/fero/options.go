@@ -1,8 +1,10 @@
 package fero
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -178,6 +180,17 @@ func WithoutMulticast() Option {
 // records, any other as A/AAAA records joined at port.
 func WithDNS(name string, port int) Option {
 	return func(c *config) { c.membership = append(c.membership, membership.WithDNS(name, port)) }
+}
+
+// WithDNSServer sends the lookups of WithDNS to the DNS server at addr
+// (host:port, over UDP and then TCP as the answer needs) instead of the
+// system's resolver: a Consul agent's DNS port, or a test's server.
+func WithDNSServer(addr string) Option {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	return func(c *config) { c.membership = append(c.membership, membership.WithResolver(r)) }
 }
 
 // WithSecretKey encrypts gossip with an AES key of 16, 24 or 32 bytes;
