@@ -130,7 +130,16 @@ func (m *Membership) Start(ctx context.Context) error {
 		return errors.Join(ErrClosed, ml.Shutdown())
 	}
 	m.ml = ml
+	dataAddr := m.meta.Addr
 	m.mu.Unlock()
+	// A data address on every interface (0.0.0.0:7400) is announced at the
+	// IP gossip advertises: peers cannot dial 0.0.0.0 (on Linux it is this
+	// host, so a node would dial itself for every peer).
+	if addr, ok := advertisedDataAddr(dataAddr, ml.LocalNode().Addr); ok {
+		if err := m.SetDataAddr(ctx, addr); err != nil {
+			return errors.Join(err, m.Close())
+		}
+	}
 
 	if mc := m.cfg.multicast; mc != nil {
 		if err := m.startMulticast(*mc); err != nil {
@@ -590,6 +599,19 @@ func (m *Membership) SetDataAddr(ctx context.Context, addr string) error {
 		return context.DeadlineExceeded
 	}
 	return ml.UpdateNode(timeout)
+}
+
+// advertisedDataAddr returns addr with its host replaced by ip, when
+// addr's host is unspecified (0.0.0.0, ::) and ip is not.
+func advertisedDataAddr(addr string, ip net.IP) (string, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false
+	}
+	if h := net.ParseIP(host); h == nil || !h.IsUnspecified() || ip == nil || ip.IsUnspecified() {
+		return "", false
+	}
+	return net.JoinHostPort(ip.String(), port), true
 }
 
 // Close leaves the cluster gracefully (peers see StatusRemoved at once

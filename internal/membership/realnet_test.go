@@ -197,3 +197,44 @@ func TestRealMulticast(t *testing.T) {
 	waitConverged(t, ms, idsOf(ms), 30*time.Second)
 	require.True(t, slices.Equal(idsOf(ms), ids(ms[0].Members())))
 }
+
+// TestWildcardDataAddrIsAnnouncedAtTheGossipIP: a member whose data
+// address listens on every interface (0.0.0.0:7400) announces it at the
+// IP its gossip advertises, to itself and to a peer: before, peers got
+// 0.0.0.0:7400, which on Linux dials the peer's own host.
+func TestWildcardDataAddrIsAnnouncedAtTheGossipIP(t *testing.T) {
+	a, err := New(append(realOpts("a"), WithDataAddr("0.0.0.0:7400"))...)
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Close() })
+	require.Equal(t, "127.0.0.1:7400", a.Local().Addr)
+	b, err := New(append(realOpts("b"), WithDataAddr("127.0.0.1:7401"), WithSeeds(a.Local().Gossip))...)
+	require.NoError(t, err)
+	require.NoError(t, b.Start(context.Background()))
+	t.Cleanup(func() { _ = b.Close() })
+	require.Eventually(t, func() bool {
+		for _, m := range b.Members() {
+			if m.ID == "a" {
+				return m.Addr == "127.0.0.1:7400"
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "b sees a's data address at a's gossip IP")
+}
+
+func TestAdvertisedDataAddr(t *testing.T) {
+	ip := net.ParseIP("10.1.2.3")
+	for addr, want := range map[string]string{
+		"0.0.0.0:7400":   "10.1.2.3:7400",
+		"[::]:7400":      "10.1.2.3:7400",
+		"10.9.9.9:7400":  "",
+		"localhost:7400": "",
+		"nonsense":       "",
+	} {
+		got, ok := advertisedDataAddr(addr, ip)
+		require.Equal(t, want != "", ok, addr)
+		require.Equal(t, want, got, addr)
+	}
+	_, ok := advertisedDataAddr("0.0.0.0:7400", net.IPv4zero)
+	require.False(t, ok, "an unspecified gossip IP is no better")
+}
