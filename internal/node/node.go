@@ -356,11 +356,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // every write waited out its timeout.
 func (n *Node) warnNoSeed() {
 	var tried []string
+	others := false
 	for _, s := range n.ms.Seeds() {
 		if s.Answered {
 			return
 		}
+		others = others || !s.Self
 		tried = append(tried, s.String())
+	}
+	if !others {
+		return // its seeds name only itself: it may found a cluster
 	}
 	n.noSeedSince = time.Now()
 	n.logger.Warn("fero: node: no seed answered: this node has joined no cluster, and a node given seeds founds none before it sees them, so it serves no writes (they wait out their timeout). It keeps trying the seeds: if they are starting too, this passes once one answers; if not, check that each is the gossip address of a running node of this resource (fero serve prints it when it starts, fero status lists them), or start the first server without seeds",
