@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/fero-go/fero/internal/dashboard"
 	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
@@ -325,6 +326,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	defer r.Close()
 	if hs != nil {
 		hs.res.Store(r)
+		r.AdminHandler() // start sampling: the dashboard shows the minutes before it was opened
 	}
 	if f.secretFile != "" {
 		stop := reloadSecretsOnHUP(r, f.secretFile, f.tokenFile, cmd.OutOrStdout(), logger)
@@ -335,7 +337,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
 	if hs != nil {
-		fmt.Fprintf(out, "fero: http %s (/metrics, /healthz, /readyz)\n", hs.addr)
+		fmt.Fprintf(out, "fero: http %s (/metrics, /healthz, /readyz, /api/v1/, /dashboard/)\n", hs.addr)
 	}
 	if f.readyServer > 0 {
 		if err := r.WaitServers(ctx, f.readyServer); err != nil {
@@ -442,7 +444,8 @@ type httpServer struct {
 // readyTimeout bounds a /readyz check (it asks the node's engine).
 const readyTimeout = 2 * time.Second
 
-// serveHTTP serves /metrics from reg, /healthz and /readyz on addr.
+// serveHTTP serves /metrics from reg, /healthz and /readyz on addr, and
+// the admin API and dashboard.
 // /healthz answers 200 while the process serves HTTP at all: the question
 // a liveness probe asks. /readyz answers 200 once the node has joined and
 // serves its share (fero.Resource.Ready), and 503 with the reasons, one a
@@ -476,6 +479,14 @@ func serveHTTP(addr string, reg *prometheus.Registry) (*httpServer, error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	// The admin API and the dashboard (docs/admin-api.md): the page at
+	// once, the API once the node has opened.
+	mux.Handle("/", dashboard.Pending(func() http.Handler {
+		if r := hs.res.Load(); r != nil {
+			return r.AdminHandler()
+		}
+		return nil
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	hs.stop = func() { _ = srv.Close() }

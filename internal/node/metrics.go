@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
@@ -49,6 +50,8 @@ type hotMetrics struct {
 	callTime   prometheus.Histogram
 	syncTime   prometheus.Histogram
 	collectors []prometheus.Collector
+	// traffic gathers the write and call metrics alone, for Traffic.
+	traffic *prometheus.Registry
 }
 
 func newHotMetrics(resource string) *hotMetrics {
@@ -86,7 +89,61 @@ func newHotMetrics(resource string) *hotMetrics {
 	}
 	m.callsOK = m.calls.WithLabelValues("ok")
 	m.collectors = []prometheus.Collector{m.writes, writeTime, m.calls, m.callTime, m.syncTime}
+	m.traffic = prometheus.NewRegistry()
+	m.traffic.MustRegister(m.writes, writeTime, m.calls, m.callTime)
 	return m
+}
+
+// Traffic is a reading of the write and call metrics: totals since the
+// node started, and the latency histograms' cumulative bucket counts
+// (Buckets[i] counts the observations up to Bounds[i]; the writes'
+// histograms of every wait are summed).
+type Traffic struct {
+	Writes, Calls             uint64
+	Bounds                    []float64
+	WriteBuckets, CallBuckets []uint64
+	WriteCount, CallCount     uint64
+}
+
+// Traffic reads the write and call metrics; false without Config.Metrics.
+func (n *Node) Traffic() (Traffic, bool) {
+	m := n.hot
+	if m == nil {
+		return Traffic{}, false
+	}
+	mfs, err := m.traffic.Gather()
+	if err != nil {
+		return Traffic{}, false
+	}
+	t := Traffic{Bounds: latencyBuckets}
+	t.WriteBuckets = make([]uint64, len(latencyBuckets))
+	t.CallBuckets = make([]uint64, len(latencyBuckets))
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "fero_writes_total":
+				t.Writes += uint64(mt.GetCounter().GetValue())
+			case "fero_calls_total":
+				t.Calls += uint64(mt.GetCounter().GetValue())
+			case "fero_write_duration_seconds":
+				t.WriteCount += addBuckets(t.WriteBuckets, mt.GetHistogram())
+			case "fero_call_duration_seconds":
+				t.CallCount += addBuckets(t.CallBuckets, mt.GetHistogram())
+			}
+		}
+	}
+	return t, true
+}
+
+// addBuckets adds h's cumulative bucket counts to into (whose bounds are
+// latencyBuckets) and returns h's count.
+func addBuckets(into []uint64, h *dto.Histogram) uint64 {
+	for i, b := range h.GetBucket() {
+		if i < len(into) {
+			into[i] += b.GetCumulativeCount()
+		}
+	}
+	return h.GetSampleCount()
 }
 
 // wrote counts a write that ended with err after took.

@@ -6,7 +6,9 @@ import (
 	"iter"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fero-go/fero/internal/dashboard"
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
@@ -45,6 +48,10 @@ type Resource struct {
 	closeErr error
 	// collector is the node's, registered by WithMetrics.
 	collector prometheus.Collector
+	// dash is the admin API and dashboard, made by the first
+	// AdminHandler.
+	dashOnce sync.Once
+	dash     *dashboard.Dashboard
 }
 
 // Open starts a node of the named resource and joins its cluster. It
@@ -469,6 +476,10 @@ func (r *Resource) WaitServers(ctx context.Context, n int) error {
 // and timer the resource holds. It is idempotent.
 func (r *Resource) Close() error {
 	r.close.Do(func() {
+		r.dashOnce.Do(func() {}) // no dashboard from now on
+		if r.dash != nil {
+			r.dash.Close()
+		}
 		if r.collector != nil {
 			r.cfg.metrics.Unregister(r.collector)
 		}
@@ -480,6 +491,41 @@ func (r *Resource) Close() error {
 	})
 	return r.closeErr
 }
+
+// AdminHandler serves this node's admin API under /api/v1/ (JSON,
+// read-only, documented and versioned in docs/admin-api.md) and the live
+// dashboard that reads it at /dashboard/ (/ redirects there). Mount it on
+// your own mux at "/", or at "/api/" and "/dashboard/". The API's write
+// and call rates and latencies need WithMetrics; everything else is read
+// from the node. The first call starts sampling the node once a second;
+// Close stops it. After Close it answers 503.
+func (r *Resource) AdminHandler() http.Handler {
+	r.dashOnce.Do(func() { r.dash = dashboard.New(r.n, moduleVersion()) })
+	if r.dash == nil { // closed before any AdminHandler
+		return dashboard.Pending(func() http.Handler { return nil })
+	}
+	return r.dash
+}
+
+// moduleVersion is fero's module version in this binary's build
+// information ("(devel)" when built inside the module).
+func moduleVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if bi.Main.Path == modulePath {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath {
+			return d.Version
+		}
+	}
+	return "unknown"
+}
+
+const modulePath = "github.com/fero-go/fero"
 
 // node exposes the node to the package's tests and the CLI server.
 func (r *Resource) node() *node.Node { return r.n }
