@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
@@ -84,6 +86,10 @@ type Config struct {
 	// the node's Prometheus collector (Node.Collector); without it the
 	// collector has only what the node counts anyway.
 	Metrics bool
+	// Tracer, when set, traces the callers' calls and writes, the
+	// requests this node forwards and those it handles as the owner
+	// (trace.go); nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // DefaultMaxRequests is the default bound on handlers running at once.
@@ -450,6 +456,17 @@ func (n *Node) Membership() *membership.Membership { return n.ms }
 // change is queued for the engine; the others return when the write
 // completes, fails, or ctx ends.
 func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
+	if n.cfg.Tracer != nil {
+		ctx, span := n.startSpan(ctx, "fero.write "+c.Type.String(), trace.SpanKindClient, c.Type.String(), n.store.PartitionOf(c.Key))
+		pos, err := n.write(ctx, c, wait, k)
+		endSpan(span, err)
+		return pos, err
+	}
+	return n.write(ctx, c, wait, k)
+}
+
+// write is Write without the span.
+func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
 	if wait == partition.WaitNone {
 		return partition.Position{}, n.WriteAsync(ctx, c, wait, k, nil)
 	}

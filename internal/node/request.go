@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
@@ -44,6 +47,9 @@ type Request struct {
 	// Wait is what the caller asked a built-in write to wait for; unset,
 	// the owner's commit (Ack).
 	Wait WaitSpec
+	// Meta is the request's metadata (the W3C trace context, ...), nil
+	// when it carried none. Read-only.
+	Meta Meta
 }
 
 // WaitSpec is a wait level a request carries to the owner, for the
@@ -139,25 +145,83 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 	return true
 }
 
-// wireRequest is OpRequest's payload: the msgpack array [verb, key,
-// payload, hops], or [verb, key, payload, hops, wait, k] when the caller
-// chose a wait level, written and read by hand (one per request).
+// wireRequest is OpRequest's payload, a msgpack array written and read by
+// hand (one per request):
+//
+//	[verb, key, payload, hops]
+//	[verb, key, payload, hops, wait, k]        the caller chose a wait level
+//	[verb, key, payload, hops, wait, k, meta]  with metadata
+//
+// In the seven-element form wait and k are nil when the caller chose no
+// wait level. meta is a flat array of strings, name then value
+// (docs/transport.md, "Request metadata"): W3C trace context today
+// ("traceparent", "tracestate"), and the slot for deadlines and headers
+// a caller sends to a handler.
 type wireRequest struct {
 	Verb    string
 	Key     string
 	Payload []byte
 	Hops    uint8
 	Wait    WaitSpec
+	Meta    Meta
+}
+
+// Meta is a request's metadata: names and values, alternating. Names are
+// lower case by convention (W3C and HTTP/2 header names).
+type Meta []string
+
+// Bounds on a request's metadata, checked where it is decoded.
+const (
+	MaxMetaPairs = 32
+	MaxMetaName  = 64
+	MaxMetaValue = 1024
+)
+
+// Get returns the value of the first pair named name, or "".
+func (m Meta) Get(name string) string {
+	for i := 0; i+1 < len(m); i += 2 {
+		if m[i] == name {
+			return m[i+1]
+		}
+	}
+	return ""
+}
+
+// Set replaces the value of the pair named name, or appends the pair.
+func (m *Meta) Set(name, value string) {
+	for i := 0; i+1 < len(*m); i += 2 {
+		if (*m)[i] == name {
+			(*m)[i+1] = value
+			return
+		}
+	}
+	*m = append(*m, name, value)
+}
+
+// Keys returns the names.
+func (m Meta) Keys() []string {
+	keys := make([]string, 0, len(m)/2)
+	for i := 0; i+1 < len(m); i += 2 {
+		keys = append(keys, m[i])
+	}
+	return keys
 }
 
 func (w *wireRequest) append(b []byte) []byte {
 	if b == nil {
 		// Headers take at most 5 bytes each, the hop count 2: one
 		// allocation instead of one per field as it grows.
-		b = make([]byte, 0, 1+5+len(w.Verb)+5+len(w.Key)+5+len(w.Payload)+2)
+		n := 1 + 5 + len(w.Verb) + 5 + len(w.Key) + 5 + len(w.Payload) + 2
+		for _, s := range w.Meta {
+			n += 5 + len(s)
+		}
+		b = make([]byte, 0, n+20)
 	}
 	n := 4
-	if w.Wait.Set {
+	switch {
+	case len(w.Meta) > 0:
+		n = 7
+	case w.Wait.Set:
 		n = 6
 	}
 	b = wire.AppendArrayHeader(b, n)
@@ -165,9 +229,21 @@ func (w *wireRequest) append(b []byte) []byte {
 	b = wire.AppendStr(b, w.Key)
 	b = wire.AppendBin(b, w.Payload)
 	b = wire.AppendUint(b, uint64(w.Hops))
+	if n == 4 {
+		return b
+	}
 	if w.Wait.Set {
 		b = wire.AppendUint(b, uint64(w.Wait.Kind))
 		b = wire.AppendUint(b, uint64(w.Wait.K))
+	} else {
+		b = wire.AppendNil(b)
+		b = wire.AppendNil(b)
+	}
+	if n == 7 {
+		b = wire.AppendArrayHeader(b, len(w.Meta))
+		for _, s := range w.Meta {
+			b = wire.AppendStr(b, s)
+		}
 	}
 	return b
 }
@@ -176,8 +252,8 @@ func (w *wireRequest) append(b []byte) []byte {
 func (w *wireRequest) decode(b []byte) error {
 	c := wire.NewCursor(b)
 	n := c.Array("request", -1)
-	if n != 4 && n != 6 {
-		c.Fail("request: array of %d elements, want 4 or 6", n)
+	if n != 4 && n != 6 && n != 7 {
+		c.Fail("request: array of %d elements, want 4, 6 or 7", n)
 	}
 	verb := c.Bytes("verb")
 	if w.Verb = builtinVerb(verb); w.Verb == "" { // a built-in verb costs no allocation
@@ -187,10 +263,40 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Payload = c.Bytes("payload")
 	w.Hops = c.Uint8("hops")
 	w.Wait = WaitSpec{}
-	if n == 6 {
-		w.Wait = WaitSpec{Set: true, Kind: partition.Wait(c.Uint8("wait")), K: c.Uint8("k")}
-		if w.Wait.Kind > partition.WaitMajority {
-			c.Fail("request: unknown wait %d", w.Wait.Kind)
+	w.Meta = nil
+	if n >= 6 {
+		if c.Nil() { // no wait level: k is nil too
+			if !c.Nil() {
+				c.Fail("request: a k without a wait")
+			}
+		} else {
+			w.Wait = WaitSpec{Set: true, Kind: partition.Wait(c.Uint8("wait")), K: c.Uint8("k")}
+			if w.Wait.Kind > partition.WaitMajority {
+				c.Fail("request: unknown wait %d", w.Wait.Kind)
+			}
+		}
+	}
+	if n == 7 {
+		m := c.Array("meta", -1)
+		switch {
+		case m%2 != 0:
+			c.Fail("request: metadata of %d strings, want name and value pairs", m)
+		case m > 2*MaxMetaPairs:
+			c.Fail("request: %d metadata pairs, at most %d", m/2, MaxMetaPairs)
+		case m > 0:
+			w.Meta = make(Meta, m)
+			for i := range w.Meta {
+				p := c.Bytes("meta")
+				limit := MaxMetaValue
+				if i%2 == 0 {
+					limit = MaxMetaName
+				}
+				if len(p) > limit {
+					c.Fail("request: metadata string of %d bytes, at most %d", len(p), limit)
+					break
+				}
+				w.Meta[i] = string(p)
+			}
 		}
 	}
 	return c.End()
@@ -234,21 +340,33 @@ var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many reques
 // until ctx ends; a request whose connection broke after it was sent is
 // not, since the handler may have run: the error says so.
 func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
+	if n.cfg.Tracer != nil {
+		ctx, span := n.startSpan(ctx, "fero.call "+verb, trace.SpanKindClient, verb, n.store.PartitionOf(key))
+		reply, err := n.timedRequest(ctx, verb, key, payload, oneway, withTrace(ctx, nil))
+		endSpan(span, err)
+		return reply, err
+	}
+	return n.timedRequest(ctx, verb, key, payload, oneway, nil)
+}
+
+// timedRequest is Request without the span.
+func (n *Node) timedRequest(ctx context.Context, verb, key string, payload []byte, oneway bool, meta Meta) ([]byte, error) {
 	if m := n.hot; m != nil {
 		began := n.since()
-		reply, err := n.request(ctx, verb, key, payload, oneway)
+		reply, err := n.request(ctx, verb, key, payload, oneway, meta)
 		m.called(err, time.Duration(n.since()-began))
 		return reply, err
 	}
-	return n.request(ctx, verb, key, payload, oneway)
+	return n.request(ctx, verb, key, payload, oneway, meta)
 }
 
-// request is Request without the metrics.
-func (n *Node) request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
+// request is Request without the metrics and the span; meta is the
+// request's metadata.
+func (n *Node) request(ctx context.Context, verb, key string, payload []byte, oneway bool, meta Meta) ([]byte, error) {
 	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true}
+	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true, Meta: meta}
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -279,7 +397,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		default:
 			if bp == nil {
 				bp = requestBufs.Get().(*[]byte)
-				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload}).append((*bp)[:0])
+				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload, Meta: meta}).append((*bp)[:0])
 			}
 			c, err := n.connTo(ctx, owner)
 			if err != nil {
@@ -360,17 +478,30 @@ func (n *Node) serveRequest(r *transport.Request) {
 	p := n.store.PartitionOf(wr.Key)
 	owner, ok := n.ownerOf(p)
 	oneway := r.Mode() == transport.ModeSend
+	// With a tracer, the owner's handling and a forward are spans, children
+	// of the caller's span when the request carries its context. (Each
+	// case has its own span variable, assigned before any closure takes
+	// it, so that it is captured by value: nothing to allocate untraced.)
+	traced := n.cfg.Tracer != nil
 	switch {
 	case ok && owner == n.id && !n.cfg.Client && n.cfg.Handler == nil:
 		// The built-in handling needs no goroutine: the driver answers.
 		// Queuing the write waits only on the driver (and on spilled
 		// writes), never on the caller, so the node's context will do: a
 		// request's own context costs an allocation per request.
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait}
+		ctx := n.ctx
+		var span trace.Span
+		if traced {
+			ctx, span = n.startSpan(extractTrace(ctx, wr.Meta), "fero.handle "+wr.Verb, trace.SpanKindServer, wr.Verb, p)
+		}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
-		if !n.builtinAsync(n.ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
+		if !n.builtinAsync(ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
+			if span != nil {
+				endSpan(span, err)
+			}
 			// This runs on the driver, which must not wait for a slow
 			// caller: anything that could block goes to a goroutine.
 			if err != nil {
@@ -385,6 +516,9 @@ func (n *Node) serveRequest(r *transport.Request) {
 				n.spawn(func() { _ = r.Reply(b) })
 			}
 		}) {
+			if span != nil {
+				endSpan(span, ErrClosed)
+			}
 			_ = r.Fail(ErrClosed)
 		}
 	case ok && owner == n.id && !n.cfg.Client:
@@ -392,9 +526,17 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if oneway {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, Meta: wr.Meta}
 		ok := n.spawn(func() {
-			reply, err := n.handle(r.Context(), req)
+			ctx := r.Context()
+			var span trace.Span
+			if traced {
+				ctx, span = n.startSpan(extractTrace(ctx, req.Meta), "fero.handle "+req.Verb, trace.SpanKindServer, req.Verb, p)
+			}
+			reply, err := n.handle(ctx, req)
+			if span != nil {
+				endSpan(span, err)
+			}
 			if err != nil {
 				if oneway {
 					n.logger.Debug("fero: node: one-way request failed", "verb", req.Verb, "key", req.Key, "err", err)
@@ -408,7 +550,14 @@ func (n *Node) serveRequest(r *transport.Request) {
 			_ = r.Fail(ErrClosed)
 		}
 	case ok && wr.Hops == 0 && owner != n.id:
-		n.forward(r, owner, &wr)
+		var finish func(error)
+		if traced {
+			ctx, span := n.startSpan(extractTrace(n.ctx, wr.Meta), "fero.forward "+wr.Verb, trace.SpanKindServer, wr.Verb, p)
+			span.SetAttributes(attribute.String("fero.owner", owner))
+			wr.Meta = withTrace(ctx, wr.Meta) // the owner's span is the forward's child
+			finish = func(err error) { endSpan(span, err) }
+		}
+		n.forward(r, owner, &wr, finish)
 	default:
 		_ = r.Reply([]byte{replyRetry})
 	}
@@ -416,18 +565,26 @@ func (n *Node) serveRequest(r *transport.Request) {
 
 // forward sends a request on to the owner and relays its answer. It never
 // blocks the connection's reader: without a connection to the owner it
-// dials in the background, and a full outbox answers "retry".
-func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest) {
+// dials in the background, and a full outbox answers "retry". finish, if
+// set, is called once with how the forward ended (nil: the owner's answer
+// was relayed).
+func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, finish func(error)) {
+	if finish == nil {
+		finish = func(error) {}
+	}
 	wr.Hops++
 	b := wr.append(nil)
 	send := func(c *transport.Conn) {
 		if r.Mode() == transport.ModeSend {
-			if err := c.Send(n.ctx, OpRequest, b, transport.FailFast); err != nil {
+			err := c.Send(n.ctx, OpRequest, b, transport.FailFast)
+			if err != nil {
 				n.logger.Debug("fero: node: forwarding a one-way request failed", "to", owner, "err", err)
 			}
+			finish(err)
 			return
 		}
 		err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+			finish(err)
 			if err != nil {
 				_ = r.Fail(err)
 				return
@@ -435,8 +592,10 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest) {
 			_ = r.Reply(reply)
 		}, transport.FailFast)
 		if errors.Is(err, transport.ErrOutboxFull) {
+			finish(err)
 			_ = r.Reply([]byte{replyRetry})
 		} else if err != nil {
+			finish(err)
 			_ = r.Fail(err)
 		}
 	}
@@ -453,11 +612,13 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest) {
 		defer cancel()
 		c, err := n.connTo(ctx, owner)
 		if err != nil {
+			finish(err)
 			_ = r.Reply([]byte{replyRetry})
 			return
 		}
 		send(c)
 	}) {
+		finish(ErrClosed)
 		_ = r.Fail(ErrClosed)
 	}
 }
@@ -492,7 +653,11 @@ func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload
 // CallNodeWait is CallNode with the wait level a built-in write waits for
 // on the owner (unset: the owner's commit).
 func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec) ([]byte, error) {
-	b := (&wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}).append(nil)
+	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		w.Meta = withTrace(ctx, nil) // the caller's span is the parent of what the nodes trace
+	}
+	b := w.append(nil)
 	backoff := retryBackoffMin
 	for {
 		reply, retry, err := callOnce(ctx, c, b)

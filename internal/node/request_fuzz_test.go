@@ -55,6 +55,7 @@ func FuzzRequestDecode(f *testing.F) {
 	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: value}).append(nil))
 	f.Add((&wireRequest{Verb: VerbUpdate, Key: "k", Payload: value, Hops: 1}).append(nil))
 	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: nested(1 << 20)}).append(nil))
+	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: value, Meta: Meta{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}).append(nil))
 	f.Add(nested(1 << 20))
 	f.Add(append([]byte{replyOK}, value...))
 	f.Add([]byte{replyRetry})
@@ -75,6 +76,8 @@ func FuzzRequestDecode(f *testing.F) {
 			require.Equal(t, wr.Key, again.Key)
 			require.True(t, bytes.Equal(wr.Payload, again.Payload))
 			require.Equal(t, wr.Hops, again.Hops)
+			require.Equal(t, wr.Wait, again.Wait)
+			require.Equal(t, wr.Meta, again.Meta)
 		}
 
 		// As an answer to a request.

@@ -178,6 +178,8 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		{Verb: VerbUpdate, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}},
 		{Verb: VerbRemove, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitReplicas, K: 2}},
 		{Verb: VerbAdd, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitNone}},
+		{Verb: "LOGIN", Key: "k", Meta: Meta{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		{Verb: VerbUpdate, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}, Meta: Meta{"a", "", "b", "2"}},
 	} {
 		var got wireRequest
 		require.NoError(t, got.decode(w.append(nil)))
@@ -187,12 +189,18 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		assert.Equal(t, w.Verb, lib[0])
 	}
 	for name, b := range map[string][]byte{
-		"empty":        nil,
-		"three fields": {0x93, 0xa1, 'V', 0xa1, 'k', 0xc0},
-		"trailing":     append((&wireRequest{Verb: "V"}).append(nil), 0),
-		"hops too big": {0x94, 0xa1, 'V', 0xa1, 'k', 0xc0, 0xcd, 0x01, 0x00},
-		"five fields":  {0x95, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x01},
-		"unknown wait": {0x96, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x09, 0x00},
+		"empty":                nil,
+		"three fields":         {0x93, 0xa1, 'V', 0xa1, 'k', 0xc0},
+		"trailing":             append((&wireRequest{Verb: "V"}).append(nil), 0),
+		"hops too big":         {0x94, 0xa1, 'V', 0xa1, 'k', 0xc0, 0xcd, 0x01, 0x00},
+		"five fields":          {0x95, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x01},
+		"unknown wait":         {0x96, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0x09, 0x00},
+		"k, no wait":           {0x97, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0xc0, 0x01, 0x90},
+		"odd metadata":         {0x97, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0xc0, 0xc0, 0x91, 0xa1, 'a'},
+		"metadata not strings": {0x97, 0xa1, 'V', 0xa1, 'k', 0xc0, 0x00, 0xc0, 0xc0, 0x92, 0x01, 0x02},
+		"too many pairs":       (&wireRequest{Verb: "V", Meta: make(Meta, 2*MaxMetaPairs+2)}).append(nil),
+		"long name":            (&wireRequest{Verb: "V", Meta: Meta{strings.Repeat("n", MaxMetaName+1), ""}}).append(nil),
+		"long value":           (&wireRequest{Verb: "V", Meta: Meta{"n", strings.Repeat("v", MaxMetaValue+1)}}).append(nil),
 	} {
 		var got wireRequest
 		assert.ErrorIs(t, got.decode(b), wire.ErrMalformed, name)

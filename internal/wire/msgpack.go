@@ -348,6 +348,20 @@ func (c *Cursor) Str(field, prev string) string {
 	return string(p)
 }
 
+// Nil reads a nil and reports true if the next value is one; otherwise
+// it reads nothing and reports false.
+func (c *Cursor) Nil() bool {
+	d := &c.d
+	if d.err != nil || d.off >= len(d.b) || d.b[d.off] != codeNil {
+		return false
+	}
+	d.off++
+	return true
+}
+
+// AppendNil appends a msgpack nil.
+func AppendNil(b []byte) []byte { return append(b, codeNil) }
+
 // Left returns how many bytes remain.
 func (c *Cursor) Left() int { return len(c.d.b) - c.d.off }
 

@@ -9,8 +9,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/storage"
@@ -45,6 +47,7 @@ type config struct {
 	dataDir     string
 	fsync       storage.SyncPolicy
 	metrics     prometheus.Registerer // WithMetrics
+	tracer      trace.Tracer          // WithTracerProvider
 
 	membership []membership.Option
 	ring       []ring.Option
@@ -83,6 +86,29 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // (the original's from function). Without one the node answers ADD, UPDATE
 // and REMOVE (see [Request.Next]) and refuses every other verb.
 func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
+
+// WithTracerProvider traces this node's work with OpenTelemetry
+// (docs/operations.md, "Tracing"): a span for each write (Update, Add,
+// Remove, Set) and each Call and Send its callers make, one for each
+// request the node forwards to a key's owner, and one for each request it
+// handles as the owner, with the W3C trace context carried on the wire
+// so that one request's spans on every node form one trace. A handler's
+// context carries the owner's span: spans it starts are its children.
+// The provider's sampler decides which traces are recorded. Without this
+// option nothing is traced and tracing costs nothing. With [Dial], the
+// Remote's calls and writes are spans too.
+//
+// SetAsync and CallAsync are not traced on the caller (a span per
+// pipelined write would cost more than the write); the owner still
+// traces what they send it.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) {
+		c.tracer = nil
+		if tp != nil {
+			c.tracer = tp.Tracer(node.TracerName, trace.WithInstrumentationVersion(moduleVersion()))
+		}
+	}
+}
 
 // WithDefaultWait sets what writes wait for when the call does not say
 // (default [Ack]).

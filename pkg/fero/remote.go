@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
@@ -24,7 +27,8 @@ import (
 // Its methods are safe for concurrent use; the connection is redialed when
 // it breaks.
 type Remote struct {
-	peer *transport.Peer
+	peer   *transport.Peer
+	tracer trace.Tracer // WithTracerProvider; nil: no spans
 }
 
 // NodeStatus is one node's view of its cluster, as [Remote.Status]
@@ -65,7 +69,28 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Remote{peer: p}, nil
+	return &Remote{peer: p, tracer: cfg.tracer}, nil
+}
+
+// span starts the span of one call or write when the Remote traces.
+func (c *Remote) span(ctx context.Context, name, verb string) (context.Context, trace.Span) {
+	return c.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("fero.verb", verb), attribute.String("fero.addr", c.peer.Addr())))
+}
+
+// callNode sends one request, as a span when the Remote traces.
+func (c *Remote) callNode(ctx context.Context, name, verb, key string, payload []byte, wait node.WaitSpec) ([]byte, error) {
+	if c.tracer == nil {
+		return node.CallNodeWait(ctx, c.peer, verb, key, payload, wait)
+	}
+	ctx, span := c.span(ctx, name, verb)
+	out, err := node.CallNodeWait(ctx, c.peer, verb, key, payload, wait)
+	if err != nil {
+		span.SetAttributes(attribute.String("fero.code", errs.CodeOf(err).String()))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	return out, err
 }
 
 // Addr returns the address the remote dials.
@@ -78,7 +103,7 @@ func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any)
 	if err != nil {
 		return err
 	}
-	out, err := node.CallNode(ctx, c.peer, verb, key, b)
+	out, err := c.callNode(ctx, "fero.call "+verb, verb, key, b, node.WaitSpec{})
 	if err != nil || reply == nil || len(out) == 0 {
 		return err
 	}
@@ -91,7 +116,7 @@ func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any)
 // Get decodes the owner's value at key into v; ok is false when there is
 // none.
 func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error) {
-	out, err := node.CallNode(ctx, c.peer, VerbGet, key, nil)
+	out, err := c.callNode(ctx, "fero.get", VerbGet, key, nil, node.WaitSpec{})
 	if err != nil || len(out) == 0 {
 		return false, err
 	}
@@ -132,7 +157,7 @@ func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []
 	if err != nil {
 		return err
 	}
-	_, err = node.CallNodeWait(ctx, c.peer, verb, key, b, spec)
+	_, err = c.callNode(ctx, "fero.write "+verb, verb, key, b, spec)
 	return err
 }
 

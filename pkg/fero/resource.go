@@ -75,7 +75,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		ID: cfg.id, Resource: name, Client: cfg.client, Listen: cfg.listen,
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
-		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil,
+		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil, Tracer: cfg.tracer,
 	}
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
