@@ -31,6 +31,7 @@ func sampleMessages() []partition.Message {
 		&partition.SnapshotReply{Partition: 2, ID: 7, Position: pos, Start: 2, OffsetEpoch: ep, TruncateTo: 8, State: []byte{0x81, 0xa1, 'k', 0x01},
 			Runs: []partition.Run{{Epoch: partition.Epoch{Term: 6, Owner: "s1"}, First: 1}, {Epoch: ep, First: 30}}, Snap: 99, Chunk: 3, More: true},
 		&partition.Forward{Partition: 9, ID: 77, Hops: 1, Type: wire.RecordAdd, Key: "k", Value: []byte{0x01}, Wait: partition.WaitMajority, K: 2},
+		&partition.Forward{Partition: 9, ID: 78, Hops: 1, Type: wire.RecordUpdate, Key: "k", Value: []byte{0x01}, Wait: partition.WaitAck, Deadline: 5, Trace: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 		&partition.ForwardReply{Partition: 9, ID: 77, Code: 14, Msg: "no quorum", Owner: "s3"},
 		&partition.Heartbeat{},
 	}

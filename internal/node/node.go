@@ -103,6 +103,9 @@ type Node struct {
 	started atomic.Bool // Start has set everything up; requests are served
 	// hot is the write and call metrics (Config.Metrics); nil without.
 	hot *hotMetrics
+	// fwdSpans are the owner's spans of traced forwarded writes awaiting
+	// their reply (trace.go); under engMu.
+	fwdSpans map[fwdKey]fwdSpan
 	// subDrops counts changes subscribers with the Drop policy missed.
 	subDrops atomic.Uint64
 	// t0 is when the node was made: the origin of Node.since.
@@ -547,6 +550,9 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 		return err
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	if n.cfg.Tracer != nil {
+		req.Trace = traceparent(ctx)
+	}
 	// The caller's deadline bounds the write's life (rule 1): a caller
 	// whose context ends at its deadline is answered after any commit.
 	req.Deadline, _ = ctx.Deadline()
@@ -780,6 +786,11 @@ func (n *Node) step(in inbound) {
 	for msgs := in.msgs; len(msgs) > 0; {
 		k := n.eng.Warm(msgs, partition.WarmWindow)
 		for _, m := range msgs[:k] {
+			if n.cfg.Tracer != nil {
+				if f, ok := m.(*partition.Forward); ok && f.Trace != "" {
+					n.traceForward(in.from, f)
+				}
+			}
 			if err := n.eng.Step(in.from, in.cluster, m); err != nil {
 				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 			}
@@ -872,6 +883,11 @@ func (n *Node) process(rd partition.Ready) {
 		n.hdrFor, n.hdr = rd.Cluster, appendCluster(nil, rd.Cluster)
 	}
 	for _, env := range rd.Messages {
+		if len(n.fwdSpans) > 0 {
+			if r, ok := env.Msg.(*partition.ForwardReply); ok {
+				n.tracedReply(env.To, r)
+			}
+		}
 		if env.Msg != last {
 			var err error
 			if b, err = partition.AppendMessage(b[:0], env.Msg); err != nil {

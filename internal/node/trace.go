@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/partition"
 )
 
 // Tracing (docs/operations.md, "Tracing"). With Config.Tracer, a node
@@ -65,4 +67,85 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+}
+
+// traceparent returns the W3C traceparent of ctx's span, "" when it has
+// no valid one.
+func traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	return withTrace(ctx, nil).Get("traceparent")
+}
+
+// Forwarded writes. A server's write to a partition another server owns
+// travels as an engine message (partition.Forward), not as a request: the
+// owner's span for it starts when its driver steps the Forward and ends
+// when the driver sends the ForwardReply, or at once for a write whose
+// sender waits for nothing. The state is the driver's (under engMu).
+
+// fwdKey names a forwarded write: its sender and the sender's id for it.
+type fwdKey struct {
+	from string
+	id   uint64
+}
+
+type fwdSpan struct {
+	span  trace.Span
+	since time.Time
+}
+
+// maxFwdSpans bounds the forwarded writes traced at once; past it, spans
+// whose reply never left (the owner lost the partition, the write was
+// dropped) are ended as unanswered.
+const maxFwdSpans = 4096
+
+// traceForward starts the owner's span for a Forward from from.
+func (n *Node) traceForward(from string, f *partition.Forward) {
+	ctx := extractTrace(n.ctx, Meta{"traceparent", f.Trace})
+	verb := f.Type.String()
+	_, span := n.startSpan(ctx, "fero.handle "+verb, trace.SpanKindServer, verb, int(f.Partition))
+	span.SetAttributes(attribute.String("fero.from", from))
+	if f.ID == 0 { // nobody waits: no reply will end it
+		span.End()
+		return
+	}
+	if n.fwdSpans == nil {
+		n.fwdSpans = map[fwdKey]fwdSpan{}
+	}
+	k := fwdKey{from, f.ID}
+	if old, ok := n.fwdSpans[k]; ok { // the sender restarted and reuses ids
+		old.span.SetStatus(codes.Error, "no reply")
+		old.span.End()
+	}
+	if len(n.fwdSpans) >= maxFwdSpans {
+		cutoff := time.Now().Add(-time.Minute)
+		for k, s := range n.fwdSpans {
+			if s.since.Before(cutoff) {
+				s.span.SetStatus(codes.Error, "no reply")
+				s.span.End()
+				delete(n.fwdSpans, k)
+			}
+		}
+		if len(n.fwdSpans) >= maxFwdSpans {
+			span.End()
+			return
+		}
+	}
+	n.fwdSpans[k] = fwdSpan{span: span, since: time.Now()}
+}
+
+// tracedReply ends the owner's span of the forwarded write r answers.
+func (n *Node) tracedReply(to string, r *partition.ForwardReply) {
+	k := fwdKey{to, r.ID}
+	s, ok := n.fwdSpans[k]
+	if !ok {
+		return
+	}
+	delete(n.fwdSpans, k)
+	if r.Code != 0 {
+		s.span.SetAttributes(attribute.String("fero.code", errs.Code(r.Code).String()))
+		s.span.SetStatus(codes.Error, r.Msg)
+	}
+	s.span.End()
 }

@@ -23,7 +23,7 @@ import (
 //
 //	Commit        [partition, term, owner, first offset, [[type, key, value]…]]
 //	CommitAck     [partition, term, owner, offset, incarnation]
-//	Forward       [partition, id, hops, type, key, value, wait, k, term, owner, deadline]
+//	Forward       [partition, id, hops, type, key, value, wait, k, term, owner, deadline(, trace)]
 //	ForwardReply  [partition, id, term, owner, offset, code, msg, owner hint]
 //	FetchReply    [partition, id, term, owner, offset, start, [entry…], busy]
 //	EpochStart    [partition, term, owner, start, prev term, prev owner, last]
@@ -32,6 +32,10 @@ import (
 //
 // A Commit's entries share the epoch and follow each other, which is what
 // the owner sends (and what a copy checks); the encoding states both once.
+
+// maxTrace bounds a Forward's trace context (a W3C traceparent is 55
+// bytes).
+const maxTrace = 256
 
 // AppendMessage appends m's wire form to b.
 func AppendMessage(b []byte, m Message) ([]byte, error) {
@@ -45,13 +49,21 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		b = appendPosition(b, m.Position)
 		return wire.AppendUint(b, m.Inc), nil
 	case *Forward:
-		b = wire.AppendArrayHeader(b, 11)
+		n := 11
+		if m.Trace != "" {
+			n = 12
+		}
+		b = wire.AppendArrayHeader(b, n)
 		b = appendUints(b, uint64(m.Partition), m.ID, uint64(m.Hops), uint64(m.Type))
 		b = wire.AppendStr(b, m.Key)
 		b = wire.AppendBin(b, m.Value)
 		b = appendUints(b, uint64(m.Wait), uint64(m.K), m.Epoch.Term)
 		b = wire.AppendStr(b, m.Epoch.Owner)
-		return wire.AppendUint(b, uint64(max(m.Deadline, 0))), nil
+		b = wire.AppendUint(b, uint64(max(m.Deadline, 0)))
+		if m.Trace != "" {
+			b = wire.AppendStr(b, m.Trace)
+		}
+		return b, nil
 	case *ForwardReply:
 		b = wire.AppendArrayHeader(b, 8)
 		b = appendUints(b, uint64(m.Partition), m.ID)
@@ -281,7 +293,10 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 		m.Position = d.position()
 		m.Inc = c.Uint("incarnation")
 	case *Forward:
-		c.Array("forward", 11)
+		n := c.Array("forward", -1)
+		if n != 11 && n != 12 {
+			c.Fail("forward: array of %d elements, want 11 or 12", n)
+		}
 		m.Partition = c.Uint32("partition")
 		m.ID = c.Uint("id")
 		m.Hops = c.Uint8("hops")
@@ -292,6 +307,12 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 		m.K = c.Uint8("k")
 		m.Epoch = d.epoch()
 		m.Deadline = int64(min(c.Uint("deadline"), math.MaxInt64))
+		m.Trace = ""
+		if n == 12 {
+			if m.Trace = c.Str("trace", ""); len(m.Trace) > maxTrace {
+				c.Fail("forward: trace of %d bytes, at most %d", len(m.Trace), maxTrace)
+			}
+		}
 	case *ForwardReply:
 		c.Array("forward reply", 8)
 		m.Partition = c.Uint32("partition")

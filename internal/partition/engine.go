@@ -542,7 +542,7 @@ func (e *Engine) Propose(req Request) error {
 		}
 		f := take(&e.out.forwards)
 		*f = Forward{Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),
-			Epoch: pt.accepted, Deadline: w.deadline}
+			Epoch: pt.accepted, Deadline: w.deadline, Trace: req.Trace}
 		e.send(owner, f)
 		return nil
 	}

@@ -171,6 +171,9 @@ type Forward struct {
 	// (less the clock-skew margin), so a write takes effect before its
 	// caller is answered, or never (rule 1).
 	Deadline int64 `msgpack:"d"`
+	// Trace is the caller's W3C traceparent, "" when it is not traced
+	// (Request.Trace).
+	Trace string `msgpack:"x,omitempty"`
 }
 
 // ForwardReply ends a forwarded write: Code 0 with its Position, or a coded

@@ -101,6 +101,10 @@ type Request struct {
 	// its caller may be told it failed once the deadline has passed (rule
 	// 1). Zero, or anything later, means the write timeout from now.
 	Deadline time.Time
+	// Trace is the caller's W3C traceparent, when it is traced: a write
+	// forwarded to its owner carries it, so the owner's span joins the
+	// caller's trace. The engine does not interpret it.
+	Trace string
 }
 
 // Completion reports how a waited-for request ended.

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -79,6 +81,20 @@ func benchPair(ctx context.Context, b *testing.B) (*Resource, []string) {
 		// Each node's Prometheus metrics on (WithMetrics): run with and
 		// without to see what they cost.
 		base = append(base, WithMetrics(prometheus.NewRegistry()))
+	}
+	switch os.Getenv("FERO_BENCH_TRACE") {
+	case "never":
+		// A tracer provider whose sampler records nothing: what tracing
+		// costs when it is on but samples none of these requests.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		base = append(base, WithTracerProvider(tp))
+	case "always":
+		// Every request recorded, and the spans dropped by a no-op
+		// exporter: the cost of the spans themselves.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		base = append(base, WithTracerProvider(tp))
 	}
 	srv, err := Open(ctx, "bench", append(base, WithID("server"))...)
 	require.NoError(b, err)

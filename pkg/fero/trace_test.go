@@ -143,13 +143,20 @@ func TestTracingAcrossThreeNodes(t *testing.T) {
 	own = traced["c"].span(t, tid, "fero.handle ECHO")
 	require.Equal(t, call.SpanContext.SpanID(), own.Parent.SpanID())
 
-	// A server's own write is a span on it, a child of the caller's.
+	// A server's own write is a span on it, a child of the caller's, and
+	// travels to the owner as an engine message carrying the trace: the
+	// owner's span is the write's child.
 	parentCtx, parent = traced["a"].tp.Tracer("test").Start(ctx, "service write")
-	require.NoError(t, retry(parentCtx, func() error { return rs["a"].Update(parentCtx, key, 2) }))
+	require.NoError(t, retry(parentCtx, func() error { return rs["a"].Update(parentCtx, key, 2, Majority) }))
 	parent.End()
-	w := traced["a"].span(t, parent.SpanContext().TraceID(), "fero.write UPDATE")
+	tid = parent.SpanContext().TraceID()
+	w := traced["a"].span(t, tid, "fero.write UPDATE")
 	require.Equal(t, parent.SpanContext().SpanID(), w.Parent.SpanID())
 	require.Equal(t, "UPDATE", attr(w, "fero.verb"))
+	own = traced["c"].span(t, tid, "fero.handle UPDATE")
+	require.Equal(t, w.SpanContext.SpanID(), own.Parent.SpanID())
+	require.Equal(t, "a", attr(own, "fero.from"))
+	require.Equal(t, "Unset", own.Status.Code.String())
 
 	// A failed call's span says so, with its code.
 	client.exp.Reset()
