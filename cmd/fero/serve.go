@@ -24,6 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelresource "go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/fero-go/fero/internal/dashboard"
 	"github.com/fero-go/fero/internal/storage"
@@ -62,6 +66,8 @@ type serveFlags struct {
 	fsync        string
 	pprof        string
 	http         string
+	traceOTLP    string
+	traceSample  float64
 	dns          string
 	dnsPort      int
 	dnsServer    string
@@ -129,7 +135,9 @@ SIGHUP three times over, each round done on every node before the next:
 	fl.BoolVar(&f.inMemory, "in-memory", false, "keep no data directory: a restarted server comes back empty and catches up from its peers")
 	fl.StringVar(&f.fsync, "fsync", "group", "when writes reach the disk: group (fsync before any ack leaves), interval[=D] (every D, default 100ms), never (the OS decides)")
 	fl.StringVar(&f.pprof, "pprof", "", "serve Go's profiler (/debug/pprof/) on this loopback address host:port, for finding where a node spends its time")
-	fl.StringVar(&f.http, "http", "", "serve /metrics (Prometheus), /healthz and /readyz on this address host:port (docs/operations.md)")
+	fl.StringVar(&f.http, "http", "", "serve /metrics (Prometheus), /healthz, /readyz, the admin API (/api/v1/) and the dashboard (/dashboard/) on this address host:port (docs/operations.md)")
+	fl.StringVar(&f.traceOTLP, "trace-otlp", "", "send OpenTelemetry traces to this OTLP/HTTP endpoint (http://collector:4318, to which /v1/traces is added when it has no path); off by default (docs/operations.md, Tracing)")
+	fl.Float64Var(&f.traceSample, "trace-sample", 0.01, "with --trace-otlp, the share of the requests that arrive untraced to record (0 to 1); a request that carries its caller's trace context follows the caller's decision")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "data-plane address host:port")
 	fl.StringVar(&f.bind, "bind", "", `gossip address host:port (default "127.0.0.1:0" with --preset local, "0.0.0.0:0" with lan)`)
 	fl.StringSliceVar(&f.seeds, "seeds", nil, "gossip addresses to join, comma-separated (the original's hosts)")
@@ -290,6 +298,18 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 			return err
 		}
 		defer stop()
+	}
+	if f.traceOTLP != "" {
+		tp, err := otlpTracer(ctx, f.traceOTLP, f.traceSample, resource)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx) // sends what is batched
+		}()
+		opts = append(opts, fero.WithTracerProvider(tp))
 	}
 	var hs *httpServer
 	if f.http != "" {
@@ -491,6 +511,41 @@ func serveHTTP(addr string, reg *prometheus.Registry) (*httpServer, error) {
 	go func() { _ = srv.Serve(l) }()
 	hs.stop = func() { _ = srv.Close() }
 	return hs, nil
+}
+
+// otlpTracer returns a tracer provider that sends spans in batches to the
+// OTLP/HTTP endpoint (a URL, http:// or https://; one with no path gets
+// the standard /v1/traces), recording the share
+// sample of the traces that start at this node and following the caller's
+// decision for the others. The standard OTEL_EXPORTER_OTLP_* variables
+// (headers, certificates, timeouts) apply.
+func otlpTracer(ctx context.Context, endpoint string, sample float64, resource string) (*sdktrace.TracerProvider, error) {
+	if sample < 0 || sample > 1 {
+		return nil, fmt.Errorf("--trace-sample %v: want a share from 0 to 1", sample)
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--trace-otlp %q: want an http:// or https:// URL, such as http://localhost:4318", endpoint)
+	}
+	if u.Path == "" || u.Path == "/" {
+		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: traces go to
+		// its /v1/traces.
+		u.Path = "/v1/traces"
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	if err != nil {
+		return nil, fmt.Errorf("--trace-otlp: %w", err)
+	}
+	res, err := otelresource.Merge(otelresource.Default(), otelresource.NewSchemaless(
+		attribute.String("service.name", "fero-"+resource)))
+	if err != nil {
+		return nil, fmt.Errorf("--trace-otlp: %w", err)
+	}
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sample))),
+	), nil
 }
 
 // servePprof serves net/http/pprof's handlers on addr, which must be a
