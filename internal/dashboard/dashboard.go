@@ -190,6 +190,18 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	if o.Node.NotReady == nil {
 		o.Node.NotReady = []string{}
 	}
+	// The report lists live members; the dashboard shows the dead and
+	// those being admitted too.
+	for _, mem := range d.n.Membership().Known() {
+		if slices.ContainsFunc(o.Members, func(r node.MemberReport) bool { return r.ID == mem.ID }) {
+			continue
+		}
+		o.Members = append(o.Members, node.MemberReport{
+			ID: mem.ID, Addr: mem.Addr, Gossip: mem.Gossip,
+			Client: mem.Role == membership.RoleClient, Status: mem.Status.String(),
+		})
+	}
+	slices.SortFunc(o.Members, func(a, b node.MemberReport) int { return strings.Compare(a.ID, b.ID) })
 	if o.Members == nil {
 		o.Members = []node.MemberReport{}
 	}

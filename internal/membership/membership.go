@@ -534,6 +534,20 @@ func (m *Membership) Members() []Member {
 	return out
 }
 
+// Known returns every member this one knows of, live or not (connecting,
+// dead), the local one too, sorted by ID. Removed members are forgotten:
+// they are not among them.
+func (m *Membership) Known() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, 0, len(m.peers))
+	for _, p := range m.peers {
+		out = append(out, p.m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
 // Subscribe returns a subscription that first receives the current status
 // of every known peer (the local member included), then every change. The
 // subscription is closed by its Close or by the Membership's.

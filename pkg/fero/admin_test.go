@@ -167,6 +167,10 @@ func TestAdminAPI(t *testing.T) {
 			return x.Member == "c" && x.Status == "removed"
 		})
 	}, 30*time.Second, 50*time.Millisecond, "the events never showed c leaving")
+	// A member that left is no longer listed (the events said it left).
+	var after overview
+	require.Equal(t, http.StatusOK, getJSON(t, h, "/api/v1/overview", &after))
+	require.Len(t, after.Members, 2, "the overview's members: %+v", after.Members)
 
 	var e struct {
 		API   int    `json:"api"`
