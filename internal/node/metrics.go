@@ -185,6 +185,7 @@ var (
 		members, partitions, voting, keys                   *prometheus.Desc
 		catchUpPieces, catchUpBytes, catchUpStale           *prometheus.Desc
 		catchUpBusy, catchUpRetries                         *prometheus.Desc
+		catchUps, catchUpSeconds, catchUpLast               *prometheus.Desc
 		diskBytes, diskSyncs, diskWrite, diskSnapshots      *prometheus.Desc
 		diskSnapshotBytes, diskBehind, diskFailed           *prometheus.Desc
 		subscriberDrops, lagOffsets, lagSeconds             *prometheus.Desc
@@ -205,6 +206,9 @@ var (
 		catchUpStale:      prometheus.NewDesc("fero_catchup_stale_replies_total", "Snapshot replies that came too late to be used.", descLabels, nil),
 		catchUpBusy:       prometheus.NewDesc("fero_catchup_busy_replies_total", "Fetches a peer answered Busy (its snapshots in flight to this node at their bound).", descLabels, nil),
 		catchUpRetries:    prometheus.NewDesc("fero_catchup_fetch_retries_total", "Fetches asked again because no answer came in time.", descLabels, nil),
+		catchUps:          prometheus.NewDesc("fero_catchups_total", "Catch-ups this server finished: from the first moment it was a learner (its vote not counting, after a start, a restart or a join) to its vote counting.", descLabels, nil),
+		catchUpSeconds:    prometheus.NewDesc("fero_catchup_seconds_total", "Time the finished catch-ups took, together.", descLabels, nil),
+		catchUpLast:       prometheus.NewDesc("fero_catchup_last_seconds", "How long the last finished catch-up took (0 before any).", descLabels, nil),
 		diskBytes:         prometheus.NewDesc("fero_disk_bytes", "Size of the data directory.", descLabels, nil),
 		diskSyncs:         prometheus.NewDesc("fero_disk_fsyncs_total", "fsyncs of write groups.", descLabels, nil),
 		diskWrite:         prometheus.NewDesc("fero_disk_write_seconds_total", "Time the driver spent writing rounds to the disk, fsyncs included.", descLabels, nil),
@@ -251,6 +255,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descs.bpWaits, float64(n.tstats.BackpressureWaits.Load()))
 	counter(descs.bpSeconds, time.Duration(n.tstats.BackpressureNanos.Load()).Seconds())
 	gauge(descs.keys, float64(n.store.Len()))
+	counter(descs.catchUps, float64(n.catchUps.Load()))
+	counter(descs.catchUpSeconds, time.Duration(n.catchUpNanos.Load()).Seconds())
+	gauge(descs.catchUpLast, time.Duration(n.lastCatchUp.Load()).Seconds())
 
 	type key struct{ role, state string }
 	members := map[key]int{}

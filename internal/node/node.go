@@ -140,6 +140,13 @@ type Node struct {
 	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
 	hdrFor  partition.ClusterID
 	seen    struct{ foreign, yields uint64 } // what noteClusters last logged; under engMu
+	// learnerSince is when this server was last seen not voting, while it
+	// catches up (zero once it votes); under engMu. catchUps counts the
+	// catch-ups that ended with its vote counting, catchUpNanos their
+	// total time and lastCatchUp the last one's, for the metrics.
+	learnerSince              time.Time
+	catchUps                  atomic.Uint64
+	catchUpNanos, lastCatchUp atomic.Int64
 	// noSeedSince is when the node warned that no seed answered its join
 	// (zero: it did not, or a seed has answered since); the driver's.
 	noSeedSince time.Time
@@ -869,6 +876,9 @@ func (n *Node) process(rd partition.Ready) {
 	if n.eng.ForeignVersion() != n.seen.foreign || n.eng.Yields() != n.seen.yields {
 		n.noteClusters()
 	}
+	if !n.cfg.Client && n.eng.Map() != nil {
+		n.noteVoting()
+	}
 	if n.disk != nil {
 		if err := n.disk.write(rd); err != nil {
 			n.diskFailed(rd, err)
@@ -1194,6 +1204,23 @@ func (n *Node) noteClusters() {
 			n.logger.Error("fero: node: servers of another cluster are refused: both clusters founded without a shared server, so neither history may replace the other; stop the servers of one of them, or give it its own resource name (docs/engine.md rule 9, cluster identity)",
 				"cluster", n.eng.Cluster().String(), "other", strings.Join(names, ", "))
 		}
+	}
+}
+
+// noteVoting times this server's catch-ups: from the first round it is
+// seen not voting (a learner) to the first it is.
+func (n *Node) noteVoting() {
+	voting := n.eng.Voting()
+	switch {
+	case !voting && n.learnerSince.IsZero():
+		n.learnerSince = time.Now()
+	case voting && !n.learnerSince.IsZero():
+		d := time.Since(n.learnerSince)
+		n.learnerSince = time.Time{}
+		n.catchUps.Add(1)
+		n.catchUpNanos.Add(int64(d))
+		n.lastCatchUp.Store(int64(d))
+		n.logger.Info("fero: node: caught up: this server's vote counts", "took", d.Round(time.Millisecond))
 	}
 }
 

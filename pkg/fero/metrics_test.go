@@ -115,3 +115,25 @@ func TestMetrics(t *testing.T) {
 	require.Zero(t, counterOf(t, reg, "fero_partitions"), "unregistered on Close")
 	require.Error(t, a.Ready(ctx), "a closed resource is not ready")
 }
+
+// TestCatchUpMetrics: a server that joins a formed cluster is a learner
+// until it has caught up; the catch-up is counted and timed once its vote
+// counts.
+func TestCatchUpMetrics(t *testing.T) {
+	c := newTestCluster(t, 4)
+	a := c.open("a")
+	c.settle(1)
+	c.voting(1)
+	ctx := ctxT(t)
+	for i := range 50 {
+		require.NoError(t, retry(ctx, func() error { return a.Update(ctx, fmt.Sprintf("k%d", i), i) }))
+	}
+	reg := prometheus.NewRegistry()
+	c.open("b", WithMetrics(reg))
+	c.settle(2)
+	c.voting(2)
+	require.Eventually(t, func() bool { return counterOf(t, reg, "fero_catchups_total") == 1 }, 30*time.Second, 10*time.Millisecond,
+		"b's catch-up was not counted")
+	require.Positive(t, counterOf(t, reg, "fero_catchup_seconds_total"))
+	require.Equal(t, counterOf(t, reg, "fero_catchup_seconds_total"), counterOf(t, reg, "fero_catchup_last_seconds"))
+}
