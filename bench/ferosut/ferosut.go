@@ -34,6 +34,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vmihailenco/msgpack/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fero-go/fero/bench"
 	"github.com/fero-go/fero/internal/wire"
@@ -56,6 +58,27 @@ type System struct {
 	// on a registry of its own that nothing scrapes): what they cost the
 	// hot path is the difference from the same system without them.
 	Metrics bool
+	// Trace, if set, gives every node an OpenTelemetry tracer provider
+	// (fero.WithTracerProvider) whose sampler records no span ("never") or
+	// every span ("all", sent to an exporter that drops them): what
+	// tracing costs when it is configured, sampling nothing or everything.
+	Trace string
+}
+
+// options returns the options of s every node takes.
+func (s System) options() []fero.Option {
+	var o []fero.Option
+	if s.Metrics {
+		o = append(o, fero.WithMetrics(prometheus.NewRegistry()))
+	}
+	switch s.Trace {
+	case "never":
+		o = append(o, fero.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+	case "all":
+		o = append(o, fero.WithTracerProvider(sdktrace.NewTracerProvider(
+			sdktrace.WithSyncer(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))))
+	}
+	return o
 }
 
 var (
@@ -88,10 +111,7 @@ const SecretFileEnv = "FERO_BENCH_SECRET_FILE"
 // an fsync policy, its data directory is made under opts.DataDir and
 // removed once the node has closed.
 func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(addr string)) error {
-	var extra []fero.Option
-	if s.Metrics {
-		extra = append(extra, fero.WithMetrics(prometheus.NewRegistry()))
-	}
+	extra := s.options()
 	if s.Fsync == "" {
 		return serve(ctx, opts, extra, ready)
 	}
@@ -190,9 +210,7 @@ func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, e
 		return nil, errors.New("ferosut: no server")
 	}
 	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d-%d", opts.Index, os.Getpid())), fero.WithSeeds(gossipOf(opts.Servers)...))
-	if s.Metrics {
-		o = append(o, fero.WithMetrics(prometheus.NewRegistry()))
-	}
+	o = append(o, s.options()...)
 	r, err := fero.Open(ctx, Resource, o...)
 	if err != nil {
 		return nil, fmt.Errorf("ferosut: open client: %w", err)

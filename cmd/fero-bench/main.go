@@ -37,6 +37,10 @@ var registry = bench.Registry{
 	"fero": ferosut.System{},
 	// fero with its Prometheus metrics on (fero.WithMetrics) on every node.
 	"fero-metrics": ferosut.System{Metrics: true},
+	// fero with an OpenTelemetry tracer provider on every node, sampling
+	// nothing or everything (fero.WithTracerProvider).
+	"fero-trace-never": ferosut.System{Trace: "never"},
+	"fero-trace-all":   ferosut.System{Trace: "all"},
 	// fero keeping its partitions on disk, one system per fsync policy.
 	"fero-group":    ferosut.System{Fsync: "group"},
 	"fero-interval": ferosut.System{Fsync: "interval"},
@@ -181,7 +185,10 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 const runLong = `run measures the systems named by --systems side by side, quoted against
 --baseline if one is given. fero-metrics is fero with every node's
 Prometheus metrics on (fero.WithMetrics): run it beside fero to see what
-the metrics cost.
+the metrics cost. fero-trace-never and fero-trace-all give every node an
+OpenTelemetry tracer provider (fero.WithTracerProvider) that samples no
+request or every one (spans dropped by a no-op exporter): what tracing
+costs when configured.
 
 Durable systems keep each server's data in a fresh directory under
 --data-dir, removed after its trial:
