@@ -368,7 +368,26 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 		}
 	}
 	if len(cfg) > 0 {
-		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), len(cfg)/2+1)
+		quorum := len(cfg)/2 + 1
+		fmt.Fprintf(w, "\nconfiguration: %d servers (%s), a quorum is %d\n", len(cfg), strings.Join(cfg, ", "), quorum)
+		if !st.Client {
+			alive := map[string]bool{st.ID: true}
+			for _, m := range st.Members {
+				if !m.Client && (m.Status == "connected" || m.Status == "suspect") {
+					alive[m.ID] = true
+				}
+			}
+			var missing []string
+			for _, id := range cfg {
+				if !alive[id] {
+					missing = append(missing, id)
+				}
+			}
+			if up := len(cfg) - len(missing); up < quorum {
+				fmt.Fprintf(w, "  NO QUORUM: this node sees %d of the %d alive (%s not); writes fail until %d more come back, or an operator forgets the ones gone for good (fero forget %s)\n",
+					up, len(cfg), strings.Join(missing, ", "), quorum-up, strings.Join(missing, " "))
+			}
+		}
 	}
 	if st.Cluster != "" {
 		fmt.Fprintf(w, "cluster: %s", st.Cluster)

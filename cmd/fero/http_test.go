@@ -176,4 +176,12 @@ func TestServeHTTP(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond, "the survivor did not say it lacks a quorum: %q", lazy(func() string { return body }))
 	code, _ := httpGet(t, "http://"+web[0]+"/healthz")
 	require.Equal(t, http.StatusOK, code, "alive all the same")
+
+	// fero status says it too, with what to do.
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	out, err := run(sctx, "status", "--addr", ss[0].data)
+	require.NoError(t, err)
+	require.Contains(t, out, "NO QUORUM: this node sees 1 of the 3 alive")
+	require.Contains(t, out, "fero forget ")
 }
