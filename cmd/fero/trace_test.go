@@ -84,6 +84,17 @@ func (o *otlpReceiver) inTrace(tid string) []otlpSpan {
 	return out
 }
 
+// lazySpans formats the spans of trace tid when a failure message is
+// printed.
+type lazySpansT struct {
+	r   *otlpReceiver
+	tid string
+}
+
+func lazySpans(r *otlpReceiver, tid string) lazySpansT { return lazySpansT{r, tid} }
+
+func (l lazySpansT) String() string { return fmt.Sprint(l.r.inTrace(l.tid)) }
+
 // TestServeTracing (issue 19): three fero serve processes with
 // --trace-otlp send their spans to an OTLP/HTTP receiver; writes from a
 // traced Remote connected to one of them show up as one trace each: the
@@ -97,8 +108,9 @@ func TestServeTracing(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	flags := []string{"--trace-otlp", ts.URL, "--trace-sample", "1", "--partitions", "31"}
 	first := serve(t, append([]string{"traced"}, flags...)...)
-	serve(t, append([]string{"traced", "--seeds", first.gossip}, flags...)...)
-	serve(t, append([]string{"traced", "--seeds", first.gossip}, flags...)...)
+	ss := []*server{first,
+		serve(t, append([]string{"traced", "--seeds", first.gossip}, flags...)...),
+		serve(t, append([]string{"traced", "--seeds", first.gossip}, flags...)...)}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -108,14 +120,20 @@ func TestServeTracing(t *testing.T) {
 	rc, err := fero.Dial(ctx, first.data, fero.WithTracerProvider(tp))
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
-	require.Eventually(t, func() bool {
-		st, err := rc.Status(ctx)
-		return err == nil && len(st.Members) == 3 && st.Voting
-	}, 30*time.Second, 20*time.Millisecond, "the cluster never formed")
+	waitReady(ctx, t, ss)
 
 	const writes = 12
 	for i := range writes {
-		require.NoError(t, rc.Update(ctx, fmt.Sprintf("key-%d", i), i, fero.Majority))
+		// While partitions still move after the cluster formed, a write
+		// may fail (unavailable, or aborted as ownership moved): again.
+		for {
+			err := rc.Update(ctx, fmt.Sprintf("key-%d", i), i, fero.Majority)
+			if c := fero.CodeOf(err); err == nil || (c != fero.CodeUnavailable && c != fero.CodeAborted) {
+				require.NoError(t, err)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	roots := map[string]string{} // trace → the Remote's span
 	for _, s := range exp.GetSpans() {
@@ -127,20 +145,26 @@ func TestServeTracing(t *testing.T) {
 
 	forwarded := 0
 	for tid, root := range roots {
+		// Each node sends its spans in its own batches: wait for the
+		// owner's, and for the forward's when the owner's parent is not
+		// the Remote's span.
 		var spans []otlpSpan
+		byName := map[string]otlpSpan{}
 		require.Eventually(t, func() bool {
 			spans = recv.inTrace(tid)
+			clear(byName)
 			for _, s := range spans {
-				if s.name == "fero.handle UPDATE" {
-					return true
-				}
+				byName[s.name] = s
 			}
-			return false
-		}, 20*time.Second, 20*time.Millisecond, "trace %s: no owner span arrived; spans: %v", tid, recv.inTrace(tid))
-		byName := map[string]otlpSpan{}
+			own, ok := byName["fero.handle UPDATE"]
+			if !ok {
+				return false
+			}
+			_, fwd := byName["fero.forward UPDATE"]
+			return own.parent == root || fwd
+		}, 20*time.Second, 20*time.Millisecond, "trace %s: the owner's span, or the forward's it names as parent, did not arrive; spans: %v", tid, lazySpans(recv, tid))
 		for _, s := range spans {
 			require.Equal(t, "fero-traced", s.service)
-			byName[s.name] = s
 		}
 		own := byName["fero.handle UPDATE"]
 		if fwd, ok := byName["fero.forward UPDATE"]; ok {

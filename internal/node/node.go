@@ -467,7 +467,7 @@ func (n *Node) Membership() *membership.Membership { return n.ms }
 // completes, fails, or ctx ends.
 func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
 	if n.cfg.Tracer != nil {
-		ctx, span := n.startSpan(ctx, "fero.write "+c.Type.String(), trace.SpanKindClient, c.Type.String(), n.store.PartitionOf(c.Key))
+		ctx, span := n.startSpan(ctx, "fero.write", trace.SpanKindClient, c.Type.String(), n.store.PartitionOf(c.Key))
 		pos, err := n.write(ctx, c, wait, k)
 		endSpan(span, err)
 		return pos, err
@@ -558,7 +558,10 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	}
 	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
 	if n.cfg.Tracer != nil {
-		req.Trace = traceparent(ctx)
+		// For the owner's span, should the write travel to another node.
+		if owner, ok := n.ownerOf(req.Partition); !ok || owner != n.id || n.cfg.Client {
+			req.Trace = traceparent(ctx)
+		}
 	}
 	// The caller's deadline bounds the write's life (rule 1): a caller
 	// whose context ends at its deadline is answered after any commit.

@@ -154,7 +154,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 //
 // In the seven-element form wait and k are nil when the caller chose no
 // wait level. meta is a flat array of strings, name then value
-// (docs/transport.md, "Request metadata"): W3C trace context today
+// (docs/operations.md, "The metadata slot"): W3C trace context today
 // ("traceparent", "tracestate"), and the slot for deadlines and headers
 // a caller sends to a handler.
 type wireRequest struct {
@@ -164,6 +164,10 @@ type wireRequest struct {
 	Hops    uint8
 	Wait    WaitSpec
 	Meta    Meta
+	// Trace is the caller's span, carried in the metadata as the W3C
+	// "traceparent" (and "tracestate") pairs, written and read without
+	// allocating (trace.go); the zero SpanContext carries none.
+	Trace trace.SpanContext
 }
 
 // Meta is a request's metadata: names and values, alternating. Names are
@@ -187,26 +191,6 @@ func (m Meta) Get(name string) string {
 	return ""
 }
 
-// Set replaces the value of the pair named name, or appends the pair.
-func (m *Meta) Set(name, value string) {
-	for i := 0; i+1 < len(*m); i += 2 {
-		if (*m)[i] == name {
-			(*m)[i+1] = value
-			return
-		}
-	}
-	*m = append(*m, name, value)
-}
-
-// Keys returns the names.
-func (m Meta) Keys() []string {
-	keys := make([]string, 0, len(m)/2)
-	for i := 0; i+1 < len(m); i += 2 {
-		keys = append(keys, m[i])
-	}
-	return keys
-}
-
 func (w *wireRequest) append(b []byte) []byte {
 	if b == nil {
 		// Headers take at most 5 bytes each, the hop count 2: one
@@ -217,9 +201,17 @@ func (w *wireRequest) append(b []byte) []byte {
 		}
 		b = make([]byte, 0, n+20)
 	}
+	metaLen := len(w.Meta)
+	var state string
+	if w.Trace.IsValid() {
+		metaLen += 2
+		if state = w.Trace.TraceState().String(); state != "" {
+			metaLen += 2
+		}
+	}
 	n := 4
 	switch {
-	case len(w.Meta) > 0:
+	case metaLen > 0:
 		n = 7
 	case w.Wait.Set:
 		n = 6
@@ -240,7 +232,15 @@ func (w *wireRequest) append(b []byte) []byte {
 		b = wire.AppendNil(b)
 	}
 	if n == 7 {
-		b = wire.AppendArrayHeader(b, len(w.Meta))
+		b = wire.AppendArrayHeader(b, metaLen)
+		if w.Trace.IsValid() {
+			b = wire.AppendStr(b, traceparentName)
+			b = appendTraceparent(wire.AppendStrHeader(b, traceparentLen), w.Trace)
+			if state != "" {
+				b = wire.AppendStr(b, tracestateName)
+				b = wire.AppendStr(b, state)
+			}
+		}
 		for _, s := range w.Meta {
 			b = wire.AppendStr(b, s)
 		}
@@ -264,6 +264,7 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Hops = c.Uint8("hops")
 	w.Wait = WaitSpec{}
 	w.Meta = nil
+	w.Trace = trace.SpanContext{}
 	if n >= 6 {
 		if c.Nil() { // no wait level: k is nil too
 			if !c.Nil() {
@@ -283,19 +284,28 @@ func (w *wireRequest) decode(b []byte) error {
 			c.Fail("request: metadata of %d strings, want name and value pairs", m)
 		case m > 2*MaxMetaPairs:
 			c.Fail("request: %d metadata pairs, at most %d", m/2, MaxMetaPairs)
-		case m > 0:
-			w.Meta = make(Meta, m)
-			for i := range w.Meta {
-				p := c.Bytes("meta")
-				limit := MaxMetaValue
-				if i%2 == 0 {
-					limit = MaxMetaName
-				}
-				if len(p) > limit {
-					c.Fail("request: metadata string of %d bytes, at most %d", len(p), limit)
-					break
-				}
-				w.Meta[i] = string(p)
+		}
+		var state []byte
+		for i := 0; i+1 < m; i += 2 {
+			name, value := c.Bytes("meta"), c.Bytes("meta")
+			if len(name) > MaxMetaName || len(value) > MaxMetaValue {
+				c.Fail("request: metadata pair of %d and %d bytes, at most %d and %d", len(name), len(value), MaxMetaName, MaxMetaValue)
+				break
+			}
+			// The trace context is read into Trace, without allocating;
+			// a traceparent that does not parse is ignored, as W3C asks.
+			switch string(name) {
+			case traceparentName:
+				w.Trace, _ = parseTraceparent(value)
+			case tracestateName:
+				state = value
+			default:
+				w.Meta = append(w.Meta, string(name), string(value))
+			}
+		}
+		if len(state) > 0 && w.Trace.IsValid() {
+			if ts, err := trace.ParseTraceState(string(state)); err == nil {
+				w.Trace = w.Trace.WithTraceState(ts)
 			}
 		}
 	}
@@ -341,32 +351,33 @@ var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many reques
 // not, since the handler may have run: the error says so.
 func (n *Node) Request(ctx context.Context, verb, key string, payload []byte, oneway bool) ([]byte, error) {
 	if n.cfg.Tracer != nil {
-		ctx, span := n.startSpan(ctx, "fero.call "+verb, trace.SpanKindClient, verb, n.store.PartitionOf(key))
-		reply, err := n.timedRequest(ctx, verb, key, payload, oneway, withTrace(ctx, nil))
+		ctx, span := n.startSpan(ctx, "fero.call", trace.SpanKindClient, verb, n.store.PartitionOf(key))
+		reply, err := n.timedRequest(ctx, verb, key, payload, oneway, span.SpanContext())
 		endSpan(span, err)
 		return reply, err
 	}
-	return n.timedRequest(ctx, verb, key, payload, oneway, nil)
+	return n.timedRequest(ctx, verb, key, payload, oneway, trace.SpanContext{})
 }
 
-// timedRequest is Request without the span.
-func (n *Node) timedRequest(ctx context.Context, verb, key string, payload []byte, oneway bool, meta Meta) ([]byte, error) {
+// timedRequest is Request without the span; sc is the caller's span, if
+// it is traced.
+func (n *Node) timedRequest(ctx context.Context, verb, key string, payload []byte, oneway bool, sc trace.SpanContext) ([]byte, error) {
 	if m := n.hot; m != nil {
 		began := n.since()
-		reply, err := n.request(ctx, verb, key, payload, oneway, meta)
+		reply, err := n.request(ctx, verb, key, payload, oneway, sc)
 		m.called(err, time.Duration(n.since()-began))
 		return reply, err
 	}
-	return n.request(ctx, verb, key, payload, oneway, meta)
+	return n.request(ctx, verb, key, payload, oneway, sc)
 }
 
-// request is Request without the metrics and the span; meta is the
-// request's metadata.
-func (n *Node) request(ctx context.Context, verb, key string, payload []byte, oneway bool, meta Meta) ([]byte, error) {
+// request is Request without the metrics and the span; sc is the
+// caller's span, sent with the request.
+func (n *Node) request(ctx context.Context, verb, key string, payload []byte, oneway bool, sc trace.SpanContext) ([]byte, error) {
 	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true, Meta: meta}
+	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true}
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -397,7 +408,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		default:
 			if bp == nil {
 				bp = requestBufs.Get().(*[]byte)
-				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload, Meta: meta}).append((*bp)[:0])
+				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc}).append((*bp)[:0])
 			}
 			c, err := n.connTo(ctx, owner)
 			if err != nil {
@@ -492,7 +503,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		ctx := n.ctx
 		var span trace.Span
 		if traced {
-			ctx, span = n.startSpan(extractTrace(ctx, wr.Meta), "fero.handle "+wr.Verb, trace.SpanKindServer, wr.Verb, p)
+			ctx, span = n.startSpan(remoteParent(ctx, wr.Trace), "fero.handle", trace.SpanKindServer, wr.Verb, p)
 		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
 		// Alone on the connection, the write is proposed inline when the
@@ -527,11 +538,12 @@ func (n *Node) serveRequest(r *transport.Request) {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, Meta: wr.Meta}
+		parent := wr.Trace
 		ok := n.spawn(func() {
 			ctx := r.Context()
 			var span trace.Span
 			if traced {
-				ctx, span = n.startSpan(extractTrace(ctx, req.Meta), "fero.handle "+req.Verb, trace.SpanKindServer, req.Verb, p)
+				ctx, span = n.startSpan(remoteParent(ctx, parent), "fero.handle", trace.SpanKindServer, req.Verb, p)
 			}
 			reply, err := n.handle(ctx, req)
 			if span != nil {
@@ -552,9 +564,11 @@ func (n *Node) serveRequest(r *transport.Request) {
 	case ok && wr.Hops == 0 && owner != n.id:
 		var finish func(error)
 		if traced {
-			ctx, span := n.startSpan(extractTrace(n.ctx, wr.Meta), "fero.forward "+wr.Verb, trace.SpanKindServer, wr.Verb, p)
-			span.SetAttributes(attribute.String("fero.owner", owner))
-			wr.Meta = withTrace(ctx, wr.Meta) // the owner's span is the forward's child
+			_, span := n.startSpan(remoteParent(n.ctx, wr.Trace), "fero.forward", trace.SpanKindServer, wr.Verb, p)
+			if span.IsRecording() {
+				span.SetAttributes(attribute.String("fero.owner", owner))
+			}
+			wr.Trace = span.SpanContext() // the owner's span is the forward's child
 			finish = func(err error) { endSpan(span, err) }
 		}
 		n.forward(r, owner, &wr, finish)
@@ -654,9 +668,8 @@ func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload
 // on the owner (unset: the owner's commit).
 func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec) ([]byte, error) {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		w.Meta = withTrace(ctx, nil) // the caller's span is the parent of what the nodes trace
-	}
+	// The caller's span, if any, is the parent of what the nodes trace.
+	w.Trace = trace.SpanContextFromContext(ctx)
 	b := w.append(nil)
 	backoff := retryBackoffMin
 	for {

@@ -78,6 +78,7 @@ func FuzzRequestDecode(f *testing.F) {
 			require.Equal(t, wr.Hops, again.Hops)
 			require.Equal(t, wr.Wait, again.Wait)
 			require.Equal(t, wr.Meta, again.Meta)
+			require.Equal(t, wr.Trace, again.Trace)
 		}
 
 		// As an answer to a request.

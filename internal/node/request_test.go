@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
@@ -171,6 +172,54 @@ func TestCloseEndsWaitingHandlers(t *testing.T) {
 	assert.Error(t, <-errc)
 }
 
+// remoteSpan is the remote span context a traceparent names.
+func remoteSpan(t *testing.T, tp string) trace.SpanContext {
+	t.Helper()
+	sc, ok := parseTraceparent([]byte(tp))
+	require.True(t, ok, tp)
+	return sc
+}
+
+func withState(t *testing.T, sc trace.SpanContext, state string) trace.SpanContext {
+	t.Helper()
+	ts, err := trace.ParseTraceState(state)
+	require.NoError(t, err)
+	return sc.WithTraceState(ts)
+}
+
+// TestTraceparent: W3C Trace Context level 1's rules for reading a
+// traceparent, and writing one back.
+func TestTraceparent(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	sc, ok := parseTraceparent([]byte(tp))
+	require.True(t, ok)
+	require.True(t, sc.IsSampled())
+	require.True(t, sc.IsRemote())
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", sc.TraceID().String())
+	require.Equal(t, "b7ad6b7169203331", sc.SpanID().String())
+	require.Equal(t, tp, string(appendTraceparent(nil, sc)))
+	// A later version may append fields; flags other than sampled are not
+	// kept.
+	sc, ok = parseTraceparent([]byte("cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03-what-follows"))
+	require.True(t, ok)
+	require.Equal(t, trace.FlagsSampled, sc.TraceFlags())
+	for _, bad := range []string{
+		"",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0",        // short
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x",     // version 00 with more
+		"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",       // version ff
+		"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",       // upper case
+		"00-00000000000000000000000000000000-b7ad6b7169203331-01",       // zero trace id
+		"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",       // zero span id
+		"00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",       // separator
+		"cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01.later", // later version, bad separator
+	} {
+		_, ok := parseTraceparent([]byte(bad))
+		require.False(t, ok, bad)
+	}
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = parseTraceparent([]byte(tp)) }), "reading a traceparent allocates")
+}
+
 func TestWireRequestRoundTrip(t *testing.T) {
 	for _, w := range []wireRequest{
 		{Verb: VerbUpdate, Key: "users.ada", Payload: []byte{0x81, 0xa1, 'n', 0x01}, Hops: 1},
@@ -178,8 +227,10 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		{Verb: VerbUpdate, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}},
 		{Verb: VerbRemove, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitReplicas, K: 2}},
 		{Verb: VerbAdd, Key: "k", Wait: WaitSpec{Set: true, Kind: partition.WaitNone}},
-		{Verb: "LOGIN", Key: "k", Meta: Meta{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		{Verb: "LOGIN", Key: "k", Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
+		{Verb: "LOGIN", Key: "k", Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")},
 		{Verb: VerbUpdate, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}, Meta: Meta{"a", "", "b", "2"}},
+		{Verb: VerbUpdate, Key: "k", Meta: Meta{"a", "1"}, Trace: withState(t, remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "ro=1,vendor=x")},
 	} {
 		var got wireRequest
 		require.NoError(t, got.decode(w.append(nil)))

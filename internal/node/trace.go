@@ -2,11 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/hex"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -24,39 +24,102 @@ import (
 // TracerName is the instrumentation scope fero's spans are made under.
 const TracerName = "github.com/fero-go/fero"
 
-// traceContext reads and writes W3C traceparent and tracestate.
-var traceContext propagation.TraceContext
+// The W3C trace context's names, and the length of a version-00
+// traceparent: "00-" 32 hex digits "-" 16 hex digits "-" 2 hex digits.
+const (
+	traceparentName = "traceparent"
+	tracestateName  = "tracestate"
+	traceparentLen  = 55
+)
 
-// withTrace returns meta with the trace context of ctx's span, if it has
-// a valid one. (A function of values, not of a *Meta, so that a caller's
-// metadata moves to the heap only when there is a span.)
-func withTrace(ctx context.Context, meta Meta) Meta {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return meta
-	}
-	traceContext.Inject(ctx, &meta)
-	return meta
+// appendTraceparent appends sc as a version-00 traceparent.
+func appendTraceparent(b []byte, sc trace.SpanContext) []byte {
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	return hex.AppendEncode(b, []byte{byte(sc.TraceFlags())})
 }
 
-// extractTrace returns ctx with the remote span context meta carries, if
-// any.
-func extractTrace(ctx context.Context, meta Meta) context.Context {
-	if len(meta) == 0 {
+// parseTraceparent reads a traceparent as W3C Trace Context level 1 says:
+// lower-case hex, version ff refused, a version-00 one exactly 55 bytes,
+// a later version at least that with what follows ignored, and an
+// all-zero trace or span id invalid. It does not allocate. The span
+// context it returns is remote.
+func parseTraceparent(b []byte) (trace.SpanContext, bool) {
+	if len(b) < traceparentLen || b[2] != '-' || b[35] != '-' || b[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	var version, flags [1]byte
+	var tid trace.TraceID
+	var sid trace.SpanID
+	if !lowerHex(b[0:2]) || !lowerHex(b[3:35]) || !lowerHex(b[36:52]) || !lowerHex(b[53:55]) {
+		return trace.SpanContext{}, false
+	}
+	_, _ = hex.Decode(version[:], b[0:2])
+	_, _ = hex.Decode(tid[:], b[3:35])
+	_, _ = hex.Decode(sid[:], b[36:52])
+	_, _ = hex.Decode(flags[:], b[53:55])
+	switch {
+	case version[0] == 0xff:
+		return trace.SpanContext{}, false
+	case version[0] == 0 && len(b) != traceparentLen:
+		return trace.SpanContext{}, false
+	case version[0] > 0 && len(b) > traceparentLen && b[traceparentLen] != '-':
+		return trace.SpanContext{}, false
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
+	})
+	return sc, sc.IsValid()
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// remoteParent returns ctx with sc as its remote parent span, when valid.
+func remoteParent(ctx context.Context, sc trace.SpanContext) context.Context {
+	if !sc.IsValid() {
 		return ctx
 	}
-	return traceContext.Extract(ctx, &meta)
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
 }
 
-// startSpan starts a span named name of kind on this node's tracer, with
-// the request's verb, partition and the resource as attributes. The node
-// must have a tracer.
+// spanKinds are the start options of each span kind, made once: an
+// option built per span, and the slice of options, cost two allocations
+// a span.
+var spanKinds = func() (k [trace.SpanKindConsumer + 1][]trace.SpanStartOption) {
+	for i := range k {
+		k[i] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKind(i))}
+	}
+	return k
+}()
+
+// startSpan starts a span named name (with " " and the verb appended
+// when it is recorded) of kind on this node's tracer, with the request's
+// verb, partition and the resource as attributes when it is recorded: a
+// span the sampler drops costs no name and no attributes. The node must
+// have a tracer.
 func (n *Node) startSpan(ctx context.Context, name string, kind trace.SpanKind, verb string, partition int) (context.Context, trace.Span) {
-	return n.cfg.Tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(
-		attribute.String("fero.resource", n.cfg.Resource),
-		attribute.String("fero.node", n.id),
-		attribute.String("fero.verb", verb),
-		attribute.Int("fero.partition", partition),
-	))
+	ctx, span := n.cfg.Tracer.Start(ctx, name, spanKinds[kind]...)
+	if span.IsRecording() {
+		span.SetName(name + " " + verb)
+		span.SetAttributes(
+			attribute.String("fero.resource", n.cfg.Resource),
+			attribute.String("fero.node", n.id),
+			attribute.String("fero.verb", verb),
+			attribute.Int("fero.partition", partition),
+		)
+	}
+	return ctx, span
 }
 
 // endSpan records err, if any, on span (with its fero error code) and
@@ -72,10 +135,11 @@ func endSpan(span trace.Span, err error) {
 // traceparent returns the W3C traceparent of ctx's span, "" when it has
 // no valid one.
 func traceparent(ctx context.Context) string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return ""
 	}
-	return withTrace(ctx, nil).Get("traceparent")
+	return string(appendTraceparent(make([]byte, 0, traceparentLen), sc))
 }
 
 // Forwarded writes. A server's write to a partition another server owns
@@ -102,9 +166,9 @@ const maxFwdSpans = 4096
 
 // traceForward starts the owner's span for a Forward from from.
 func (n *Node) traceForward(from string, f *partition.Forward) {
-	ctx := extractTrace(n.ctx, Meta{"traceparent", f.Trace})
+	sc, _ := parseTraceparent([]byte(f.Trace))
 	verb := f.Type.String()
-	_, span := n.startSpan(ctx, "fero.handle "+verb, trace.SpanKindServer, verb, int(f.Partition))
+	_, span := n.startSpan(remoteParent(n.ctx, sc), "fero.handle", trace.SpanKindServer, verb, int(f.Partition))
 	span.SetAttributes(attribute.String("fero.from", from))
 	if f.ID == 0 { // nobody waits: no reply will end it
 		span.End()

@@ -359,6 +359,20 @@ func (c *Cursor) Nil() bool {
 	return true
 }
 
+// AppendStrHeader appends the header of a msgpack str of n bytes, which
+// the caller appends next.
+func AppendStrHeader(b []byte, n int) []byte {
+	switch {
+	case n <= 31:
+		return append(b, codeFixStrLow|byte(n))
+	case n <= math.MaxUint8:
+		return append(b, codeStr8, byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, codeStr16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, codeStr32), uint32(n))
+}
+
 // AppendNil appends a msgpack nil.
 func AppendNil(b []byte) []byte { return append(b, codeNil) }
 

@@ -72,10 +72,19 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	return &Remote{peer: p, tracer: cfg.tracer}, nil
 }
 
+// clientSpan is the start options of a Remote's spans, made once.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
 // span starts the span of one call or write when the Remote traces.
 func (c *Remote) span(ctx context.Context, name, verb string) (context.Context, trace.Span) {
-	return c.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("fero.verb", verb), attribute.String("fero.addr", c.peer.Addr())))
+	ctx, span := c.tracer.Start(ctx, name, clientSpan...)
+	if span.IsRecording() {
+		if name != "fero.get" {
+			span.SetName(name + " " + verb)
+		}
+		span.SetAttributes(attribute.String("fero.verb", verb), attribute.String("fero.addr", c.peer.Addr()))
+	}
+	return ctx, span
 }
 
 // callNode sends one request, as a span when the Remote traces.
@@ -103,7 +112,7 @@ func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any)
 	if err != nil {
 		return err
 	}
-	out, err := c.callNode(ctx, "fero.call "+verb, verb, key, b, node.WaitSpec{})
+	out, err := c.callNode(ctx, "fero.call", verb, key, b, node.WaitSpec{})
 	if err != nil || reply == nil || len(out) == 0 {
 		return err
 	}
@@ -157,7 +166,7 @@ func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []
 	if err != nil {
 		return err
 	}
-	_, err = c.callNode(ctx, "fero.write "+verb, verb, key, b, spec)
+	_, err = c.callNode(ctx, "fero.write", verb, key, b, spec)
 	return err
 }
 
