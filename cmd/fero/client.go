@@ -24,12 +24,14 @@ type remoteFlags struct {
 	timeout    time.Duration
 	tokenFile  string
 	secretFile string
+	tls        tlsFlags
 }
 
 func (f *remoteFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "addr", os.Getenv("FERO_ADDR"), "data address of any node (default $FERO_ADDR)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "give up after this long")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", os.Getenv("FERO_TOKEN_FILE"), "file whose first line is a client token, for a node that takes tokens (default $FERO_TOKEN_FILE)")
+	f.tls.register(cmd.Flags(), false)
 	cmd.Flags().StringVar(&f.secretFile, "cluster-secret-file", os.Getenv("FERO_CLUSTER_SECRET_FILE"), "the cluster's secret file, for a node with one: an operator's credential, which forget needs (default $FERO_CLUSTER_SECRET_FILE)")
 }
 
@@ -50,6 +52,11 @@ func (f *remoteFlags) dial(ctx context.Context) (*fero.Remote, error) {
 			return nil, err
 		}
 		opts = append(opts, fero.WithClusterSecret(secrets...))
+	}
+	if cfg, err := f.tls.config(false); err != nil {
+		return nil, err
+	} else if cfg != nil {
+		opts = append(opts, fero.WithTLS(cfg))
 	}
 	rc, err := fero.Dial(ctx, f.addr, opts...)
 	if err != nil {

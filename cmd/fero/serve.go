@@ -61,6 +61,7 @@ type serveFlags struct {
 	secretFile   string
 	tokenFile    string
 	insecure     bool
+	tls          tlsFlags
 	dataDir      string
 	inMemory     bool
 	fsync        string
@@ -120,7 +121,13 @@ it, every node proves on each connection that it knows a secret of the
 file, and gossip is encrypted with a key derived from the first secret.
 To rotate a secret without downtime, rewrite every node's file and send it
 SIGHUP three times over, each round done on every node before the next:
-"old, new", then "new, old", then "new" (docs/security.md).`,
+"old, new", then "new, old", then "new" (docs/security.md).
+
+With --tls-cert, --tls-key and --tls-ca the data plane runs over TLS 1.3:
+every connection, between nodes and from clients, is encrypted, and each
+node's certificate must chain to the CA (host names are not checked: the
+cluster secret says which node is which). Gossip is encrypted by the
+cluster secret.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd, args[0], &f)
@@ -129,6 +136,7 @@ SIGHUP three times over, each round done on every node before the next:
 	fl := cmd.Flags()
 	fl.StringVar(&f.secretFile, "cluster-secret-file", "", "file of cluster secrets, one per line (the first proves this node, any is accepted); SIGHUP re-reads it; make one with `fero secret`")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file of client tokens this node accepts, one per line (fero put/get/status/tail --token-file); SIGHUP re-reads it")
+	f.tls.register(fl, true)
 	fl.BoolVar(&f.insecure, "insecure", false, "serve beyond loopback without a cluster secret: anyone who reaches the ports can pose as a peer")
 	fl.StringVar(&f.id, "id", "", "node ID (default: the data dir's, or random)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "keep this server's partitions in DIR and load them at start (default: fero-data/RESOURCE/ID with --id, else the first of fero-data/RESOURCE/0, 1, ... no other server holds)")
@@ -291,6 +299,11 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 			return fmt.Errorf("--token-file: %w", err)
 		}
 		opts = append(opts, fero.WithClientTokens(tokens...))
+	}
+	if cfg, err := f.tls.config(true); err != nil {
+		return err
+	} else if cfg != nil {
+		opts = append(opts, fero.WithTLS(cfg))
 	}
 	if f.pprof != "" {
 		stop, err := servePprof(f.pprof)

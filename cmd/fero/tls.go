@@ -1,0 +1,101 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+)
+
+// tlsFlags are the data plane's TLS files (docs/security.md, "TLS"):
+// serve's certificate and key, and the CA that signed every node's
+// certificate; a command that talks to a node takes the CA, and a client
+// certificate if the operator has one.
+type tlsFlags struct {
+	cert, key, ca string
+}
+
+func (f *tlsFlags) register(fl *pflag.FlagSet, server bool) {
+	if server {
+		fl.StringVar(&f.cert, "tls-cert", "", "serve the data plane over TLS with this certificate (PEM); with --tls-key and --tls-ca")
+		fl.StringVar(&f.key, "tls-key", "", "the private key of --tls-cert (PEM)")
+		fl.StringVar(&f.ca, "tls-ca", "", "the CA (PEM) that signed every node's certificate: peers' certificates, and clients' when they give one, must chain to it")
+		return
+	}
+	fl.StringVar(&f.ca, "tls-ca", os.Getenv("FERO_TLS_CA"), "talk TLS to the node, whose certificate must chain to this CA (PEM) (default $FERO_TLS_CA)")
+	fl.StringVar(&f.cert, "tls-cert", os.Getenv("FERO_TLS_CERT"), "a client certificate (PEM) to present, with --tls-key (default $FERO_TLS_CERT)")
+	fl.StringVar(&f.key, "tls-key", os.Getenv("FERO_TLS_KEY"), "the private key of --tls-cert (default $FERO_TLS_KEY)")
+}
+
+// config returns the TLS configuration the flags give, nil for none.
+//
+// Certificates are checked against the CA alone, not against a host
+// name: nodes dial each other by IP address, which changes (a pod's), and
+// which node is which is proved by the cluster secret (docs/security.md).
+// TLS here keeps the bytes private and proves that each end holds a
+// certificate of the cluster's CA.
+func (f *tlsFlags) config(server bool) (*tls.Config, error) {
+	if f.cert == "" && f.key == "" && f.ca == "" {
+		return nil, nil
+	}
+	switch {
+	case server && (f.cert == "" || f.key == "" || f.ca == ""):
+		return nil, errors.New("--tls-cert, --tls-key and --tls-ca go together: a node serves with its certificate and checks its peers' against the CA")
+	case !server && f.ca == "":
+		return nil, errors.New("--tls-ca is needed to talk TLS: the node's certificate is checked against it")
+	case (f.cert == "") != (f.key == ""):
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	pem, err := os.ReadFile(f.ca)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", f.ca)
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		RootCAs:    pool,
+		// The chain is checked in VerifyConnection, against the CA and not
+		// a host name; the standard check, which wants the name, is off.
+		InsecureSkipVerify: true, //nolint:gosec // verified below
+		// A client may give a certificate or not (a token proves it); one
+		// it gives must chain to the CA.
+		ClientAuth: tls.RequestClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyChain(cs, pool)
+		},
+	}
+	if f.cert != "" {
+		cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// verifyChain checks that the other end's certificate, if it gave one,
+// chains to pool. A server always gives one (TLS 1.3 without a pre-shared
+// key); a client may not.
+func verifyChain(cs tls.ConnectionState, pool *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	})
+	if err != nil {
+		return fmt.Errorf("fero: the certificate of the other end does not chain to --tls-ca: %w", err)
+	}
+	return nil
+}
