@@ -125,13 +125,17 @@ func TestKubernetesManifests(t *testing.T) {
 	require.Len(t, ss.Spec.VolumeClaimTemplates, 1)
 	claim := ss.Spec.VolumeClaimTemplates[0].Name
 	require.Equal(t, flag("data-dir"), mounts[claim], "--data-dir is the claimed volume")
-	secretVolume := ""
+	// Each file a flag names is in a mounted Secret volume.
+	secretMounts := map[string]string{} // mount path → the Secret's name
 	for _, v := range ss.Spec.Template.Spec.Volumes {
-		if v.Secret != nil {
-			secretVolume = v.Name
+		if v.Secret != nil && mounts[v.Name] != "" {
+			secretMounts[mounts[v.Name]] = v.Secret.SecretName
 		}
 	}
-	require.Equal(t, path.Dir(flag("cluster-secret-file")), mounts[secretVolume], "the secret file is in the mounted Secret")
+	for _, f := range []string{"cluster-secret-file", "tls-cert", "tls-key", "tls-ca"} {
+		require.NotEmpty(t, flag(f), "--%s", f)
+		require.NotEmpty(t, secretMounts[path.Dir(flag(f))], "--%s %s is in a mounted Secret", f, flag(f))
+	}
 
 	replicas := int(*ss.Spec.Replicas)
 	pdb := pdbs[0]
