@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -168,7 +169,19 @@ type wireRequest struct {
 	// "traceparent" (and "tracestate") pairs, written and read without
 	// allocating (trace.go); the zero SpanContext carries none.
 	Trace trace.SpanContext
+	// Timeout is what was left of the caller's deadline when the request
+	// left, carried as the pair "fero-timeout" in microseconds (0: no
+	// deadline). A duration, not a time, so that the two clocks need not
+	// agree: the owner's handler gets a deadline that long from when the
+	// request arrived.
+	Timeout time.Duration
 }
+
+// timeoutName is the metadata name of a request's timeout.
+const timeoutName = "fero-timeout"
+
+// maxTimeout bounds a request's timeout as read (a year).
+const maxTimeout = 365 * 24 * time.Hour
 
 // Meta is a request's metadata: names and values, alternating. Names are
 // lower case by convention (W3C and HTTP/2 header names).
@@ -202,6 +215,9 @@ func (w *wireRequest) append(b []byte) []byte {
 		b = make([]byte, 0, n+20)
 	}
 	metaLen := len(w.Meta)
+	if w.Timeout > 0 {
+		metaLen += 2
+	}
 	var state string
 	if w.Trace.IsValid() {
 		metaLen += 2
@@ -233,6 +249,12 @@ func (w *wireRequest) append(b []byte) []byte {
 	}
 	if n == 7 {
 		b = wire.AppendArrayHeader(b, metaLen)
+		if w.Timeout > 0 {
+			var digits [20]byte
+			d := strconv.AppendInt(digits[:0], max(int64(w.Timeout/time.Microsecond), 1), 10)
+			b = wire.AppendStr(b, timeoutName)
+			b = append(wire.AppendStrHeader(b, len(d)), d...)
+		}
 		if w.Trace.IsValid() {
 			b = wire.AppendStr(b, traceparentName)
 			b = appendTraceparent(wire.AppendStrHeader(b, traceparentLen), w.Trace)
@@ -265,6 +287,7 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Wait = WaitSpec{}
 	w.Meta = nil
 	w.Trace = trace.SpanContext{}
+	w.Timeout = 0
 	if n >= 6 {
 		if c.Nil() { // no wait level: k is nil too
 			if !c.Nil() {
@@ -299,6 +322,12 @@ func (w *wireRequest) decode(b []byte) error {
 				w.Trace, _ = parseTraceparent(value)
 			case tracestateName:
 				state = value
+			case timeoutName:
+				us, ok := parseMicros(value)
+				if !ok {
+					c.Fail("request: %s %q is not a count of microseconds", timeoutName, value)
+				}
+				w.Timeout = min(time.Duration(us)*time.Microsecond, maxTimeout)
 			default:
 				w.Meta = append(w.Meta, string(name), string(value))
 			}
@@ -310,6 +339,45 @@ func (w *wireRequest) decode(b []byte) error {
 		}
 	}
 	return c.End()
+}
+
+// deadlineSlack is how close to its deadline a request whose caller went
+// away is left to reach the deadline rather than be cancelled: the
+// caller's cancel, sent as its own deadline passed, arrives about when
+// the owner's copy of the deadline does.
+const deadlineSlack = 50 * time.Millisecond
+
+// handlerDeadline returns the context a handler runs in for a request
+// that carried its caller's deadline: it ends at deadline, as a local
+// caller's context would, with DeadlineExceeded. It also ends when the
+// request's context rc does (the caller cancelled, or its connection
+// closed), with Canceled, unless that happens within deadlineSlack of the
+// deadline: then the caller gave up because of its deadline, and the
+// handler sees the deadline. stop releases it.
+func handlerDeadline(rc context.Context, deadline time.Time) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(rc), deadline)
+	unhook := context.AfterFunc(rc, func() {
+		if time.Until(deadline) > deadlineSlack {
+			cancel()
+		}
+	})
+	return ctx, func() { unhook(); cancel() }
+}
+
+// parseMicros reads a positive decimal count of microseconds of at most
+// 15 digits (31 years), without allocating.
+func parseMicros(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, n > 0
 }
 
 // builtinVerb returns the built-in verb spelled by b, or "".
@@ -387,6 +455,11 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			putRequestBuf(bp, wbuf)
 		}
 	}()
+	// A deadline goes with the request as what is left of it, counted
+	// again at each attempt (a one-way request's caller waits for nothing:
+	// its deadline stays here).
+	deadline, hasDeadline := ctx.Deadline()
+	hasDeadline = hasDeadline && !oneway
 	backoff := retryBackoffMin
 	for {
 		owner, ok := n.ownerOf(req.Partition)
@@ -406,9 +479,17 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			}
 			return n.handle(ctx, req)
 		default:
-			if bp == nil {
-				bp = requestBufs.Get().(*[]byte)
-				wbuf = (&wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc}).append((*bp)[:0])
+			if bp == nil || hasDeadline {
+				if bp == nil {
+					bp = requestBufs.Get().(*[]byte)
+				}
+				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc}
+				if hasDeadline {
+					if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+						return nil, context.DeadlineExceeded
+					}
+				}
+				wbuf = w.append((*bp)[:0])
 			}
 			c, err := n.connTo(ctx, owner)
 			if err != nil {
@@ -489,6 +570,12 @@ func (n *Node) serveRequest(r *transport.Request) {
 	p := n.store.PartitionOf(wr.Key)
 	owner, ok := n.ownerOf(p)
 	oneway := r.Mode() == transport.ModeSend
+	// The caller's deadline, as what was left of it when it sent the
+	// request, from now.
+	var deadline time.Time
+	if wr.Timeout > 0 {
+		deadline = time.Now().Add(wr.Timeout)
+	}
 	// With a tracer, the owner's handling and a forward are spans, children
 	// of the caller's span when the request carries its context. (Each
 	// case has its own span variable, assigned before any closure takes
@@ -505,11 +592,20 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if traced {
 			ctx, span = n.startSpan(remoteParent(ctx, wr.Trace), "fero.handle", trace.SpanKindServer, wr.Verb, p)
 		}
+		var cancel context.CancelFunc
+		if !deadline.IsZero() {
+			// The write commits before the caller's deadline or not at all
+			// (rule 1).
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
 		if !n.builtinAsync(ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
+			if cancel != nil {
+				cancel()
+			}
 			if span != nil {
 				endSpan(span, err)
 			}
@@ -527,6 +623,9 @@ func (n *Node) serveRequest(r *transport.Request) {
 				n.spawn(func() { _ = r.Reply(b) })
 			}
 		}) {
+			if cancel != nil {
+				cancel()
+			}
 			if span != nil {
 				endSpan(span, ErrClosed)
 			}
@@ -541,6 +640,11 @@ func (n *Node) serveRequest(r *transport.Request) {
 		parent := wr.Trace
 		ok := n.spawn(func() {
 			ctx := r.Context()
+			if !deadline.IsZero() {
+				var stop func()
+				ctx, stop = handlerDeadline(ctx, deadline)
+				defer stop()
+			}
 			var span trace.Span
 			if traced {
 				ctx, span = n.startSpan(remoteParent(ctx, parent), "fero.handle", trace.SpanKindServer, req.Verb, p)
@@ -562,6 +666,12 @@ func (n *Node) serveRequest(r *transport.Request) {
 			_ = r.Fail(ErrClosed)
 		}
 	case ok && wr.Hops == 0 && owner != n.id:
+		if !deadline.IsZero() {
+			if wr.Timeout = time.Until(deadline); wr.Timeout <= 0 {
+				_ = r.Fail(context.DeadlineExceeded)
+				return
+			}
+		}
 		var finish func(error)
 		if traced {
 			_, span := n.startSpan(remoteParent(n.ctx, wr.Trace), "fero.forward", trace.SpanKindServer, wr.Verb, p)
@@ -670,9 +780,18 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
-	b := w.append(nil)
+	deadline, hasDeadline := ctx.Deadline()
+	var b []byte
 	backoff := retryBackoffMin
 	for {
+		if b == nil || hasDeadline {
+			if hasDeadline {
+				if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+					return nil, context.DeadlineExceeded
+				}
+			}
+			b = w.append(b[:0])
+		}
 		reply, retry, err := callOnce(ctx, c, b)
 		if !retry {
 			return reply, err

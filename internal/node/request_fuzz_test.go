@@ -79,6 +79,7 @@ func FuzzRequestDecode(f *testing.F) {
 			require.Equal(t, wr.Wait, again.Wait)
 			require.Equal(t, wr.Meta, again.Meta)
 			require.Equal(t, wr.Trace, again.Trace)
+			require.Equal(t, wr.Timeout, again.Timeout)
 		}
 
 		// As an answer to a request.

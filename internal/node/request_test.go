@@ -230,6 +230,8 @@ func TestWireRequestRoundTrip(t *testing.T) {
 		{Verb: "LOGIN", Key: "k", Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
 		{Verb: "LOGIN", Key: "k", Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")},
 		{Verb: VerbUpdate, Key: "k", Hops: 1, Wait: WaitSpec{Set: true, Kind: partition.WaitMajority}, Meta: Meta{"a", "", "b", "2"}},
+		{Verb: "WAIT", Key: "k", Timeout: 1500 * time.Millisecond},
+		{Verb: "WAIT", Key: "k", Timeout: time.Microsecond, Wait: WaitSpec{Set: true, Kind: partition.WaitAck}, Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
 		{Verb: VerbUpdate, Key: "k", Meta: Meta{"a", "1"}, Trace: withState(t, remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "ro=1,vendor=x")},
 	} {
 		var got wireRequest
