@@ -73,7 +73,10 @@ func parseTraceparent(b []byte) (trace.SpanContext, bool) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
 	})
-	return sc, sc.IsValid()
+	if !sc.IsValid() { // an all-zero trace or span id
+		return trace.SpanContext{}, false
+	}
+	return sc, true
 }
 
 func lowerHex(b []byte) bool {
