@@ -95,9 +95,11 @@ The declaration:
 
 Each method is func(context.Context, *Request) (*Reply, error) or
 func(context.Context, *Request) error, where Request and Reply are exported
-named structs (of this package or an imported one) that msgpack encodes.
-Verbs are letters, digits and _ . : / -, and not one of fero's own (ADD,
-UPDATE, REMOVE, GET).
+named structs (of this package or an imported one) that msgpack encodes
+and decodes: no interface with methods in them, but any and error. The key
+field may be promoted from an embedded struct. Verbs are ASCII letters,
+digits and _ . : / -, and not one of fero's own (ADD, UPDATE, REMOVE, GET);
+docs/ferogen.md gives the exact rule that makes a verb of a method name.
 
 With the defaults, a declaration package users in dir gets:
 
@@ -105,7 +107,9 @@ With the defaults, a declaration package users in dir gets:
 	dir/usersimpl/users_impl.go    the stub: written once, yours to edit
 
 A bad declaration is reported as file:line:col: message, one line per
-problem, and ferogen exits with status 1.`
+problem, and ferogen exits with status 1. File names are relative to the
+current directory, or absolute when go generate runs ferogen (in the
+package's directory, not yours).`
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	var opt ferogen.Options
@@ -154,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var usage usageError
 	switch {
 	case errors.As(err, &list):
-		fmt.Fprintln(stderr, list.Relative(cwd()))
+		fmt.Fprintln(stderr, relative(list))
 	case errors.As(err, &usage):
 		fmt.Fprintf(stderr, "ferogen: %v\n%s", err, cmd.UsageString())
 		return exitUsage
@@ -177,24 +181,37 @@ func generate(ctx context.Context, dir string, opt ferogen.Options, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	wd := cwd()
 	if out.Stub != nil && len(res.Wrote) > 0 && res.Wrote[len(res.Wrote)-1] == out.Stub.Path {
-		fmt.Fprintf(stderr, "ferogen: wrote the stub %s: implement it there, ferogen will not write it again\n", rel(wd, out.Stub.Path))
+		stub := out.Stub.Path
+		if dir := messageDir(); dir != "" {
+			if r, err := filepath.Rel(dir, stub); err == nil && len(r) < len(stub) {
+				stub = r
+			}
+		}
+		fmt.Fprintf(stderr, "ferogen: wrote the stub %s: implement it there, ferogen will not write it again\n", stub)
 	}
 	if len(res.Notes) > 0 {
-		fmt.Fprintln(stderr, res.Notes.Relative(wd))
+		fmt.Fprintln(stderr, relative(res.Notes))
 	}
 	return nil
 }
 
-func cwd() string {
+// messageDir is the directory the file names in messages are relative
+// to, where that makes them shorter: the current directory, as go vet
+// prints them. go generate runs ferogen in the package's directory and
+// does not say where it was run itself, so then messageDir is "", and the
+// names are absolute, which hold from anywhere.
+func messageDir() string {
+	if os.Getenv("GOFILE") != "" && os.Getenv("GOPACKAGE") != "" {
+		return ""
+	}
 	wd, _ := os.Getwd()
 	return wd
 }
 
-func rel(base, path string) string {
-	if r, err := filepath.Rel(base, path); err == nil {
-		return r
+func relative(l ferogen.ErrorList) ferogen.ErrorList {
+	if dir := messageDir(); dir != "" {
+		return l.Relative(dir)
 	}
-	return path
+	return l
 }

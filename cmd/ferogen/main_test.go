@@ -131,3 +131,29 @@ func read(t *testing.T, path string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestErrorPaths: file names in errors are relative to the current
+// directory when that is where the user ran ferogen, as go vet prints
+// them, and absolute when go generate runs it: go generate runs it in the
+// package's directory, not the user's.
+func TestErrorPaths(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	const pkg = "internal/ferogen/testdata/bad/unsupported"
+	const line = "decl.go:15:2: unsupported type: key field IntKey.ID is int"
+
+	t.Run("ferogen", func(t *testing.T) {
+		t.Chdir(root)
+		code, _, errOut := runFerogen(t, "./"+pkg)
+		assert.Equal(t, exitFailure, code)
+		assert.Contains(t, "\n"+errOut, "\n"+pkg+"/"+line)
+	})
+	t.Run("go generate", func(t *testing.T) {
+		t.Chdir(filepath.Join(root, pkg))
+		t.Setenv("GOFILE", "decl.go")
+		t.Setenv("GOPACKAGE", "unsupported")
+		code, _, errOut := runFerogen(t)
+		assert.Equal(t, exitFailure, code)
+		assert.Contains(t, "\n"+errOut, "\n"+filepath.Join(root, pkg, line))
+	})
+}

@@ -16,18 +16,23 @@
 //
 // A method is func(context.Context, *Req) (*Reply, error) or
 // func(context.Context, *Req) error, with Req and Reply exported named
-// structs that msgpack encodes (no channel, function, complex or
-// unsafe.Pointer among their encoded fields). Exactly one field of Req,
-// a string or a named string type, is tagged `fero:"key"`: the request
-// goes to the owner of that key's partition. The verb is the method's name
-// in upper case with words separated by '_' (VerbOf), or the directive
-// //fero:verb <VERB> in the method's doc comment; it may not be one of
-// fero's built-in verbs. Any other //fero: comment is an error, so that a
-// typo does not go unnoticed.
+// structs that msgpack encodes and decodes (no channel, function, complex,
+// unsafe.Pointer or interface with methods among their encoded fields).
+// Exactly one field of Req, a string or a named string type, is tagged
+// `fero:"key"`, in Req or in a struct it embeds (the shallowest tagged
+// field counts, as Go's selectors pick it): the request goes to the owner
+// of that key's partition. The verb is the method's name in upper case
+// with words separated by '_' (VerbOf, a rule frozen for the wire's
+// sake), or the directive //fero:verb <VERB> in the method's doc comment;
+// it is ASCII, and may not be one of fero's built-in verbs. Any other
+// //fero: comment is an error, and so is "// fero:" with a space, so that
+// a typo does not go unnoticed. An alias is not a resource: the directive
+// marks an interface's own declaration.
 //
 // Load reads declarations with golang.org/x/tools/go/packages, types
-// resolved and positions kept. A bad declaration is an ErrorList, one
-// "file:line:col: message" per problem.
+// resolved and positions kept, and the import graph, with a second, light
+// call. A bad declaration is an ErrorList, one "file:line:col: message"
+// per problem.
 //
 // # Output
 //
@@ -42,6 +47,10 @@
 // fero.SupportPackageIsVersion1, so that it stops compiling against a
 // pkg/fero it was not made for. The stub (DefaultStub) is a starting
 // implementation that embeds Unimplemented<Iface>.
+//
+// Generate refuses output that would not build: a generated package the
+// declarations could not import, an import the go command's rule for
+// internal directories forbids, or an import cycle.
 //
 // Output is deterministic: the same declarations give the same bytes,
 // formatted with go/format. Write replaces the generated file when it

@@ -173,18 +173,75 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
+// TestVerbOf: verbs go on the wire, so a method's verb may never change;
+// docs/ferogen.md states the rule these cases follow.
 func TestVerbOf(t *testing.T) {
-	for method, verb := range map[string]string{
-		"Login":         "LOGIN",
-		"ResetPassword": "RESET_PASSWORD",
-		"GetURL":        "GET_URL",
-		"HTTPProxy":     "HTTP_PROXY",
-		"URL":           "URL",
-		"V2Login":       "V2_LOGIN",
-		"Login2":        "LOGIN2",
-		"ÜberCount":     "ÜBER_COUNT",
+	for _, c := range []struct{ method, verb string }{
+		// Ordinary words.
+		{"Login", "LOGIN"},
+		{"GetUser", "GET_USER"},
+		{"ResetPassword", "RESET_PASSWORD"},
+		{"AddItem", "ADD_ITEM"},
+		{"A", "A"},
+		{"ABTest", "AB_TEST"},
+		{"login", "LOGIN"},
+		{"lowerCamel", "LOWER_CAMEL"},
+		// Upper-case runs: the last capital before lower case starts a word.
+		{"URL", "URL"},
+		{"GetURL", "GET_URL"},
+		{"HTTPProxy", "HTTP_PROXY"},
+		{"UserID", "USER_ID"},
+		{"SetHTTPHeader", "SET_HTTP_HEADER"},
+		{"XMLHTTPRequest", "XML_HTTP_REQUEST"},
+		{"ServeHTTP", "SERVE_HTTP"},
+		{"NewHTTPSServer", "NEW_HTTPS_SERVER"},
+		{"PDFExport", "PDF_EXPORT"},
+		{"ExportPDF", "EXPORT_PDF"},
+		// Runs of known initialisms split into them; other runs stay whole.
+		{"MyHTTPAPI", "MY_HTTP_API"},
+		{"HTTPAPIServer", "HTTP_API_SERVER"},
+		{"JSONRPC", "JSON_RPC"},
+		{"HTTPSURL", "HTTPS_URL"},
+		{"CPUID", "CPU_ID"},
+		{"IDURL", "ID_URL"},
+		{"GetPDFURL", "GET_PDFURL"},
+		{"ABC", "ABC"},
+		// The plural s of an upper-case run.
+		{"IDs", "IDS"},
+		{"GetURLs", "GET_URLS"},
+		{"IDsByName", "IDS_BY_NAME"},
+		{"UserIDs", "USER_IDS"},
+		{"ListAPIs", "LIST_APIS"},
+		{"MyHTTPAPIs", "MY_HTTP_APIS"},
+		{"GetPDFs", "GET_PDFS"},
+		{"CPUs2", "CPUS2"},
+		{"As", "AS"},
+		{"IsOK", "IS_OK"},
+		{"URLsort", "UR_LSORT"},
+		// Digits end the word they follow.
+		{"Login2", "LOGIN2"},
+		{"V2Login", "V2_LOGIN"},
+		{"OAuth2Token", "OAUTH2_TOKEN"},
+		{"Base64Encode", "BASE64_ENCODE"},
+		{"UTF8String", "UTF8_STRING"},
+		{"HTTP2Push", "HTTP2_PUSH"},
+		{"S3Bucket", "S3_BUCKET"},
+		{"Sha256", "SHA256"},
+		// The words written in mixed case.
+		{"OAuth", "OAUTH"},
+		{"GetOAuthToken", "GET_OAUTH_TOKEN"},
+		{"IPv4Address", "IPV4_ADDRESS"},
+		{"LookupIPv6", "LOOKUP_IPV6"},
+		{"OAuthor", "O_AUTHOR"},
+		// An underscore is kept, and ends a word.
+		{"Get_User", "GET_USER"},
+		{"Get__User", "GET__USER"},
+		{"HTTP_Proxy", "HTTP_PROXY"},
+		{"Get_2FA", "GET_2FA"},
+		// Not ASCII: kept as they are; the reader refuses such a verb.
+		{"ÜberCount", "ÜBER_COUNT"},
 	} {
-		assert.Equal(t, verb, VerbOf(method), method)
+		assert.Equal(t, c.verb, VerbOf(c.method), c.method)
 	}
 }
 
@@ -318,4 +375,84 @@ func TestLoadErrors(t *testing.T) {
 	assert.ErrorContains(t, pkgs[0].Err, "no Go files in")
 	assert.ErrorContains(t, pkgs[1].Err, "no interface in package basicfero is marked //fero:resource")
 	assert.ErrorContains(t, pkgs[2].Err, "testdata/nowhere: not a directory")
+}
+
+// TestOutputMustBuild: ferogen refuses, before it writes anything, output
+// that would not build: a package the Go rules for internal directories
+// keep from an import it needs, or an import cycle.
+func TestOutputMustBuild(t *testing.T) {
+	mod := t.TempDir()
+	writeFiles(t, mod, map[string]string{
+		"go.mod": "module example.com/shop\n\ngo 1.26\n",
+		"users/users.go": `package users
+
+import (
+	"context"
+
+	"example.com/shop/model"
+	"example.com/shop/users/api"
+	"example.com/shop/util"
+)
+
+//fero:resource users
+type Users interface {
+	Login(ctx context.Context, req *api.LoginRequest) (*model.Session, error)
+}
+
+var _ = util.Zero
+`,
+		"users/api/api.go":     "package api\n\ntype LoginRequest struct {\n\tEmail string `fero:\"key\"`\n}\n",
+		"model/model.go":       "package model\n\ntype Session struct {\n\tToken string\n}\n",
+		"util/util.go":         "package util\n\nimport \"example.com/shop/shared\"\n\nvar Zero shared.Token\n",
+		"shared/shared.go":     "package shared\n\ntype Token string\n",
+		"a/internal/decl/d.go": "package decl\n\nimport \"context\"\n\n//fero:resource things\ntype Things interface {\n\tPut(ctx context.Context, req *Request) error\n}\n\ntype Request struct {\n\tKey string `fero:\"key\"`\n}\n",
+	})
+	pkgs, err := Load(testContext(t), filepath.Join(mod, "users"), filepath.Join(mod, "a/internal/decl"))
+	require.NoError(t, err)
+	users, decl := pkgs[0], pkgs[1]
+	require.NoError(t, users.Err)
+	require.NoError(t, decl.Err)
+	for _, c := range []struct {
+		p   *Package
+		opt Options
+		err string // "" for none
+	}{
+		{users, Options{}, ""},
+		{users, Options{Out: "internal/usersfero"}, ""},
+		{decl, Options{Out: "gen", Stub: "../../impl/impl.go"}, ""},
+		// The declarations could not import the generated package.
+		{users, Options{Out: "../server/internal/usersfero", NoStub: true},
+			"the generated package example.com/shop/server/internal/usersfero is internal to example.com/shop/server: " +
+				"the declaration package example.com/shop/users, and the code that uses it, could not import it"},
+		// The generated package could not import the declarations.
+		{decl, Options{Out: "../../../b/gen", NoStub: true},
+			"the generated package example.com/shop/b/gen could not import example.com/shop/a/internal/decl, which is internal to example.com/shop/a"},
+		// The stub could not import the generated package.
+		{users, Options{Out: "internal/usersfero", Stub: "../cmd/server/impl.go"},
+			"the stub's package example.com/shop/cmd/server could not import example.com/shop/users/internal/usersfero, which is internal to example.com/shop/users"},
+		// Cycles: the declarations import the package, directly or not.
+		{users, Options{Out: "api", NoStub: true},
+			"import cycle: the generated package example.com/shop/users/api would import example.com/shop/users, which imports it"},
+		{users, Options{Out: "../shared", NoStub: true},
+			"import cycle: the generated package example.com/shop/shared would import example.com/shop/users, which imports it (through example.com/shop/util)"},
+		{users, Options{Stub: "../model/impl.go"},
+			"import cycle: the stub's package example.com/shop/model would import example.com/shop/users, which imports it"},
+	} {
+		_, err := Generate(c.p, c.opt)
+		if c.err == "" {
+			assert.NoError(t, err, "%+v", c.opt)
+		} else if assert.Error(t, err, "%+v", c.opt) {
+			assert.Contains(t, err.Error(), c.err, "%+v", c.opt)
+		}
+	}
+}
+
+// writeFiles writes files, by path relative to dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	}
 }

@@ -3,10 +3,12 @@ package ferogen
 import (
 	"bytes"
 	"embed"
+	"errors"
 	"fmt"
 	"go/format"
 	"go/token"
 	"go/types"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,8 +38,10 @@ const (
 // declaration package's directory, and {pkg} stands for its name.
 type Options struct {
 	// Out is the generated package's directory (default DefaultOut). It
-	// must be another package than the declarations': the generated code
-	// imports them.
+	// must be another package than the declarations', and not one they
+	// depend on: the generated code imports them. The declarations must be
+	// able to import it, by the go command's rule for internal
+	// directories, as the code that uses them does.
 	Out string
 	// Stub is the stub implementation's file (default DefaultStub), in a
 	// package of its own too: the stub embeds generated types.
@@ -89,12 +93,19 @@ func Generate(p *Package, opt Options) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
+	if parent, ok := internalParent(outPath); ok && !hasPathPrefix(p.Path, parent) {
+		return nil, fmt.Errorf("ferogen: the generated package %s is internal to %s: the declaration package %s, and the code that uses it, could not import it", outPath, parent, p.Path)
+	}
 	gen := &genFile{decl: p, name: dirPackageName(outDir), path: outPath}
 	if err := gen.checkNames(); err != nil {
 		return nil, err
 	}
 	out := &Output{}
-	if out.Generated.Content, err = gen.render(); err != nil {
+	var imports []string
+	if out.Generated.Content, imports, err = gen.render(); err != nil {
+		return nil, err
+	}
+	if err := p.checkBuild("the generated package", outPath, imports); err != nil {
 		return nil, err
 	}
 	out.Generated.Path = filepath.Join(outDir, p.Name+".fero.go")
@@ -115,8 +126,11 @@ func Generate(p *Package, opt Options) (*Output, error) {
 		return nil, err
 	}
 	stub := &stubFile{gen: gen, name: dirPackageName(filepath.Dir(stubPath)), path: stubPkg}
-	content, err := stub.render()
+	content, imports, err := stub.render()
 	if err != nil {
+		return nil, err
+	}
+	if err := p.checkBuild("the stub's package", stubPkg, imports); err != nil {
 		return nil, err
 	}
 	out.Stub = &File{Path: stubPath, Content: content}
@@ -143,6 +157,71 @@ func (p *Package) importPath(dir string) (string, error) {
 		return p.ModulePath, nil
 	}
 	return p.ModulePath + "/" + filepath.ToSlash(rel), nil
+}
+
+// checkBuild returns why the package at path, which ferogen names what,
+// would not build with imports: the go command's rule for internal
+// directories forbids one, or one depends on the package, a cycle.
+func (p *Package) checkBuild(what, path string, imports []string) error {
+	for _, imp := range imports {
+		if parent, ok := internalParent(imp); ok && !hasPathPrefix(path, parent) {
+			return fmt.Errorf("ferogen: %s %s could not import %s, which is internal to %s", what, path, imp, parent)
+		}
+	}
+	for _, imp := range imports {
+		if via, ok := p.dependsOn(imp, path); ok {
+			msg := fmt.Sprintf("ferogen: import cycle: %s %s would import %s, which imports it", what, path, imp)
+			if len(via) > 0 {
+				msg += " (through " + strings.Join(via, ", ") + ")"
+			}
+			return errors.New(msg)
+		}
+	}
+	return nil
+}
+
+// dependsOn reports whether package from imports package to, directly or
+// through the packages via (the shortest such chain), as far as the
+// declaration package's import graph tells.
+func (p *Package) dependsOn(from, to string) (via []string, ok bool) {
+	prev := map[string]string{from: ""}
+	for queue := []string{from}; len(queue) > 0; queue = queue[1:] {
+		for _, next := range p.imports[queue[0]] {
+			if _, seen := prev[next]; seen {
+				continue
+			}
+			prev[next] = queue[0]
+			if next == to {
+				for at := queue[0]; at != from; at = prev[at] {
+					via = append(via, at)
+				}
+				slices.Reverse(via)
+				return via, true
+			}
+			queue = append(queue, next)
+		}
+	}
+	return nil, false
+}
+
+// internalParent returns the path an import path is internal to, by the
+// go command's rule: the parent of its last "internal" element. Only
+// packages within that tree may import it.
+func internalParent(path string) (string, bool) {
+	switch {
+	case strings.HasSuffix(path, "/internal"):
+		return strings.TrimSuffix(path, "/internal"), true
+	case strings.Contains(path, "/internal/"):
+		return path[:strings.LastIndex(path, "/internal/")], true
+	case path == "internal" || strings.HasPrefix(path, "internal/"):
+		return "", true
+	}
+	return "", false
+}
+
+// hasPathPrefix reports whether path is prefix, or within it.
+func hasPathPrefix(path, prefix string) bool {
+	return prefix == "" || path == prefix || strings.HasPrefix(path, prefix+"/")
 }
 
 // packageName makes a package name of a directory's name: lower case,
@@ -293,6 +372,10 @@ type view struct {
 
 type methodView struct {
 	Name, Verb, Const, Req, Reply, Key string
+	// Resource is the resource's name; Via the embedded pointers the key
+	// is promoted through (Method.KeyVia).
+	Resource string
+	Via      []string
 	// KeyOf is the key field's expression as a string, on a variable
 	// named by the template (string(x.User), or x.User for a string).
 	KeyOf func(v string) string
@@ -303,7 +386,8 @@ func (g *genFile) views(im *imports, gen string) []view {
 	for _, r := range g.decl.Resources {
 		v := view{Name: r.Name, Iface: r.Iface, IfaceQ: im.qualify(r.Type), Client: clientType(r), Service: serviceName(r), Gen: gen}
 		for _, m := range r.Methods {
-			mv := methodView{Name: m.Name, Verb: m.Verb, Const: verbConst(r, m), Req: im.qualify(m.Req), Key: m.Key}
+			mv := methodView{Name: m.Name, Verb: m.Verb, Const: verbConst(r, m), Req: im.qualify(m.Req), Key: m.Key,
+				Resource: r.Name, Via: m.KeyVia}
 			if m.Reply != nil {
 				mv.Reply = im.qualify(m.Reply)
 			}
@@ -326,7 +410,8 @@ type genFile struct {
 	name, path string // the generated package's
 }
 
-func (g *genFile) render() ([]byte, error) {
+// render returns the file and the paths it imports.
+func (g *genFile) render() ([]byte, []string, error) {
 	var reserved []string
 	for _, r := range g.decl.Resources {
 		reserved = append(reserved, clientType(r))
@@ -354,7 +439,8 @@ type stubFile struct {
 	name, path string // the stub package's
 }
 
-func (s *stubFile) render() ([]byte, error) {
+// render returns the file and the paths it imports.
+func (s *stubFile) render() ([]byte, []string, error) {
 	var reserved []string
 	for _, r := range s.gen.decl.Resources {
 		reserved = append(reserved, serviceName(r))
@@ -371,18 +457,20 @@ func (s *stubFile) render() ([]byte, error) {
 }
 
 // execute renders a template's body, puts the imports it used before it,
-// and formats the file.
-func execute(name string, im *imports, data map[string]any) ([]byte, error) {
+// and formats the file. It returns the file and the imports' paths,
+// sorted.
+func execute(name string, im *imports, data map[string]any) ([]byte, []string, error) {
 	var body bytes.Buffer
 	if err := templates.ExecuteTemplate(&body, name, data); err != nil {
-		return nil, fmt.Errorf("ferogen: %s: %w", name, err)
+		return nil, nil, fmt.Errorf("ferogen: %s: %w", name, err)
 	}
 	// The template leaves a line "IMPORTS" where the imports go: they are
 	// known only once the body is written.
 	src := bytes.Replace(body.Bytes(), []byte("IMPORTS\n"), []byte(im.block()), 1)
 	out, err := format.Source(src)
 	if err != nil {
-		return nil, fmt.Errorf("ferogen: %s: the generated code does not format (a ferogen bug): %w\n%s", name, err, src)
+		return nil, nil, fmt.Errorf("ferogen: %s: the generated code does not format (a ferogen bug): %w\n%s", name, err, src)
 	}
-	return out, nil
+	paths := slices.Sorted(maps.Keys(im.byPath))
+	return out, paths, nil
 }

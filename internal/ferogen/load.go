@@ -12,7 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/tools/go/packages"
 )
@@ -31,6 +31,10 @@ type Package struct {
 	// Err is set, and Resources empty, when the package does not load or
 	// its declarations are bad: an ErrorList.
 	Err error
+	// imports maps the import path of the package, and of every package it
+	// depends on, to the paths it imports, sorted: where the generated
+	// package may go without an import cycle.
+	imports map[string][]string
 }
 
 // Resource is one interface marked //fero:resource.
@@ -55,10 +59,15 @@ type Method struct {
 	// Req and Reply are the request and reply structs (Reply nil when the
 	// method returns only an error).
 	Req, Reply *types.Named
-	// Key is the name of Req's field tagged `fero:"key"`; KeyString says
-	// its type is string itself rather than a named string type.
+	// Key is the name of Req's field tagged `fero:"key"`, declared in Req
+	// or promoted from a struct Req embeds; KeyString says its type is
+	// string itself rather than a named string type.
 	Key       string
 	KeyString bool
+	// KeyVia are the embedded pointers the key is promoted through,
+	// outermost first, each a field name that selects it on Req: generated
+	// code checks them for nil before it reads the key.
+	KeyVia []string
 }
 
 // loadMode is what ferogen needs of a package: its syntax, for the
@@ -96,6 +105,19 @@ func Load(ctx context.Context, dirs ...string) ([]*Package, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ferogen: load %s: %w", strings.Join(dirs, " "), err)
 	}
+	// The import graph, from the go command alone: loading every
+	// dependency's syntax and types with the packages' would be slow.
+	graph, err := packages.Load(&packages.Config{Context: ctx, Mode: packages.NeedName | packages.NeedImports | packages.NeedDeps, Dir: patterns[0]}, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("ferogen: load %s: %w", strings.Join(dirs, " "), err)
+	}
+	imports := map[string][]string{}
+	packages.Visit(graph, nil, func(p *packages.Package) {
+		for _, q := range p.Imports {
+			imports[p.PkgPath] = append(imports[p.PkgPath], q.PkgPath)
+		}
+		slices.Sort(imports[p.PkgPath])
+	})
 	byDir := make(map[string]*packages.Package, len(pkgs))
 	for _, p := range pkgs {
 		byDir[p.Dir] = p
@@ -105,7 +127,8 @@ func Load(ctx context.Context, dirs ...string) ([]*Package, error) {
 			continue
 		}
 		if lp := byDir[p.Dir]; lp != nil {
-			out[i] = read(fset, lp)
+			out[i] = read(fset, cfg.Dir, lp)
+			out[i].imports = imports
 		} else {
 			p.Err = ErrorList{{Pos: token.Position{Filename: p.Dir}, Msg: "the go command found no package here"}}
 		}
@@ -113,8 +136,9 @@ func Load(ctx context.Context, dirs ...string) ([]*Package, error) {
 	return out, nil
 }
 
-// read reads a loaded package's declarations.
-func read(fset *token.FileSet, p *packages.Package) *Package {
+// read reads a loaded package's declarations; dir is where the go
+// command ran, which the file names of its errors may be relative to.
+func read(fset *token.FileSet, dir string, p *packages.Package) *Package {
 	pkg := &Package{Dir: p.Dir, Path: p.PkgPath, Name: p.Name}
 	if len(p.Errors) > 0 {
 		// A syntax or type error also fails the go command's build of the
@@ -126,7 +150,11 @@ func read(fset *token.FileSet, p *packages.Package) *Package {
 		var l ErrorList
 		for _, e := range p.Errors {
 			if e.Kind == kind {
-				l = append(l, &Error{Pos: parsePos(e.Pos), Msg: e.Msg})
+				pos := parsePos(e.Pos)
+				if pos.Filename != "" && !filepath.IsAbs(pos.Filename) {
+					pos.Filename = filepath.Join(dir, pos.Filename)
+				}
+				l = append(l, &Error{Pos: pos, Msg: e.Msg})
 			}
 		}
 		pkg.Err = l.sorted()
@@ -167,6 +195,11 @@ const (
 	verbDirective     = "//fero:verb"
 )
 
+// spacedRE matches a directive written with space after the slashes
+// ("// fero:resource"), which Go would take for prose. "// fero: …", with
+// a space after the colon, is prose.
+var spacedRE = regexp.MustCompile(`^//[ \t]+fero:[^ \t]+`)
+
 type reader struct {
 	errs
 	pkg *packages.Package
@@ -198,10 +231,14 @@ func (r *reader) read() {
 			}
 		}
 	}
-	// Every directive left over is misplaced or unknown.
+	// Every directive left over is misplaced, unknown or misspelled.
 	for _, f := range r.pkg.Syntax {
 		for _, g := range f.Comments {
 			for _, c := range g.List {
+				if m := spacedRE.FindString(c.Text); m != "" {
+					r.add(c.Pos(), "misspelled directive %q: a directive has no space after the slashes: //%s", m, strings.TrimLeft(m, "/ \t"))
+					continue
+				}
 				if !strings.HasPrefix(c.Text, "//fero:") || r.used[c] {
 					continue
 				}
@@ -250,6 +287,21 @@ func (r *reader) directive(doc *ast.CommentGroup, name string) (*ast.Comment, st
 
 // resource reads one interface marked as a resource.
 func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
+	obj := r.pkg.TypesInfo.Defs[ts.Name].(*types.TypeName)
+	if ts.Assign.IsValid() {
+		// An alias has no declaration of its own for the verbs' directives
+		// and positions: the interface it names has, and is marked instead.
+		if n, ok := types.Unalias(obj.Type()).(*types.Named); ok && types.IsInterface(n) {
+			r.add(ts.Name.Pos(), "%s marks %s, an alias of %s: mark the declaration of %s itself",
+				resourceDirective, ts.Name.Name, r.typeString(n), r.typeString(n))
+		} else if types.IsInterface(obj.Type()) {
+			r.add(ts.Name.Pos(), "%s marks %s, a type alias: declare the resource as a defined interface type, type %s interface {…}, without =",
+				resourceDirective, ts.Name.Name, ts.Name.Name)
+		} else {
+			r.add(ts.Name.Pos(), "%s marks %s, which is not an interface", resourceDirective, ts.Name.Name)
+		}
+		return
+	}
 	it, ok := ts.Type.(*ast.InterfaceType)
 	if !ok {
 		r.add(ts.Name.Pos(), "%s marks %s, which is not an interface", resourceDirective, ts.Name.Name)
@@ -267,7 +319,6 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 		r.add(c.Pos(), "duplicate resource %q (also declared at %s)", name, r.where(prev))
 	}
 	r.resources[name] = c.Pos()
-	obj := r.pkg.TypesInfo.Defs[ts.Name].(*types.TypeName)
 	res := &Resource{Name: name, Iface: ts.Name.Name, Type: obj.Type().(*types.Named)}
 	pos := r.fset.Position(ts.Name.Pos())
 	res.Pos = pos
@@ -297,8 +348,11 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 			vpos = c.Pos()
 		}
 		switch {
+		case !validVerb(m.Verb) && c == nil:
+			r.add(vpos, "the verb of %s.%s would be %s, which is not ASCII: %s; name it with %s", res.Iface, m.Name, m.Verb, verbChars, verbDirective)
+			continue
 		case !validVerb(m.Verb):
-			r.add(vpos, "bad verb %s of %s.%s: a verb is letters, digits and _ . : / -", m.Verb, res.Iface, m.Name)
+			r.add(vpos, "bad verb %s of %s.%s: %s", m.Verb, res.Iface, m.Name, verbChars)
 			continue
 		case builtin[m.Verb]:
 			r.add(vpos, "verb %s of %s.%s is one of fero's built-in verbs (ADD, UPDATE, REMOVE, GET): name it otherwise with %s", m.Verb, res.Iface, m.Name, verbDirective)
@@ -323,7 +377,13 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 // not link; a test checks they agree.)
 var builtin = map[string]bool{"ADD": true, "UPDATE": true, "REMOVE": true, "GET": true}
 
+// A verb is ASCII only: it is compared byte for byte on the wire, where
+// Unicode's several encodings of one letter would be different verbs, and
+// the upper case of a non-ASCII letter depends on the Unicode tables of the
+// Go release that ran ferogen.
 var verbRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]+$`)
+
+const verbChars = "a verb is ASCII letters, digits and _ . : / -"
 
 func validVerb(v string) bool { return verbRE.MatchString(v) }
 
@@ -381,99 +441,215 @@ func (r *reader) method(res *Resource, id *ast.Ident, fn *types.Func) *Method {
 	return m
 }
 
-// key finds the request's key field: exactly one, exported, encoded,
-// a string.
+// field is a field of a request, or of a struct it embeds: path holds
+// the fields from the request's own down to it, and tags their tags.
+type field struct {
+	path []*types.Var
+	tags []reflect.StructTag
+}
+
+func (f field) v() *types.Var { return f.path[len(f.path)-1] }
+
+// name is the field's path after its struct's name, as in LoginRequest.User
+// or WriteRequest.Ref.ID.
+func (f field) name() string {
+	names := make([]string, len(f.path))
+	for i, v := range f.path {
+		names[i] = v.Name()
+	}
+	return strings.Join(names, ".")
+}
+
+// taggedFields returns, by depth, the fields of st tagged `fero:"…"`,
+// st's own first, then those of the structs it embeds (by value or
+// pointer), as far down as they go.
+func taggedFields(st *types.Struct) [][]field {
+	var out [][]field
+	type level struct {
+		st *types.Struct
+		at field
+	}
+	seen := map[types.Type]bool{}
+	for cur := []level{{st: st}}; len(cur) > 0; {
+		var tagged []field
+		var next []level
+		for _, l := range cur {
+			for i := range l.st.NumFields() {
+				f := field{path: append(slices.Clip(l.at.path), l.st.Field(i)), tags: append(slices.Clip(l.at.tags), reflect.StructTag(l.st.Tag(i)))}
+				if _, has := f.tags[len(f.tags)-1].Lookup("fero"); has {
+					tagged = append(tagged, f)
+				}
+				if !f.v().Embedded() {
+					continue
+				}
+				t := types.Unalias(f.v().Type())
+				if p, ok := t.(*types.Pointer); ok {
+					t = types.Unalias(p.Elem())
+				}
+				// A struct embedded twice is searched once: the second is
+				// as deep or deeper, and Go's selectors say which wins.
+				if est, ok := t.Underlying().(*types.Struct); ok && !seen[t] {
+					seen[t] = true
+					next = append(next, level{st: est, at: f})
+				}
+			}
+		}
+		out = append(out, tagged)
+		cur = next
+	}
+	return out
+}
+
+// key finds the request's key field: a field tagged `fero:"key"`, in the
+// request or promoted from a struct it embeds; exported, encoded, a
+// string. As Go's selectors pick the shallowest of fields with one name,
+// the shallowest tagged fields count, and must be exactly one.
 func (r *reader) key(res *Resource, m *Method, id *ast.Ident) bool {
-	st := m.Req.Underlying().(*types.Struct)
-	var key *types.Var
+	var keys []field
 	ok := true
-	for i := range st.NumFields() {
-		f, tag := st.Field(i), reflect.StructTag(st.Tag(i))
-		v, has := tag.Lookup("fero")
-		if !has {
-			continue
+	for _, tagged := range taggedFields(m.Req.Underlying().(*types.Struct)) {
+		var here []field
+		for _, f := range tagged {
+			if v := f.tags[len(f.tags)-1].Get("fero"); v != "key" {
+				r.add(r.atPath(f.path, id), "unknown fero tag %q on %s.%s: the only one is `fero:\"key\"`", v, r.typeString(m.Req), f.name())
+				ok = false
+				continue
+			}
+			here = append(here, f)
 		}
-		if v != "key" {
-			r.add(r.at(f.Pos(), id), "unknown fero tag %q on %s.%s: the only one is `fero:\"key\"`", v, r.typeString(m.Req), f.Name())
-			ok = false
-			continue
-		}
-		if key != nil {
-			r.add(r.at(f.Pos(), id), "%s has two key fields, %s and %s: tag one `fero:\"key\"`", r.typeString(m.Req), key.Name(), f.Name())
-			ok = false
-			continue
-		}
-		key = f
-		switch name, _, _ := strings.Cut(tag.Get("msgpack"), ","); {
-		case !f.Exported():
-			r.add(r.at(f.Pos(), id), "key field %s.%s must be exported: msgpack encodes only exported fields", r.typeString(m.Req), f.Name())
-			ok = false
-		case name == "-":
-			r.add(r.at(f.Pos(), id), "key field %s.%s is tagged `msgpack:\"-\"`: the handler needs it in the payload", r.typeString(m.Req), f.Name())
-			ok = false
-		}
-		if b, isBasic := f.Type().Underlying().(*types.Basic); !isBasic || b.Kind() != types.String {
-			r.add(r.at(f.Pos(), id), "unsupported type: key field %s.%s is %s; a key is a string or a named string type", r.typeString(m.Req), f.Name(), r.typeString(f.Type()))
-			ok = false
+		if keys == nil {
+			keys = here
 		}
 	}
-	if key == nil {
+	if len(keys) == 0 {
 		if ok {
 			r.add(r.at(m.Req.Obj().Pos(), id), "missing key field: %s (the request of %s.%s) has no field tagged `fero:\"key\"`; tag the string field that routes the request", r.typeString(m.Req), res.Iface, m.Name)
 		}
 		return false
 	}
-	m.Key = key.Name()
-	m.KeyString = types.Identical(key.Type(), types.Typ[types.String])
+	for _, k := range keys[1:] {
+		r.add(r.at(k.path[0].Pos(), id), "%s has two key fields, %s and %s: tag one `fero:\"key\"`", r.typeString(m.Req), keys[0].name(), k.name())
+		ok = false
+	}
+	if len(keys) > 1 {
+		return false
+	}
+	key := keys[0]
+	v := key.v()
+	name := r.typeString(m.Req) + "." + key.name()
+	switch tag, _, _ := strings.Cut(key.tags[len(key.tags)-1].Get("msgpack"), ","); {
+	case !v.Exported():
+		r.add(r.atPath(key.path, id), "key field %s must be exported: msgpack encodes only exported fields", name)
+		ok = false
+	case tag == "-":
+		r.add(r.atPath(key.path, id), "key field %s is tagged `msgpack:\"-\"`: the handler needs it in the payload", name)
+		ok = false
+	}
+	if b, isBasic := v.Type().Underlying().(*types.Basic); !isBasic || b.Kind() != types.String {
+		r.add(r.atPath(key.path, id), "unsupported type: key field %s is %s; a key is a string or a named string type", name, r.typeString(v.Type()))
+		ok = false
+	}
+	// A promoted key: the generated code reads it as req.<name>, and
+	// checks each pointer on the way for nil, each as req.<embedded>.
+	for i, e := range key.path[:len(key.path)-1] {
+		if tag, _, _ := strings.Cut(key.tags[i].Get("msgpack"), ","); tag == "-" {
+			r.add(r.atPath(key.path[:i+1], id), "key field %s is in the embedded %s, which is tagged `msgpack:\"-\"`: the handler needs it in the payload", name, e.Name())
+			ok = false
+		}
+		if _, isPtr := types.Unalias(e.Type()).(*types.Pointer); !isPtr {
+			continue
+		}
+		if !e.Exported() {
+			r.add(r.atPath(key.path[:i+1], id), "key field %s is promoted through the embedded *%s, which is unexported: the generated code must check it for nil; export it, or embed it by value", name, e.Name())
+			ok = false
+		} else if why := r.selects(m.Req, e); why != "" {
+			r.add(r.at(key.path[0].Pos(), id), "key field %s is promoted through the embedded *%s, which the generated code must check for nil as %s.%s: %s", name, e.Name(), r.typeString(m.Req), e.Name(), why)
+			ok = false
+		}
+		m.KeyVia = append(m.KeyVia, e.Name())
+	}
+	if len(key.path) > 1 {
+		if why := r.selects(m.Req, v); why != "" {
+			r.add(r.at(key.path[0].Pos(), id), "key field %s is not promoted to %s: %s", name, r.typeString(m.Req), why)
+			ok = false
+		}
+	}
+	m.Key = v.Name()
+	m.KeyString = types.Identical(v.Type(), types.Typ[types.String])
 	return ok
 }
 
-// encodable reports a field msgpack cannot encode (a channel, a function,
-// a complex number, an unsafe.Pointer), anywhere in t's exported fields,
-// unless a type on the way encodes itself.
+// selects returns "" when t.<f's name> selects f, or else why not.
+func (r *reader) selects(t *types.Named, f *types.Var) string {
+	obj, index, _ := types.LookupFieldOrMethod(t, false, f.Pkg(), f.Name())
+	switch {
+	case obj == f:
+		return ""
+	case obj == nil && index != nil:
+		return fmt.Sprintf("%s.%s is ambiguous: two structs it embeds have a field %s at the same depth", r.typeString(t), f.Name(), f.Name())
+	default:
+		return fmt.Sprintf("%s.%s is another field or method, which hides it", r.typeString(t), f.Name())
+	}
+}
+
+// encodable reports each field of t that holds, anywhere in its encoded
+// fields, what msgpack cannot encode (a channel, a function, a complex
+// number, an unsafe.Pointer) or decode into (an interface with methods:
+// msgpack cannot tell which type to make; error is the exception, carried
+// as its message), unless a type on the way encodes itself. The report is
+// at the field of t, with the path from there.
 func (r *reader) encodable(t *types.Named, id *ast.Ident) bool {
-	seen := map[types.Type]bool{}
-	var bad func(t types.Type) string
-	bad = func(t types.Type) string {
+	var seen map[types.Type]bool // the types on the way, per field of t
+	// bad returns what is wrong with t, found at path, and the path to it.
+	var bad func(t types.Type, path string) (string, string)
+	fields := func(st *types.Struct, path string) (string, string) {
+		for i := range st.NumFields() {
+			f := st.Field(i)
+			if name, _, _ := strings.Cut(reflect.StructTag(st.Tag(i)).Get("msgpack"), ","); name == "-" || !f.Exported() && !f.Embedded() {
+				continue
+			}
+			if at, why := bad(f.Type(), path+"."+f.Name()); why != "" {
+				return at, why
+			}
+		}
+		return "", ""
+	}
+	bad = func(t types.Type, path string) (string, string) {
 		t = types.Unalias(t)
 		if seen[t] {
-			return ""
+			return "", ""
 		}
 		seen[t] = true
 		if encodesItself(t) {
-			return ""
+			return "", ""
 		}
 		switch u := t.Underlying().(type) {
 		case *types.Chan, *types.Signature:
-			return r.typeString(t)
+			return path, fmt.Sprintf("%s, which msgpack cannot encode", r.typeString(t))
 		case *types.Basic:
 			switch u.Kind() {
 			case types.Complex64, types.Complex128, types.UnsafePointer:
-				return r.typeString(t)
+				return path, fmt.Sprintf("%s, which msgpack cannot encode", r.typeString(t))
+			}
+		case *types.Interface:
+			if !u.Empty() && !isError(t) {
+				return path, fmt.Sprintf("%s, an interface with methods, which msgpack cannot decode into: use a concrete type, or any", r.typeString(t))
 			}
 		case *types.Pointer:
-			return bad(u.Elem())
+			return bad(u.Elem(), path)
 		case *types.Slice:
-			return bad(u.Elem())
+			return bad(u.Elem(), path+"[i]")
 		case *types.Array:
-			return bad(u.Elem())
+			return bad(u.Elem(), path+"[i]")
 		case *types.Map:
-			if s := bad(u.Key()); s != "" {
-				return s
+			if at, why := bad(u.Key(), path+"'s key"); why != "" {
+				return at, why
 			}
-			return bad(u.Elem())
+			return bad(u.Elem(), path+"[k]")
 		case *types.Struct:
-			for i := range u.NumFields() {
-				f := u.Field(i)
-				if name, _, _ := strings.Cut(reflect.StructTag(u.Tag(i)).Get("msgpack"), ","); name == "-" || !f.Exported() && !f.Embedded() {
-					continue
-				}
-				if s := bad(f.Type()); s != "" {
-					return s
-				}
-			}
+			return fields(u, path)
 		}
-		return ""
+		return "", ""
 	}
 	st := t.Underlying().(*types.Struct)
 	ok := true
@@ -482,8 +658,9 @@ func (r *reader) encodable(t *types.Named, id *ast.Ident) bool {
 		if name, _, _ := strings.Cut(reflect.StructTag(st.Tag(i)).Get("msgpack"), ","); name == "-" || !f.Exported() && !f.Embedded() {
 			continue
 		}
-		if s := bad(f.Type()); s != "" {
-			r.add(r.at(f.Pos(), id), "unsupported type: %s.%s holds a %s, which msgpack cannot encode", r.typeString(t), f.Name(), s)
+		seen = map[types.Type]bool{t: true}
+		if at, why := bad(f.Type(), r.typeString(t)+"."+f.Name()); why != "" {
+			r.add(r.at(f.Pos(), id), "unsupported type: %s is %s", at, why)
 			ok = false
 		}
 	}
@@ -503,12 +680,26 @@ func encodesItself(t types.Type) bool {
 }
 
 // at is pos when it is in the declaration package's files (a field or type
-// declared there), else the method's position: an error about a type from
-// another package points at its use.
+// declared there), else the method's position (none, with id nil): an
+// error about a type from another package points at its use.
 func (r *reader) at(pos token.Pos, id *ast.Ident) token.Pos {
 	if pos.IsValid() {
 		file := r.fset.Position(pos).Filename
 		if slices.Contains(r.pkg.GoFiles, file) {
+			return pos
+		}
+	}
+	if id == nil {
+		return token.NoPos
+	}
+	return id.Pos()
+}
+
+// atPath is the position of the deepest field of path declared in the
+// declaration package, else the method's.
+func (r *reader) atPath(path []*types.Var, id *ast.Ident) token.Pos {
+	for i := len(path) - 1; i >= 0; i-- {
+		if pos := r.at(path[i].Pos(), nil); pos.IsValid() {
 			return pos
 		}
 	}
@@ -564,23 +755,130 @@ func isError(t types.Type) bool {
 }
 
 // VerbOf is the verb of a method without a //fero:verb directive: its
-// name in upper case, words separated by '_' (Login: LOGIN,
-// ResetPassword: RESET_PASSWORD, GetURL: GET_URL, HTTPProxy: HTTP_PROXY).
+// name in upper case, words separated by '_'. Verbs go on the wire, so
+// this rule, and its lists of words, never change; docs/ferogen.md states
+// it, and TestVerbOf holds examples.
+//
+// An underscore is kept, and ends a word. Otherwise a word starts at an
+// upper-case letter after a lower-case one (GetUser: GET_USER), and at the
+// last capital of a run of them followed by lower case (HTTPProxy:
+// HTTP_PROXY), except for a lone s after the run, which is its plural
+// (GetURLs: GET_URLS, IDsByName: IDS_BY_NAME). A run that is wholly
+// initialisms of the list, taken longest first from the left, is split
+// into them (MyHTTPAPI: MY_HTTP_API). A mixed-case word of the list is
+// one word where a word starts (OAuth2Token: OAUTH2_TOKEN). Digits end
+// the word they follow (V2Login: V2_LOGIN). A name not in ASCII makes a
+// verb that is not, which the reader refuses.
 func VerbOf(method string) string {
-	rs := []rune(method)
-	var b strings.Builder
-	for i, c := range rs {
-		if i > 0 && unicode.IsUpper(c) {
-			prev := rs[i-1]
-			nextLower := i+1 < len(rs) && unicode.IsLower(rs[i+1])
-			// A new word starts at an upper-case letter after a lower-case
-			// one or a digit (resetPassword), or at the last capital of an
-			// acronym followed by lower case (HTTPProxy).
-			if unicode.IsLower(prev) || unicode.IsDigit(prev) || unicode.IsUpper(prev) && nextLower {
-				b.WriteByte('_')
+	parts := strings.Split(method, "_")
+	for i, p := range parts {
+		parts[i] = strings.ToUpper(strings.Join(words(p), "_"))
+	}
+	return strings.Join(parts, "_")
+}
+
+// initialisms are golint's list of common initialisms, as of its last
+// release; mixedCase the words, written in mixed case, that are one word
+// all the same. Both are frozen: see VerbOf.
+var (
+	initialisms = []string{"ACL", "API", "ASCII", "CPU", "CSS", "DNS", "EOF", "GUID", "HTML", "HTTP", "HTTPS",
+		"ID", "IP", "JSON", "LHS", "QPS", "RAM", "RHS", "RPC", "SLA", "SMTP", "SQL", "SSH", "TCP", "TLS", "TTL",
+		"UDP", "UI", "UID", "UUID", "URI", "URL", "UTF8", "VM", "XML", "XMPP", "XSRF", "XSS"}
+	mixedCase = []string{"OAuth", "IPv4", "IPv6"}
+)
+
+// words splits a name without underscores into its words (see VerbOf).
+// Letters other than ASCII count as lower case.
+func words(s string) []string {
+	var out []string
+	var digits string // leading digits, for the word after them
+	for i := 0; i < len(s); {
+		var w []string // the word, or the words of a run of capitals
+		switch j := i + upperRun(s[i:]); {
+		case isDigit(s[i]):
+			j = i + digitRun(s[i:])
+			digits, i = s[i:j], j
+			continue
+		case mixedAt(s[i:]) != "":
+			w = []string{mixedAt(s[i:])}
+		case j > i+1 && j < len(s) && s[j] == 's' && (j+1 == len(s) || !isLower(s[j+1])):
+			w = splitRun(s[i:j]) // the run's plural
+			w[len(w)-1] += "s"
+		case j > i+1 && j < len(s) && isLower(s[j]):
+			w = splitRun(s[i : j-1]) // the last capital starts the next word
+		case j > i+1 || j == len(s) || !isLower(s[j]):
+			w = splitRun(s[i:j])
+		default: // a capital or none, then lower case
+			j = max(j, i+1)
+			for j < len(s) && isLower(s[j]) {
+				j++
+			}
+			w = []string{s[i:j]}
+		}
+		for _, x := range w {
+			i += len(x)
+		}
+		n := digitRun(s[i:])
+		w[0] = digits + w[0]
+		w[len(w)-1] += s[i : i+n]
+		digits, i = "", i+n
+		out = append(out, w...)
+	}
+	if digits != "" {
+		out = append(out, digits)
+	}
+	return out
+}
+
+// splitRun splits a run of capitals into the initialisms it is made of,
+// taking the longest at each step, or returns it whole if that fails.
+func splitRun(run string) []string {
+	var out []string
+	for rest := run; rest != ""; {
+		longest := ""
+		for _, in := range initialisms {
+			if len(in) > len(longest) && strings.HasPrefix(rest, in) {
+				longest = in
 			}
 		}
-		b.WriteRune(unicode.ToUpper(c))
+		if longest == "" {
+			return []string{run}
+		}
+		out = append(out, longest)
+		rest = rest[len(longest):]
 	}
-	return b.String()
+	return out
 }
+
+// mixedAt returns the word of mixedCase s starts with, if no lower-case
+// letter follows it.
+func mixedAt(s string) string {
+	for _, w := range mixedCase {
+		if strings.HasPrefix(s, w) && (len(s) == len(w) || !isLower(s[len(w)])) {
+			return w
+		}
+	}
+	return ""
+}
+
+func upperRun(s string) int {
+	n := 0
+	for n < len(s) && 'A' <= s[n] && s[n] <= 'Z' {
+		n++
+	}
+	return n
+}
+
+func digitRun(s string) int {
+	n := 0
+	for n < len(s) && isDigit(s[n]) {
+		n++
+	}
+	return n
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// isLower reports a lower-case ASCII letter, or a byte of a letter
+// beyond ASCII.
+func isLower(c byte) bool { return 'a' <= c && c <= 'z' || c >= utf8.RuneSelf }

@@ -63,8 +63,8 @@ func RegisterUsers(impl users.Users) fero.Option {
 // users.Users with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func UsersHandler(impl users.Users, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -116,13 +116,17 @@ func UsersHandler(impl users.Users, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewUsersClient(c Caller) users.Users { return usersClient{c} }
 
 type usersClient struct{ caller Caller }
 
 // Register sends REGISTER to the owner of req.User.
 func (c usersClient) Register(ctx context.Context, req *users.RegisterRequest) (*users.RegisterReply, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "users: REGISTER: the request is nil")
+	}
 	var reply *users.RegisterReply
 	if err := c.caller.Call(ctx, UsersRegisterVerb, string(req.User), req, &reply); err != nil {
 		return nil, err
@@ -132,6 +136,9 @@ func (c usersClient) Register(ctx context.Context, req *users.RegisterRequest) (
 
 // Login sends LOGIN to the owner of req.User.
 func (c usersClient) Login(ctx context.Context, req *users.LoginRequest) (*users.LoginReply, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "users: LOGIN: the request is nil")
+	}
 	var reply *users.LoginReply
 	if err := c.caller.Call(ctx, UsersLoginVerb, string(req.User), req, &reply); err != nil {
 		return nil, err
@@ -141,11 +148,17 @@ func (c usersClient) Login(ctx context.Context, req *users.LoginRequest) (*users
 
 // Logout sends LOGOUT to the owner of req.User.
 func (c usersClient) Logout(ctx context.Context, req *users.LogoutRequest) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "users: LOGOUT: the request is nil")
+	}
 	return c.caller.Call(ctx, UsersLogoutVerb, string(req.User), req, nil)
 }
 
 // ResetPassword sends RESET to the owner of req.User.
 func (c usersClient) ResetPassword(ctx context.Context, req *users.ResetPasswordRequest) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "users: RESET: the request is nil")
+	}
 	return c.caller.Call(ctx, UsersResetPasswordVerb, string(req.User), req, nil)
 }
 

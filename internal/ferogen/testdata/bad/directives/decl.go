@@ -47,3 +47,15 @@ type Other interface {
 type Generic[T any] interface {
 	Login(ctx context.Context, req *Request) error
 }
+
+// A directive with a space after the slashes is not one: it is reported,
+// as is the verb directive below.
+//
+// fero:resource spaced
+type Spaced interface {
+	//	fero:verb SPACED
+	Login(ctx context.Context, req *Request) error
+}
+
+// fero: a comment of prose that starts with the word fero is not.
+var _ = 0

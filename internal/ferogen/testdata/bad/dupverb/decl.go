@@ -15,6 +15,10 @@ type Users interface {
 	Fetch(ctx context.Context, req *Request) error
 	//fero:verb "quoted"
 	Load(ctx context.Context, req *Request) error
+	// ÜberCount's name is not ASCII, so it needs a directive.
+	ÜberCount(ctx context.Context, req *Request) error
+	//fero:verb ZÄHLEN
+	Count(ctx context.Context, req *Request) error
 }
 
 type Request struct {

@@ -61,8 +61,8 @@ func RegisterUsers(impl basic.Users) fero.Option {
 // basic.Users with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func UsersHandler(impl basic.Users, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -96,13 +96,17 @@ func UsersHandler(impl basic.Users, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewUsersClient(c Caller) basic.Users { return usersClient{c} }
 
 type usersClient struct{ caller Caller }
 
 // Login sends LOGIN to the owner of req.Email.
 func (c usersClient) Login(ctx context.Context, req *basic.LoginRequest) (*basic.LoginReply, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "users: LOGIN: the request is nil")
+	}
 	var reply *basic.LoginReply
 	if err := c.caller.Call(ctx, UsersLoginVerb, req.Email, req, &reply); err != nil {
 		return nil, err
@@ -112,6 +116,9 @@ func (c usersClient) Login(ctx context.Context, req *basic.LoginRequest) (*basic
 
 // Logout sends LOGOUT to the owner of req.Email.
 func (c usersClient) Logout(ctx context.Context, req *basic.LogoutRequest) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "users: LOGOUT: the request is nil")
+	}
 	return c.caller.Call(ctx, UsersLogoutVerb, req.Email, req, nil)
 }
 

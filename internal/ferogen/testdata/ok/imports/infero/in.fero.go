@@ -62,8 +62,8 @@ func RegisterInventory(impl in2.Inventory) fero.Option {
 // in2.Inventory with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func InventoryHandler(impl in2.Inventory, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -97,13 +97,17 @@ func InventoryHandler(impl in2.Inventory, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewInventoryClient(c Caller) in2.Inventory { return inventoryClient{c} }
 
 type inventoryClient struct{ caller Caller }
 
 // Count sends COUNT to the owner of req.Key.
 func (c inventoryClient) Count(ctx context.Context, req *fero2.Item) (*fero2.Stock, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "inventory: COUNT: the request is nil")
+	}
 	var reply *fero2.Stock
 	if err := c.caller.Call(ctx, InventoryCountVerb, req.Key, req, &reply); err != nil {
 		return nil, err
@@ -113,6 +117,9 @@ func (c inventoryClient) Count(ctx context.Context, req *fero2.Item) (*fero2.Sto
 
 // Restock sends RESTOCK to the owner of req.Shelf.
 func (c inventoryClient) Restock(ctx context.Context, req *in2.Restock) (*fero2.Stock, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "inventory: RESTOCK: the request is nil")
+	}
 	var reply *fero2.Stock
 	if err := c.caller.Call(ctx, InventoryRestockVerb, req.Shelf, req, &reply); err != nil {
 		return nil, err

@@ -60,8 +60,8 @@ func RegisterSessions(impl multi.Sessions) fero.Option {
 // multi.Sessions with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func SessionsHandler(impl multi.Sessions, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -86,13 +86,17 @@ func SessionsHandler(impl multi.Sessions, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewSessionsClient(c Caller) multi.Sessions { return sessionsClient{c} }
 
 type sessionsClient struct{ caller Caller }
 
 // Open sends OPEN to the owner of req.User.
 func (c sessionsClient) Open(ctx context.Context, req *multi.OpenRequest) (*multi.OpenReply, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "sessions: OPEN: the request is nil")
+	}
 	var reply *multi.OpenReply
 	if err := c.caller.Call(ctx, SessionsOpenVerb, req.User, req, &reply); err != nil {
 		return nil, err
@@ -138,8 +142,8 @@ func RegisterCarts(impl multi.Carts) fero.Option {
 // multi.Carts with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func CartsHandler(impl multi.Carts, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -164,13 +168,17 @@ func CartsHandler(impl multi.Carts, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewCartsClient(c Caller) multi.Carts { return cartsClient{c} }
 
 type cartsClient struct{ caller Caller }
 
 // AddItem sends ADD_ITEM to the owner of req.Cart.
 func (c cartsClient) AddItem(ctx context.Context, req *multi.AddRequest) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "carts: ADD_ITEM: the request is nil")
+	}
 	return c.caller.Call(ctx, CartsAddItemVerb, req.Cart, req, nil)
 }
 

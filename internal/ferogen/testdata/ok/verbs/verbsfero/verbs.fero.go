@@ -63,8 +63,8 @@ func RegisterAccounts(impl verbs.Accounts) fero.Option {
 // verbs.Accounts with impl, and gives requests with any other verb to next
 // (with next nil, to fero's built-in handling, Request.Next). It decodes
 // each request into its struct, refuses one whose key field is not the
-// key it was sent to (CodeInvalidArgument), and calls the method with a
-// context that carries the request (see RequestFromContext).
+// key it was sent to, or is missing (CodeInvalidArgument), and calls the
+// method with a context that carries the request (see RequestFromContext).
 func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 	return func(ctx context.Context, req *fero.Request) (any, error) {
 		switch req.Verb {
@@ -116,18 +116,25 @@ func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 // whose methods send each request to the owner of its key field's
 // partition, through c: a *fero.Resource (a client or server node) or a
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
-// the handler's code.
+// the handler's code. A request that is nil, or has no key, fails with
+// CodeInvalidArgument and is not sent.
 func NewAccountsClient(c Caller) verbs.Accounts { return accountsClient{c} }
 
 type accountsClient struct{ caller Caller }
 
 // ResetPassword sends RESET_PASSWORD to the owner of req.ID.
 func (c accountsClient) ResetPassword(ctx context.Context, req *verbs.Request) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "accounts: RESET_PASSWORD: the request is nil")
+	}
 	return c.caller.Call(ctx, AccountsResetPasswordVerb, string(req.ID), req, nil)
 }
 
 // GetURL sends GET_URL to the owner of req.ID.
 func (c accountsClient) GetURL(ctx context.Context, req *verbs.Request) (*verbs.URL, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "accounts: GET_URL: the request is nil")
+	}
 	var reply *verbs.URL
 	if err := c.caller.Call(ctx, AccountsGetURLVerb, string(req.ID), req, &reply); err != nil {
 		return nil, err
@@ -137,6 +144,9 @@ func (c accountsClient) GetURL(ctx context.Context, req *verbs.Request) (*verbs.
 
 // HTTPProxy sends HTTP_PROXY to the owner of req.ID.
 func (c accountsClient) HTTPProxy(ctx context.Context, req *verbs.Request) (*verbs.URL, error) {
+	if req == nil {
+		return nil, fero.NewError(fero.CodeInvalidArgument, "accounts: HTTP_PROXY: the request is nil")
+	}
 	var reply *verbs.URL
 	if err := c.caller.Call(ctx, AccountsHTTPProxyVerb, string(req.ID), req, &reply); err != nil {
 		return nil, err
@@ -146,6 +156,9 @@ func (c accountsClient) HTTPProxy(ctx context.Context, req *verbs.Request) (*ver
 
 // Delete sends accounts.delete/v2 to the owner of req.ID.
 func (c accountsClient) Delete(ctx context.Context, req *verbs.Request) error {
+	if req == nil {
+		return fero.NewError(fero.CodeInvalidArgument, "accounts: accounts.delete/v2: the request is nil")
+	}
 	return c.caller.Call(ctx, AccountsDeleteVerb, string(req.ID), req, nil)
 }
 
