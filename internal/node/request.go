@@ -341,6 +341,18 @@ func (w *wireRequest) decode(b []byte) error {
 	return c.End()
 }
 
+// deadlineCtx is a context with a deadline and no timer: its Done does
+// not close at the deadline. The built-in writes a remote caller makes
+// run in one, since all they need of the caller's deadline is to pass it
+// to the engine, which holds the write to it (rule 1); a timer per write
+// (context.WithDeadline) cost three allocations.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
 // deadlineSlack is how close to its deadline a request whose caller went
 // away is left to reach the deadline rather than be cancelled: the
 // caller's cancel, sent as its own deadline passed, arrives about when
@@ -445,7 +457,11 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 	if n.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true}
+	meta := MetaFrom(ctx)
+	if err := CheckMeta(meta); err != nil {
+		return nil, err
+	}
+	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true, Meta: meta}
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -483,7 +499,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				if bp == nil {
 					bp = requestBufs.Get().(*[]byte)
 				}
-				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc}
+				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc, Meta: meta}
 				if hasDeadline {
 					if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
 						return nil, context.DeadlineExceeded
@@ -592,20 +608,17 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if traced {
 			ctx, span = n.startSpan(remoteParent(ctx, wr.Trace), "fero.handle", trace.SpanKindServer, wr.Verb, p)
 		}
-		var cancel context.CancelFunc
 		if !deadline.IsZero() {
 			// The write commits before the caller's deadline or not at all
-			// (rule 1).
-			ctx, cancel = context.WithDeadline(ctx, deadline)
+			// (rule 1): the engine holds it to the deadline the context
+			// names.
+			ctx = &deadlineCtx{ctx, deadline}
 		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
 		if !n.builtinAsync(ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
-			if cancel != nil {
-				cancel()
-			}
 			if span != nil {
 				endSpan(span, err)
 			}
@@ -623,9 +636,6 @@ func (n *Node) serveRequest(r *transport.Request) {
 				n.spawn(func() { _ = r.Reply(b) })
 			}
 		}) {
-			if cancel != nil {
-				cancel()
-			}
 			if span != nil {
 				endSpan(span, ErrClosed)
 			}
@@ -780,6 +790,11 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
+	if w.Meta = MetaFrom(ctx); len(w.Meta) > 0 {
+		if err := CheckMeta(w.Meta); err != nil {
+			return nil, err
+		}
+	}
 	deadline, hasDeadline := ctx.Deadline()
 	var b []byte
 	backoff := retryBackoffMin
@@ -876,8 +891,17 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	}
 	// Go copies the request into the connection's outbox before it
 	// returns, so its encoding can go in a pooled buffer.
+	w := wireRequest{Verb: verb, Key: key, Payload: payload, Meta: MetaFrom(ctx)}
+	if err := CheckMeta(w.Meta); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+			return context.DeadlineExceeded
+		}
+	}
 	bp := requestBufs.Get().(*[]byte)
-	b := (&wireRequest{Verb: verb, Key: key, Payload: payload}).append((*bp)[:0])
+	b := w.append((*bp)[:0])
 	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		switch {
 		case err != nil:

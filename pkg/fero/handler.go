@@ -2,6 +2,8 @@ package fero
 
 import (
 	"context"
+	"iter"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -50,6 +52,38 @@ type Request struct {
 
 	r     *Resource
 	local bool
+	meta  node.Meta
+}
+
+// WithHeader returns a copy of ctx that sends the request header name:
+// value, besides those ctx already sends, with every Call, Send and
+// CallAsync made with it, on a Resource or a Remote; the owner's handler
+// reads it with [Request.Header]. Names are case-insensitive (sent lower
+// case), of ASCII letters, digits, '-', '_' and '.', at most 64 bytes;
+// "traceparent", "tracestate" and names starting "fero-" are fero's.
+// Values are at most 1 KiB, and a request carries at most 29 headers. A
+// call whose headers break these rules fails with CodeInvalidArgument.
+// Headers ride with calls, not with writes (Update, Add, Remove, Set).
+func WithHeader(ctx context.Context, name, value string) context.Context {
+	return node.WithMeta(ctx, name, value)
+}
+
+// Header returns the value of the request header name (case-insensitive),
+// "" if the caller sent none; see [WithHeader].
+func (q *Request) Header(name string) string {
+	return q.meta.Get(strings.ToLower(name))
+}
+
+// Headers returns the request's headers, name (lower case) and value, in
+// the order the caller added them.
+func (q *Request) Headers() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i := 0; i+1 < len(q.meta); i += 2 {
+			if !yield(q.meta[i], q.meta[i+1]) {
+				return
+			}
+		}
+	}
 }
 
 // Decode decodes the payload into v, a pointer.
@@ -87,7 +121,7 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 
 // serve adapts the resource's handler to the node's.
 func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
-	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local}
+	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta}
 	reply, err := r.cfg.handler(ctx, q)
 	if err != nil {
 		return nil, err
