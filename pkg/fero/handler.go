@@ -53,6 +53,7 @@ type Request struct {
 	r     *Resource
 	local bool
 	meta  node.Meta
+	wait  node.WaitSpec // what a remote caller's built-in write waits for
 }
 
 // WithHeader returns a copy of ctx that sends the request header name:
@@ -63,7 +64,8 @@ type Request struct {
 // "traceparent", "tracestate" and names starting "fero-" are fero's.
 // Values are at most 1 KiB, and a request carries at most 29 headers. A
 // call whose headers break these rules fails with CodeInvalidArgument.
-// Headers ride with calls, not with writes (Update, Add, Remove, Set).
+// A Remote's writes carry them too; a node's own writes (Update, Add,
+// Remove, Set on a Resource) travel as engine messages and carry none.
 func WithHeader(ctx context.Context, name, value string) context.Context {
 	return node.WithMeta(ctx, name, value)
 }
@@ -112,7 +114,7 @@ func (q *Request) Local() bool { return q.local }
 // key (nil if there is none); any other verb fails with CodeUnimplemented
 // ("unknown verb").
 func (q *Request) Next(ctx context.Context) (any, error) {
-	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload})
+	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload, Wait: q.wait})
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -121,8 +123,8 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 
 // serve adapts the resource's handler to the node's.
 func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
-	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta}
-	reply, err := r.cfg.handler(ctx, q)
+	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta, wait: nr.Wait}
+	reply, err := r.cfg.handler(context.WithValue(ctx, requestKey{}, q), q)
 	if err != nil {
 		return nil, err
 	}

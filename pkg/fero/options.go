@@ -29,25 +29,29 @@ type Option func(*config)
 const DefaultConnectWait = time.Second
 
 type config struct {
-	client      bool
-	id          string
-	listen      string
-	logger      *slog.Logger
-	handler     Handler
-	store       Store
-	replayAll   bool
-	connectWait time.Duration
-	seedWait    time.Duration // WithRequireSeeds; 0: off
-	wait        Wait
-	maxRequests int
-	tick        time.Duration
-	secrets     [][]byte
-	tokens      [][]byte // accepted from clients (WithClientTokens)
-	token       []byte   // proved by Dial (WithToken)
-	dataDir     string
-	fsync       storage.SyncPolicy
-	metrics     prometheus.Registerer // WithMetrics
-	tracer      trace.Tracer          // WithTracerProvider
+	client  bool
+	id      string
+	listen  string
+	logger  *slog.Logger
+	handler Handler
+	// interceptors wrap handler; callInterceptors wrap Call
+	// (WithInterceptors, WithCallInterceptors).
+	interceptors     []Interceptor
+	callInterceptors []CallInterceptor
+	store            Store
+	replayAll        bool
+	connectWait      time.Duration
+	seedWait         time.Duration // WithRequireSeeds; 0: off
+	wait             Wait
+	maxRequests      int
+	tick             time.Duration
+	secrets          [][]byte
+	tokens           [][]byte // accepted from clients (WithClientTokens)
+	token            []byte   // proved by Dial (WithToken)
+	dataDir          string
+	fsync            storage.SyncPolicy
+	metrics          prometheus.Registerer // WithMetrics
+	tracer           trace.Tracer          // WithTracerProvider
 
 	membership []membership.Option
 	ring       []ring.Option

@@ -29,6 +29,7 @@ import (
 type Remote struct {
 	peer   *transport.Peer
 	tracer trace.Tracer // WithTracerProvider; nil: no spans
+	call   CallFunc     // Call through its interceptors, composed at Dial
 }
 
 // NodeStatus is one node's view of its cluster, as [Remote.Status]
@@ -69,7 +70,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Remote{peer: p, tracer: cfg.tracer}, nil
+	c := &Remote{peer: p, tracer: cfg.tracer}
+	c.call = chainCalls(c.callDirect, cfg.callInterceptors)
+	return c, nil
 }
 
 // clientSpan is the start options of a Remote's spans, made once.
@@ -108,6 +111,11 @@ func (c *Remote) Addr() string { return c.peer.Addr() }
 // Call sends a request to the owner of key, through the node, and decodes
 // the reply into reply (a pointer; nil discards it). See [Resource.Call].
 func (c *Remote) Call(ctx context.Context, verb, key string, payload, reply any) error {
+	return c.call(ctx, verb, key, payload, reply)
+}
+
+// callDirect is Call without its interceptors.
+func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, reply any) error {
 	b, err := encodePayload(payload)
 	if err != nil {
 		return err

@@ -52,6 +52,8 @@ type Resource struct {
 	// AdminHandler.
 	dashOnce sync.Once
 	dash     *dashboard.Dashboard
+	// call is Call through its interceptors, composed at Open.
+	call CallFunc
 }
 
 // Open starts a node of the named resource and joins its cluster. It
@@ -77,9 +79,17 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
 		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil, Tracer: cfg.tracer,
 	}
+	if len(cfg.interceptors) > 0 {
+		h := cfg.handler
+		if h == nil {
+			h = func(ctx context.Context, req *Request) (any, error) { return req.Next(ctx) }
+		}
+		cfg.handler = chainHandler(h, cfg.interceptors)
+	}
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
 	}
+	r.call = chainCalls(r.callDirect, cfg.callInterceptors)
 	n, err := node.Start(ctx, ncfg)
 	if err != nil {
 		return nil, err
@@ -377,6 +387,11 @@ func (r *Resource) write(ctx context.Context, c doc.Change, wait []Wait) error {
 // not, since the handler may have run: Call then fails with
 // CodeUnavailable.
 func (r *Resource) Call(ctx context.Context, verb, key string, payload, reply any) error {
+	return r.call(ctx, verb, key, payload, reply)
+}
+
+// callDirect is Call without its interceptors.
+func (r *Resource) callDirect(ctx context.Context, verb, key string, payload, reply any) error {
 	b, err := encodePayload(payload)
 	if err != nil {
 		return err

@@ -5,3 +5,8 @@ package fero
 // A change to what generated code relies on adds SupportPackageIsVersion2
 // and the generator moves to it.
 const SupportPackageIsVersion1 = true
+
+// SupportPackageIsVersion2 is referenced by code ferogen generates from
+// the version that took Caller and RequestFromContext from pkg/fero
+// rather than declaring its own.
+const SupportPackageIsVersion2 = true

@@ -17,26 +17,20 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion1
+const _ = fero.SupportPackageIsVersion2
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
 // node) and *fero.Remote are Callers.
-type Caller interface {
-	Call(ctx context.Context, verb, key string, payload, reply any) error
-}
-
-// requestKey is the context key of the request a generated handler
-// answers.
-type requestKey struct{}
+type Caller = fero.Caller
 
 // RequestFromContext returns the request a generated handler is
 // answering, from the context it gives the implementation's method:
 // req.Resource() is the resource to read and write, and its ID the node
-// answering. ok is false in a method called some other way.
+// answering. ok is false in a method called some other way. It is
+// fero.RequestFromContext.
 func RequestFromContext(ctx context.Context) (req *fero.Request, ok bool) {
-	req, ok = ctx.Value(requestKey{}).(*fero.Request)
-	return req, ok
+	return fero.RequestFromContext(ctx)
 }
 
 // InventoryResourceName is the name of the resource that
@@ -75,7 +69,7 @@ func InventoryHandler(impl in2.Inventory, next fero.Handler) fero.Handler {
 			if in.Key != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's Key is %q", req.Verb, req.Key, in.Key)
 			}
-			return impl.Count(context.WithValue(ctx, requestKey{}, req), in)
+			return impl.Count(ctx, in)
 		case InventoryRestockVerb:
 			in := new(in2.Restock)
 			if err := req.Decode(in); err != nil {
@@ -84,7 +78,7 @@ func InventoryHandler(impl in2.Inventory, next fero.Handler) fero.Handler {
 			if in.Shelf != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's Shelf is %q", req.Verb, req.Key, in.Shelf)
 			}
-			return impl.Restock(context.WithValue(ctx, requestKey{}, req), in)
+			return impl.Restock(ctx, in)
 		}
 		if next != nil {
 			return next(ctx, req)

@@ -16,26 +16,20 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion1
+const _ = fero.SupportPackageIsVersion2
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
 // node) and *fero.Remote are Callers.
-type Caller interface {
-	Call(ctx context.Context, verb, key string, payload, reply any) error
-}
-
-// requestKey is the context key of the request a generated handler
-// answers.
-type requestKey struct{}
+type Caller = fero.Caller
 
 // RequestFromContext returns the request a generated handler is
 // answering, from the context it gives the implementation's method:
 // req.Resource() is the resource to read and write, and its ID the node
-// answering. ok is false in a method called some other way.
+// answering. ok is false in a method called some other way. It is
+// fero.RequestFromContext.
 func RequestFromContext(ctx context.Context) (req *fero.Request, ok bool) {
-	req, ok = ctx.Value(requestKey{}).(*fero.Request)
-	return req, ok
+	return fero.RequestFromContext(ctx)
 }
 
 // SessionsResourceName is the name of the resource that
@@ -73,7 +67,7 @@ func SessionsHandler(impl multi.Sessions, next fero.Handler) fero.Handler {
 			if in.User != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's User is %q", req.Verb, req.Key, in.User)
 			}
-			return impl.Open(context.WithValue(ctx, requestKey{}, req), in)
+			return impl.Open(ctx, in)
 		}
 		if next != nil {
 			return next(ctx, req)
@@ -155,7 +149,7 @@ func CartsHandler(impl multi.Carts, next fero.Handler) fero.Handler {
 			if in.Cart != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's Cart is %q", req.Verb, req.Key, in.Cart)
 			}
-			return nil, impl.AddItem(context.WithValue(ctx, requestKey{}, req), in)
+			return nil, impl.AddItem(ctx, in)
 		}
 		if next != nil {
 			return next(ctx, req)

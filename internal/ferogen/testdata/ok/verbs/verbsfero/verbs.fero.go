@@ -16,26 +16,20 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion1
+const _ = fero.SupportPackageIsVersion2
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
 // node) and *fero.Remote are Callers.
-type Caller interface {
-	Call(ctx context.Context, verb, key string, payload, reply any) error
-}
-
-// requestKey is the context key of the request a generated handler
-// answers.
-type requestKey struct{}
+type Caller = fero.Caller
 
 // RequestFromContext returns the request a generated handler is
 // answering, from the context it gives the implementation's method:
 // req.Resource() is the resource to read and write, and its ID the node
-// answering. ok is false in a method called some other way.
+// answering. ok is false in a method called some other way. It is
+// fero.RequestFromContext.
 func RequestFromContext(ctx context.Context) (req *fero.Request, ok bool) {
-	req, ok = ctx.Value(requestKey{}).(*fero.Request)
-	return req, ok
+	return fero.RequestFromContext(ctx)
 }
 
 // AccountsResourceName is the name of the resource that
@@ -76,7 +70,7 @@ func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 			if string(in.ID) != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's ID is %q", req.Verb, req.Key, string(in.ID))
 			}
-			return nil, impl.ResetPassword(context.WithValue(ctx, requestKey{}, req), in)
+			return nil, impl.ResetPassword(ctx, in)
 		case AccountsGetURLVerb:
 			in := new(verbs.Request)
 			if err := req.Decode(in); err != nil {
@@ -85,7 +79,7 @@ func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 			if string(in.ID) != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's ID is %q", req.Verb, req.Key, string(in.ID))
 			}
-			return impl.GetURL(context.WithValue(ctx, requestKey{}, req), in)
+			return impl.GetURL(ctx, in)
 		case AccountsHTTPProxyVerb:
 			in := new(verbs.Request)
 			if err := req.Decode(in); err != nil {
@@ -94,7 +88,7 @@ func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 			if string(in.ID) != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's ID is %q", req.Verb, req.Key, string(in.ID))
 			}
-			return impl.HTTPProxy(context.WithValue(ctx, requestKey{}, req), in)
+			return impl.HTTPProxy(ctx, in)
 		case AccountsDeleteVerb:
 			in := new(verbs.Request)
 			if err := req.Decode(in); err != nil {
@@ -103,7 +97,7 @@ func AccountsHandler(impl verbs.Accounts, next fero.Handler) fero.Handler {
 			if string(in.ID) != req.Key {
 				return nil, fero.Errorf(fero.CodeInvalidArgument, "%s %q: the request's ID is %q", req.Verb, req.Key, string(in.ID))
 			}
-			return nil, impl.Delete(context.WithValue(ctx, requestKey{}, req), in)
+			return nil, impl.Delete(ctx, in)
 		}
 		if next != nil {
 			return next(ctx, req)
