@@ -16,9 +16,8 @@ import (
 
 	"github.com/fero-go/fero/examples/typedusers/users"
 	"github.com/fero-go/fero/examples/typedusers/users/usersfero"
-	"github.com/fero-go/fero/internal/membership/memnet"
-	"github.com/fero-go/fero/internal/testkit"
 	"github.com/fero-go/fero/pkg/fero"
+	"github.com/fero-go/fero/pkg/fero/ferotest"
 )
 
 // TestDemo runs the demo, on real loopback sockets, and checks what the
@@ -58,16 +57,14 @@ func TestDemo(t *testing.T) {
 func TestEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := newCluster(t)
 	svc := &UsersService{SessionTTL: time.Hour}
+	c := ferotest.NewCluster(t, usersfero.UsersResourceName, ferotest.WithServers(0))
 	var servers []*fero.Resource
 	for i := range 3 {
-		servers = append(servers, c.open(fmt.Sprintf("server-%d", i+1), usersfero.RegisterUsers(svc)))
+		servers = append(servers, c.Add(fero.WithID(fmt.Sprintf("server-%d", i+1)), usersfero.RegisterUsers(svc)))
 	}
-	client := c.open("client", fero.Client())
-	for _, r := range c.all {
-		require.NoError(t, r.WaitServers(ctx, 3))
-	}
+	client := c.Add(fero.WithID("client"), fero.Client())
+	c.WaitSettled()
 	committed := watchCommits(t, servers)
 
 	u := usersfero.NewUsersClient(client)
@@ -204,37 +201,4 @@ func watchCommits(t *testing.T, servers []*fero.Resource) func() map[users.UserK
 		}
 		return out
 	}
-}
-
-// cluster runs nodes of "users" in this process: gossip over an in-memory
-// network (no UDP to lose on a loaded machine), data over loopback TCP.
-type cluster struct {
-	t    *testing.T
-	nw   *memnet.Network
-	seed string
-	all  []*fero.Resource
-}
-
-func newCluster(t *testing.T) *cluster { return &cluster{t: t, nw: memnet.New(1)} }
-
-func (c *cluster) open(id string, opts ...fero.Option) *fero.Resource {
-	c.t.Helper()
-	opts = append([]fero.Option{
-		fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
-		fero.WithGossipTransport(c.nw.NewTransport()), fero.WithGossipTuning(testkit.ClusterTimers),
-		fero.WithLeaveTimeout(time.Second), fero.WithPartitions(32),
-	}, opts...)
-	if c.seed != "" {
-		opts = append(opts, fero.WithSeeds(c.seed))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := fero.Open(ctx, usersfero.UsersResourceName, opts...)
-	require.NoError(c.t, err)
-	c.t.Cleanup(func() { _ = r.Close() })
-	if c.seed == "" {
-		c.seed = r.GossipAddr()
-	}
-	c.all = append(c.all, r)
-	return r
 }

@@ -1,0 +1,147 @@
+package ferotest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/testkit"
+	"github.com/fero-go/fero/pkg/fero"
+	"github.com/fero-go/fero/pkg/fero/ferotest"
+)
+
+// TestMain checks that the clusters' cleanups released every goroutine
+// their nodes started.
+func TestMain(m *testing.M) { os.Exit(testkit.RunWithoutLeaks(m)) }
+
+// TestConverges: three servers and a client settle; writes made on every
+// node, at every wait, end up on every node.
+func TestConverges(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit")
+	require.Len(t, c.Servers(), 3)
+	client := c.Add(fero.Client())
+	c.WaitSettled()
+	require.Len(t, c.Nodes(), 4)
+	assert.Equal(t, client, c.Node(3))
+	assert.Equal(t, []string{"node-1", "node-2", "node-3", "node-4"}, ids(c.Nodes()))
+
+	ctx := ctxT(t)
+	waits := []fero.Wait{fero.NoWait, fero.Ack, fero.Replicas(1), fero.Majority}
+	for i := range 20 {
+		r := c.Node(i % 4)
+		// Settled: no write is refused for an owner still syncing.
+		require.NoError(t, r.Update(ctx, fmt.Sprint("k", i), i, waits[i%4]), "k%d from %s", i, r.ID())
+	}
+	c.WaitConverged()
+	for _, r := range c.Nodes() {
+		assert.Equal(t, 20, r.Len(), r.ID())
+		v, ok := r.Get("k7")
+		assert.True(t, ok, r.ID())
+		assert.EqualValues(t, 7, v, r.ID())
+	}
+}
+
+// TestPartition: one server cut off from the two others by gossip. The
+// minority side refuses writes, through its server, a client on its side
+// and a Remote dialed to it; the majority side takes them. After the heal
+// the minority's writes go through and every node holds the majority's.
+func TestPartition(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit")
+	s := c.Servers()
+	minorClient := c.Add(fero.Client())
+	c.WaitSettled()
+	ctx := ctxT(t)
+	require.NoError(t, s[0].Update(ctx, "before", "yes", fero.Majority))
+
+	c.Partition(s[:2], []*fero.Resource{s[2], minorClient})
+	for _, r := range c.Nodes() {
+		assert.Len(t, r.Members(), 2, "%s sees its own side only", r.ID())
+	}
+	for i := range 5 {
+		k := fmt.Sprint("k", i)
+		require.NoError(t, s[i%2].Update(ctx, k, "majority", fero.Majority), "%s on the majority side", k)
+	}
+	remote, err := fero.Dial(ctx, s[2].Addr())
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, remote.Close()) }()
+	type writer interface {
+		Update(ctx context.Context, key string, value any, wait ...fero.Wait) error
+	}
+	writers := map[string]writer{"minority server": s[2], "minority client": minorClient, "remote": remote}
+	for name, w := range writers {
+		for i := range 5 {
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := w.Update(wctx, fmt.Sprint("k", i), "minority", fero.Majority)
+			cancel()
+			assert.Equal(t, fero.CodeUnavailable, fero.CodeOf(err), "%s, k%d: %v", name, i, err)
+		}
+	}
+	v, ok := s[2].Get("before")
+	assert.True(t, ok && v == "yes", "reads stay local on the minority side")
+
+	c.Heal()
+	c.WaitConverged()
+	for _, r := range c.Nodes() {
+		v, _ := r.Get("k3")
+		assert.Equal(t, "majority", v, "%s holds the majority's write", r.ID())
+	}
+	require.NoError(t, s[2].Update(ctx, "after", "healed", fero.Majority), "healed: the old minority writes")
+	require.NoError(t, minorClient.Update(ctx, "after", "healed again", fero.Majority))
+	c.WaitConverged()
+	v, _ = s[0].Get("after")
+	assert.Equal(t, "healed again", v)
+}
+
+// TestAddRemove: a fourth server joins a settled cluster and takes
+// partitions; then a server leaves, and the three left still take
+// Majority writes (three of the four in the configuration) and agree.
+func TestAddRemove(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit", ferotest.WithNodeOptions(fero.WithPartitions(64)))
+	ctx := ctxT(t)
+	require.NoError(t, c.Node(0).Update(ctx, "a", 1, fero.Majority))
+
+	joined := c.Add(fero.WithID("late"))
+	c.WaitSettled()
+	assert.Len(t, c.Servers(), 4)
+	owned := map[string]int{}
+	for _, m := range c.Node(0).Members() {
+		owned[m.ID] = m.Owned
+	}
+	assert.Positive(t, owned["late"], "the new server owns partitions: %v", owned)
+	require.NoError(t, joined.Update(ctx, "b", 2, fero.Majority))
+	c.WaitConverged()
+	v, ok := joined.Get("a")
+	assert.True(t, ok && v != nil, "the new server caught up: a = %v", v)
+
+	gone := c.Node(1)
+	require.NoError(t, c.Remove(gone))
+	assert.NotContains(t, c.Nodes(), gone)
+	c.WaitSettled()
+	for i := range 8 {
+		require.NoError(t, c.Node(i%3).Update(ctx, fmt.Sprint("k", i), i, fero.Majority))
+	}
+	c.WaitConverged()
+	assert.Equal(t, 10, joined.Len())
+	servers, err := joined.Servers(ctx)
+	require.NoError(t, err)
+	assert.Len(t, servers, 4, "a removed server stays in the configuration: %v", servers)
+}
+
+func ids(rs []*fero.Resource) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.ID())
+	}
+	return out
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
