@@ -53,13 +53,49 @@ func (c Code) String() string {
 	return "code_" + strconv.FormatUint(uint64(c), 10)
 }
 
-// Error is an error with a code. Only the code and message cross the wire;
-// the wrapped cause stays local.
+// Error is an error with a code. The code, the message and the details
+// cross the wire; the wrapped cause stays local.
 type Error struct {
-	code   Code
-	msg    string
-	cause  error
-	remote bool
+	code    Code
+	msg     string
+	cause   error
+	remote  bool
+	details []Detail
+}
+
+// Detail is a typed value attached to an error (as connect's ErrorDetail
+// is): a type name the two ends agree on and the value's msgpack
+// encoding.
+type Detail struct {
+	Type  string
+	Value []byte
+}
+
+// Bounds on an error's details as they cross the wire.
+const (
+	MaxDetails      = 16
+	MaxDetailType   = 256
+	MaxDetailsBytes = 64 << 10 // the values and type names together
+)
+
+// WithDetail returns a copy of e with d added to its details; e itself is
+// unchanged (it may be a shared sentinel).
+func (e *Error) WithDetail(d Detail) *Error {
+	c := *e
+	c.details = append(e.details[:len(e.details):len(e.details)], d)
+	return &c
+}
+
+// Details returns e's details, in the order they were added.
+func (e *Error) Details() []Detail { return e.details }
+
+// DetailsOf returns the details of the *Error err is or wraps.
+func DetailsOf(err error) []Detail {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.details
+	}
+	return nil
 }
 
 // New returns an error with the given code and message.
@@ -82,12 +118,12 @@ func Errorf(code Code, format string, args ...any) *Error {
 // across the wire only the code and the message travel, and the message
 // still starts with e's.
 func Wrapf(e *Error, format string, args ...any) *Error {
-	return &Error{code: e.code, msg: e.msg + ": " + fmt.Sprintf(format, args...), cause: e}
+	return &Error{code: e.code, msg: e.msg + ": " + fmt.Sprintf(format, args...), cause: e, details: e.details}
 }
 
 // FromWire rebuilds an error received from a peer.
-func FromWire(code uint32, msg string) *Error {
-	return &Error{code: Code(code), msg: msg, remote: true}
+func FromWire(code uint32, msg string, details []Detail) *Error {
+	return &Error{code: Code(code), msg: msg, remote: true, details: details}
 }
 
 // Code returns the error's code.

@@ -28,7 +28,7 @@ func TestErrorText(t *testing.T) {
 func TestWrapAndWire(t *testing.T) {
 	e := Errorf(Unavailable, "dial %s: %w", "10.0.0.1", io.ErrClosedPipe)
 	assert.ErrorIs(t, e, io.ErrClosedPipe, "the local cause is kept")
-	back := FromWire(uint32(e.Code()), e.Message())
+	back := FromWire(uint32(e.Code()), e.Message(), nil)
 	assert.True(t, back.Remote())
 	assert.ErrorIs(t, back, e, "a coded error matches after crossing the wire")
 	assert.False(t, errors.Is(back, io.ErrClosedPipe), "the cause does not cross the wire")
@@ -49,7 +49,7 @@ func TestWrapfKeepsTheSentinel(t *testing.T) {
 	assert.Equal(t, Unavailable, CodeOf(err))
 	assert.ErrorIs(t, err, sentinel)
 	assert.ErrorIs(t, fmt.Errorf("write: %w", err), sentinel)
-	assert.NotErrorIs(t, FromWire(uint32(Unavailable), MessageOf(err)), sentinel, "only the code and message cross the wire")
+	assert.NotErrorIs(t, FromWire(uint32(Unavailable), MessageOf(err), nil), sentinel, "only the code and message cross the wire")
 }
 
 func TestMessageOfKeepsWrappingContext(t *testing.T) {
@@ -76,7 +76,7 @@ func TestDefinite(t *testing.T) {
 		{context.DeadlineExceeded, false},
 		{errors.New("connection reset"), false},
 		{fmt.Errorf("wrapped: %w", New(InvalidArgument, "bad")), true},
-		{FromWire(uint32(Unavailable), "not owner, ring changing"), true},
+		{FromWire(uint32(Unavailable), "not owner, ring changing", nil), true},
 	} {
 		if got := Definite(c.err); got != c.want {
 			t.Errorf("Definite(%v) = %v, want %v", c.err, got, c.want)

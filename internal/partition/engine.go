@@ -737,7 +737,7 @@ func (e *Engine) stepForwardReply(from string, m *ForwardReply) {
 	c := Completion{Token: f.token, Partition: f.partition, Position: m.Position}
 	if m.Code != 0 {
 		c.Position = Position{}
-		c.Err = errs.FromWire(m.Code, m.Msg)
+		c.Err = errs.FromWire(m.Code, m.Msg, nil)
 		c.Owner = m.Owner
 	}
 	e.rd.Completions = append(e.rd.Completions, c)

@@ -459,12 +459,23 @@ func (c *Conn) queueFrame(ctx context.Context, kind wire.Kind, id uint64, op uin
 	return nil
 }
 
-func (c *Conn) writeErrorFrame(id uint64, code errs.Code, msg string) error {
+func (c *Conn) writeErrorFrame(id uint64, code errs.Code, msg string, details []errs.Detail) error {
 	if len(msg) > 4096 {
 		msg = msg[:4096]
 	}
+	// Details past the bounds a receiver takes are dropped, and the
+	// message says so.
+	size := 0
+	for i, d := range details {
+		size += len(d.Type) + len(d.Value)
+		if i == errs.MaxDetails || len(d.Type) == 0 || len(d.Type) > errs.MaxDetailType || size > errs.MaxDetailsBytes {
+			msg += fmt.Sprintf(" (%d error details dropped: past the bounds on details)", len(details)-i)
+			details = details[:i]
+			break
+		}
+	}
 	var buf [4200]byte
-	return c.writeFrame(c.ctx, wire.KindError, id, 0, wire.AppendErrorPayload(buf[:0], uint32(code), msg), false)
+	return c.writeFrame(c.ctx, wire.KindError, id, 0, wire.AppendErrorPayload(buf[:0], uint32(code), msg, details), false)
 }
 
 // dispatch handles one frame and reports whether its bytes must stay valid
@@ -667,13 +678,16 @@ func (c *Conn) complete(f *wire.Frame) (keep bool) {
 		}
 		p.deliver(f.Payload, nil)
 	case wire.KindError:
-		code, msg, err := wire.ParseErrorPayload(f.Payload)
+		code, msg, details, err := wire.ParseErrorPayload(f.Payload)
 		if err != nil {
 			p.deliver(nil, errs.Errorf(errs.Internal, "unreadable error reply: %w", err))
 			return false
 		}
-		p.deliver(nil, errs.FromWire(code, msg))
-		return false // the message was copied into the error
+		for i := range details {
+			details[i].Value = bytes.Clone(details[i].Value)
+		}
+		p.deliver(nil, errs.FromWire(code, msg, details))
+		return false // the message and the details were copied into the error
 	}
 	return keep
 }

@@ -253,7 +253,7 @@ func (r *Request) Chunk(payload []byte) error {
 }
 
 // Fail sends err as the final answer. The caller receives an *errs.Error
-// with err's code (Unknown for an uncoded error) and message.
+// with err's code (Unknown for an uncoded error), message and details.
 func (r *Request) Fail(err error) error {
 	if r.kind == wire.KindSend {
 		return nil
@@ -265,5 +265,5 @@ func (r *Request) Fail(err error) error {
 		return nil
 	}
 	code, msg := errs.CodeOf(err), errs.MessageOf(err)
-	return r.conn.writeErrorFrame(r.id, code, msg)
+	return r.conn.writeErrorFrame(r.id, code, msg, errs.DetailsOf(err))
 }

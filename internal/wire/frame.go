@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/fero-go/fero/internal/errs"
 	"io"
 	"math"
 	"os"
@@ -439,26 +440,59 @@ func (r *Reader) timedOut(n int, err error) error {
 	return fmt.Errorf("%w: %d of %s bytes of a frame arrived in %v: %w", ErrFrameTimeout, got, want, r.timeout, err)
 }
 
-// AppendErrorPayload appends the payload of a KindError frame.
-func AppendErrorPayload(b []byte, code uint32, msg string) []byte {
-	b = appendArrayHeader(b, 2)
+// AppendErrorPayload appends the payload of a KindError frame:
+// [code, message], or [code, message, [[type, value], ...]] with details.
+func AppendErrorPayload(b []byte, code uint32, msg string, details []errs.Detail) []byte {
+	if len(details) == 0 {
+		b = appendArrayHeader(b, 2)
+	} else {
+		b = appendArrayHeader(b, 3)
+	}
 	b = appendUint(b, uint64(code))
-	return appendStr(b, msg)
+	b = appendStr(b, msg)
+	if len(details) > 0 {
+		b = appendArrayHeader(b, len(details))
+		for _, d := range details {
+			b = appendArrayHeader(b, 2)
+			b = appendStr(b, d.Type)
+			b = AppendBin(b, d.Value)
+		}
+	}
+	return b
 }
 
-// ParseErrorPayload decodes the payload of a KindError frame.
-func ParseErrorPayload(p []byte) (code uint32, msg string, err error) {
+// ParseErrorPayload decodes the payload of a KindError frame. The
+// details' values alias p.
+func ParseErrorPayload(p []byte) (code uint32, msg string, details []errs.Detail, err error) {
 	d := decoder{b: p}
-	if n := d.arrayLen(); d.err == nil && n != 2 {
-		return 0, "", fmt.Errorf("%w: error payload has %d fields, want 2", ErrMalformed, n)
+	n := d.arrayLen()
+	if d.err == nil && n != 2 && n != 3 {
+		return 0, "", nil, fmt.Errorf("%w: error payload has %d fields, want 2 or 3", ErrMalformed, n)
 	}
 	c := d.uint("code")
 	m := d.bytes("message")
+	if n == 3 && d.err == nil {
+		k := d.arrayLen()
+		if d.err == nil && k > errs.MaxDetails {
+			d.fail("%d error details, at most %d", k, errs.MaxDetails)
+		}
+		for i := 0; i < k && d.err == nil; i++ {
+			if pair := d.arrayLen(); d.err == nil && pair != 2 {
+				d.fail("error detail of %d fields, want 2", pair)
+				break
+			}
+			t, v := d.bytes("detail type"), d.bytes("detail value")
+			if d.err == nil && (len(t) == 0 || len(t) > errs.MaxDetailType) {
+				d.fail("error detail type of %d bytes, want 1 to %d", len(t), errs.MaxDetailType)
+			}
+			details = append(details, errs.Detail{Type: string(t), Value: v})
+		}
+	}
 	if d.err != nil {
-		return 0, "", d.err
+		return 0, "", nil, d.err
 	}
 	if c > math.MaxUint32 {
-		return 0, "", fmt.Errorf("%w: error code %d out of range", ErrMalformed, c)
+		return 0, "", nil, fmt.Errorf("%w: error code %d out of range", ErrMalformed, c)
 	}
-	return uint32(c), string(m), nil
+	return uint32(c), string(m), details, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"github.com/fero-go/fero/internal/errs"
 	"io"
 	"os"
 	"path/filepath"
@@ -62,7 +63,7 @@ func goldenVectors() []golden {
 		{"frame_send", AppendFrame(nil, KindSend, 0, 7, []byte("hi"))},
 		{"frame_call_big_ids", AppendFrame(nil, KindCall, 1<<40, 70000, []byte{0xff})},
 		{"frame_reply_empty", AppendFrame(nil, KindReply, 300, 0, nil)},
-		{"frame_error", AppendFrame(nil, KindError, 5, 0, AppendErrorPayload(nil, 12, "unknown verb"))},
+		{"frame_error", AppendFrame(nil, KindError, 5, 0, AppendErrorPayload(nil, 12, "unknown verb", nil))},
 		{"frame_cancel", AppendFrame(nil, KindCancel, 9, 0, nil)},
 		{"record_update", AppendRecord(nil, RecordHeader{Type: RecordUpdate, Partition: 17, Epoch: 3, Offset: 1000}, "user:1", val)},
 		{"record_remove", AppendRecord(nil, RecordHeader{Type: RecordRemove, Partition: 270, Epoch: 1 << 33, Offset: 0}, "k", nil)},
@@ -300,12 +301,35 @@ func TestReaderErrors(t *testing.T) {
 }
 
 func TestErrorPayload(t *testing.T) {
-	code, msg, err := ParseErrorPayload(AppendErrorPayload(nil, 405, "method not allowed"))
+	code, msg, details, err := ParseErrorPayload(AppendErrorPayload(nil, 405, "method not allowed", nil))
 	require.NoError(t, err)
 	assert.Equal(t, uint32(405), code)
 	assert.Equal(t, "method not allowed", msg)
-	_, _, err = ParseErrorPayload([]byte{0x91, 1})
+	assert.Nil(t, details)
+	_, _, _, err = ParseErrorPayload([]byte{0x91, 1})
 	assert.ErrorIs(t, err, ErrMalformed)
+
+	// Details round-trip.
+	want := []errs.Detail{{Type: "shop.OutOfStock", Value: []byte{0x81, 0xa3, 's', 'k', 'u', 0x01}}, {Type: "t", Value: nil}}
+	code, msg, details, err = ParseErrorPayload(AppendErrorPayload(nil, 9, "out of stock", want))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(9), code)
+	assert.Equal(t, "out of stock", msg)
+	assert.Equal(t, want, details)
+	// Too many, or a type that is empty or too long, are malformed.
+	for _, bad := range [][]errs.Detail{
+		make([]errs.Detail, errs.MaxDetails+1),
+		{{Type: "", Value: []byte{1}}},
+		{{Type: strings.Repeat("t", errs.MaxDetailType+1)}},
+	} {
+		for i := range bad {
+			if bad[i].Type == "" && len(bad) > 1 {
+				bad[i].Type = "t"
+			}
+		}
+		_, _, _, err = ParseErrorPayload(AppendErrorPayload(nil, 9, "x", bad))
+		assert.ErrorIs(t, err, ErrMalformed)
+	}
 }
 
 type user struct {

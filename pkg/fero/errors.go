@@ -1,6 +1,11 @@
 package fero
 
-import "github.com/fero-go/fero/internal/errs"
+import (
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
+)
 
 // Error is an error with a [Code]. Errors returned by a remote node arrive
 // as *Error with the code and message the remote side gave; their causes
@@ -58,3 +63,39 @@ func CodeOf(err error) Code { return errs.CodeOf(err) }
 // "before the answer": a write whose context is canceled before its
 // deadline may still take effect until that deadline.
 func Definite(err error) bool { return errs.Definite(err) }
+
+// ErrorDetail is a typed value a handler attaches to an error, for the
+// caller to act on (which item is out of stock, how long to wait): a
+// type name both sides agree on (say "shop.OutOfStock") and the value,
+// encoded with msgpack. Details cross the wire with the code and the
+// message, through a forwarding node too: at most 16, type names of 1 to
+// 256 bytes, 64 KiB together (more are dropped, and the message says so).
+type ErrorDetail = errs.Detail
+
+// NewErrorDetail encodes v with msgpack as a detail named typ; attach it
+// with (*Error).WithDetail:
+//
+//	d, err := fero.NewErrorDetail("shop.OutOfStock", OutOfStock{SKU: sku, Left: 0})
+//	return nil, fero.Errorf(fero.CodeFailedPrecondition, "out of stock").WithDetail(d)
+func NewErrorDetail(typ string, v any) (ErrorDetail, error) {
+	if typ == "" || len(typ) > errs.MaxDetailType {
+		return ErrorDetail{}, errs.Errorf(errs.InvalidArgument, "fero: error detail type %q: want 1 to %d bytes", typ, errs.MaxDetailType)
+	}
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return ErrorDetail{}, errs.Errorf(errs.InvalidArgument, "fero: encode error detail %s: %w", typ, err)
+	}
+	return ErrorDetail{Type: typ, Value: b}, nil
+}
+
+// ErrorDetails returns the details of the *Error err is or wraps, in the
+// order they were attached.
+func ErrorDetails(err error) []ErrorDetail { return errs.DetailsOf(err) }
+
+// DecodeErrorDetail decodes d's value into v, a pointer.
+func DecodeErrorDetail(d ErrorDetail, v any) error {
+	if err := wire.DecodeValue(d.Value, v); err != nil {
+		return errs.Errorf(errs.InvalidArgument, "fero: decode error detail %s: %w", d.Type, err)
+	}
+	return nil
+}
