@@ -38,6 +38,8 @@ type config struct {
 	// (WithInterceptors, WithCallInterceptors).
 	interceptors     []Interceptor
 	callInterceptors []CallInterceptor
+	retry            *RetryPolicy  // WithCallRetry
+	callTimeout      time.Duration // WithCallTimeout
 	store            Store
 	replayAll        bool
 	connectWait      time.Duration

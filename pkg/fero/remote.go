@@ -71,7 +71,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 		return nil, err
 	}
 	c := &Remote{peer: p, tracer: cfg.tracer}
-	c.call = chainCalls(c.callDirect, cfg.callInterceptors)
+	c.call = chainCalls(c.callDirect, callChain(cfg))
 	return c, nil
 }
 

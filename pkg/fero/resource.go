@@ -89,7 +89,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 	if cfg.handler != nil {
 		ncfg.Handler = r.serve
 	}
-	r.call = chainCalls(r.callDirect, cfg.callInterceptors)
+	r.call = chainCalls(r.callDirect, callChain(cfg))
 	n, err := node.Start(ctx, ncfg)
 	if err != nil {
 		return nil, err
@@ -384,8 +384,8 @@ func (r *Resource) write(ctx context.Context, c doc.Change, wait []Wait) error {
 // it). The handler's error comes back as an *Error with its code. A request
 // that reaches a node that no longer owns the key is sent again to the new
 // owner until ctx ends; one whose connection broke after it was sent is
-// not, since the handler may have run: Call then fails with
-// CodeUnavailable.
+// not, since the handler may have run: Call then fails with CodeAborted.
+// WithCallRetry, WithCallTimeout and WithCallInterceptors apply.
 func (r *Resource) Call(ctx context.Context, verb, key string, payload, reply any) error {
 	return r.call(ctx, verb, key, payload, reply)
 }
