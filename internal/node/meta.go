@@ -58,3 +58,12 @@ func CheckMeta(m Meta) error {
 	}
 	return nil
 }
+
+// replyMetaKey is the context key of a caller's sink for reply headers.
+type replyMetaKey struct{}
+
+// WithReplyMeta returns a copy of ctx whose requests put the reply
+// headers their handlers send in *sink (appended, name then value).
+func WithReplyMeta(ctx context.Context, sink *Meta) context.Context {
+	return context.WithValue(ctx, replyMetaKey{}, sink)
+}

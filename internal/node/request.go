@@ -51,6 +51,10 @@ type Request struct {
 	// Meta is the request's metadata (the W3C trace context, ...), nil
 	// when it carried none. Read-only.
 	Meta Meta
+	// ReplyMeta is what the handler sends back with its reply besides the
+	// reply: headers, name then value (CheckMeta's rules). Set by the
+	// handler; nil for none.
+	ReplyMeta Meta
 }
 
 // WaitSpec is a wait level a request carries to the owner, for the
@@ -405,6 +409,9 @@ func builtinVerb(b []byte) string {
 // A reply to OpRequest starts with a status byte.
 const (
 	replyOK    byte = 0 // the handler's reply follows
+	// replyOKMeta: the handler's reply headers follow, as an array of
+	// strings (name, value, ...), then its reply.
+	replyOKMeta byte = 2
 	replyRetry byte = 1 // the receiver does not own the key's partition
 )
 
@@ -493,7 +500,11 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				}
 				return nil, nil
 			}
-			return n.handle(ctx, req)
+			reply, err := n.handle(ctx, req)
+			if sink, _ := ctx.Value(replyMetaKey{}).(*Meta); sink != nil && err == nil {
+				*sink = append(*sink, req.ReplyMeta...)
+			}
+			return reply, err
 		default:
 			if bp == nil || hasDeadline {
 				if bp == nil {
@@ -670,7 +681,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 				_ = r.Fail(err)
 				return
 			}
-			_ = r.Reply(append([]byte{replyOK}, reply...))
+			_ = r.Reply(appendReply(nil, req.ReplyMeta, reply))
 		})
 		if !ok {
 			_ = r.Fail(ErrClosed)
@@ -828,8 +839,47 @@ func callOnce(ctx context.Context, c transport.Caller, b []byte) (reply []byte, 
 		return nil, false, errs.New(errs.Internal, "fero: empty reply")
 	case reply[0] == replyOK:
 		return reply[1:], false, nil
+	case reply[0] == replyOKMeta:
+		reply, err = takeReplyMeta(ctx, reply[1:])
+		return reply, false, err
 	}
 	return nil, true, nil
+}
+
+// appendReply appends an OpRequest answer: the status, the reply headers
+// if there are any, and the reply.
+func appendReply(b []byte, meta Meta, reply []byte) []byte {
+	if len(meta) == 0 {
+		return append(append(b, replyOK), reply...)
+	}
+	b = append(b, replyOKMeta)
+	b = wire.AppendArrayHeader(b, len(meta))
+	for _, s := range meta {
+		b = wire.AppendStr(b, s)
+	}
+	return append(b, reply...)
+}
+
+// takeReplyMeta reads the reply headers at the start of b, gives them to
+// the sink ctx carries (WithReplyMeta), if any, and returns the reply
+// after them.
+func takeReplyMeta(ctx context.Context, b []byte) ([]byte, error) {
+	c := wire.NewCursor(b)
+	n := c.Array("reply headers", -1)
+	if n%2 != 0 || n > 2*MaxMetaPairs {
+		c.Fail("reply headers: %d strings, want name and value pairs, at most %d", n, MaxMetaPairs)
+	}
+	sink, _ := ctx.Value(replyMetaKey{}).(*Meta)
+	for i := 0; i < n; i++ {
+		s := c.Bytes("reply header")
+		if sink != nil {
+			*sink = append(*sink, string(s))
+		}
+	}
+	if err := c.Err(); err != nil {
+		return nil, errs.Errorf(errs.Internal, "fero: unreadable reply headers: %v", err)
+	}
+	return b[len(b)-c.Left():], nil
 }
 
 // pause waits out *backoff (then doubles it, up to retryBackoffMax) unless
@@ -907,11 +957,16 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 		case err != nil:
 		case len(reply) == 0:
 			err = errs.New(errs.Internal, "fero: empty reply")
-		case reply[0] == replyOK:
+		case reply[0] == replyOK, reply[0] == replyOKMeta:
+			if reply[0] == replyOK {
+				reply = reply[1:]
+			} else if reply, err = takeReplyMeta(ctx, reply[1:]); err != nil {
+				break
+			}
 			if began != 0 {
 				n.hot.called(nil, time.Duration(n.since()-began))
 			}
-			done(reply[1:], nil)
+			done(reply, nil)
 			return
 		default:
 			// The owner moved: retry the slow way, off the reader.

@@ -59,6 +59,7 @@ func FuzzRequestDecode(f *testing.F) {
 	f.Add(nested(1 << 20))
 	f.Add(append([]byte{replyOK}, value...))
 	f.Add([]byte{replyRetry})
+	f.Add(appendReply(nil, Meta{"x-quota-left", "41"}, value))
 	f.Add([]byte("\xde\xad\xbe\xef garbage"))
 	f.Add([]byte{})
 
@@ -90,6 +91,16 @@ func FuzzRequestDecode(f *testing.F) {
 		case b[0] == replyOK:
 			require.NoError(t, err)
 			require.Equal(t, b[1:], reply)
+		case b[0] == replyOKMeta:
+			// Headers, then the reply: a reply that ends the answer, or
+			// an error for headers that do not read.
+			require.False(t, retry)
+			if err == nil {
+				require.True(t, len(reply) < len(b))
+				require.True(t, bytes.Equal(b[len(b)-len(reply):], reply))
+			} else {
+				require.Equal(t, errs.Internal, errs.CodeOf(err), "%v", err)
+			}
 		default:
 			require.True(t, retry, "an answer of status %d", b[0])
 		}

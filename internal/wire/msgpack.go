@@ -376,6 +376,10 @@ func AppendStrHeader(b []byte, n int) []byte {
 // AppendNil appends a msgpack nil.
 func AppendNil(b []byte) []byte { return append(b, codeNil) }
 
+// Err returns the first error, if any; unlike End it allows bytes to
+// remain.
+func (c *Cursor) Err() error { return c.d.err }
+
 // Left returns how many bytes remain.
 func (c *Cursor) Left() int { return len(c.d.b) - c.d.off }
 

@@ -54,6 +54,56 @@ type Request struct {
 	local bool
 	meta  node.Meta
 	wait  node.WaitSpec // what a remote caller's built-in write waits for
+	reply node.Meta     // reply headers (SetReplyHeader)
+}
+
+// SetReplyHeader adds the header name: value to the reply, which a caller
+// reads with [WithReplyHeader] (rate limits left, the version that
+// answered, ...). The rules on names and values are [WithHeader]'s; a
+// header that breaks them is refused with CodeInvalidArgument and not
+// sent. Reply headers go with a reply, not with an error (an error has
+// its details, [ErrorDetail]).
+func (q *Request) SetReplyHeader(name, value string) error {
+	m := append(q.reply[:len(q.reply):len(q.reply)], strings.ToLower(name), value)
+	if err := node.CheckMeta(m); err != nil {
+		return err
+	}
+	q.reply = m
+	return nil
+}
+
+// ReplyHeader receives the headers a handler set on its reply
+// (Request.SetReplyHeader); see [WithReplyHeader].
+type ReplyHeader struct{ pairs node.Meta }
+
+// Get returns the value of the reply header name (case-insensitive), ""
+// if the handler set none.
+func (h *ReplyHeader) Get(name string) string { return h.pairs.Get(strings.ToLower(name)) }
+
+// All returns the reply headers, name (lower case) and value, in the
+// order the handler set them.
+func (h *ReplyHeader) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for i := 0; i+1 < len(h.pairs); i += 2 {
+			if !yield(h.pairs[i], h.pairs[i+1]) {
+				return
+			}
+		}
+	}
+}
+
+// WithReplyHeader returns a copy of ctx whose calls (Call and CallAsync
+// on a Resource or a Remote, and the typed clients over them) put the
+// reply headers their handlers set into h:
+//
+//	var h fero.ReplyHeader
+//	err := c.Call(fero.WithReplyHeader(ctx, &h), "BUY", sku, req, &reply)
+//	left := h.Get("x-quota-left")
+//
+// A call retried (WithCallRetry) keeps only the headers of its successful
+// attempt, since failed ones send none.
+func WithReplyHeader(ctx context.Context, h *ReplyHeader) context.Context {
+	return node.WithReplyMeta(ctx, &h.pairs)
 }
 
 // WithHeader returns a copy of ctx that sends the request header name:
@@ -128,6 +178,7 @@ func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
+	nr.ReplyMeta = q.reply
 	switch v := reply.(type) {
 	case nil:
 		return nil, nil

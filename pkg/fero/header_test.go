@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // TestRequestHeaders (issue 20): headers a caller puts in its context
@@ -64,4 +65,65 @@ func TestRequestHeaders(t *testing.T) {
 		require.Equal(t, CodeInvalidArgument, CodeOf(a.Call(bad, "WHO", keyOwnedBy("b"), nil, nil)))
 		require.Equal(t, CodeInvalidArgument, CodeOf(rc.Call(bad, "WHO", keyOwnedBy("a"), nil, nil)))
 	}
+}
+
+// TestReplyHeaders (issue 20): headers a handler sets on its reply reach
+// a caller that asks for them, from a local owner, another server, and
+// through a forward to a Remote, with Call and CallAsync; a header that
+// breaks the rules is refused in the handler.
+func TestReplyHeaders(t *testing.T) {
+	c := newTestCluster(t, 17)
+	handler := func(ctx context.Context, req *Request) (any, error) {
+		if err := req.SetReplyHeader("X-Quota-Left", "41"); err != nil {
+			return nil, err
+		}
+		if err := req.SetReplyHeader("served-by", req.Resource().ID()); err != nil {
+			return nil, err
+		}
+		require.Equal(t, CodeInvalidArgument, CodeOf(req.SetReplyHeader("fero-x", "no")))
+		return "ok", nil
+	}
+	a := c.open("a", WithHandler(handler))
+	c.open("b", WithHandler(handler))
+	c.settle(2)
+	ctx := ctxT(t)
+	keyOwnedBy := func(id string) string {
+		for i := 0; ; i++ {
+			k := fmt.Sprint("r", i)
+			if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == id {
+				return k
+			}
+		}
+	}
+	rc, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	for _, owner := range []string{"a", "b"} {
+		for name, call := range map[string]func(context.Context, string) error{
+			"Call":        func(ctx context.Context, key string) error { return a.Call(ctx, "Q", key, nil, nil) },
+			"Remote.Call": func(ctx context.Context, key string) error { return rc.Call(ctx, "Q", key, nil, nil) },
+			"CallAsync": func(ctx context.Context, key string) error {
+				errc := make(chan error, 1)
+				if err := a.CallAsync(ctx, "Q", key, nil, func(_ msgpack.RawMessage, err error) { errc <- err }); err != nil {
+					return err
+				}
+				return <-errc
+			},
+		} {
+			key := keyOwnedBy(owner)
+			var h ReplyHeader
+			require.NoError(t, retry(ctx, func() error { h = ReplyHeader{}; return call(WithReplyHeader(ctx, &h), key) }), "%s to %s", name, owner)
+			require.Equal(t, "41", h.Get("x-quota-left"), "%s to %s", name, owner)
+			require.Equal(t, owner, h.Get("Served-By"), "%s to %s", name, owner)
+			n := 0
+			for range h.All() {
+				n++
+			}
+			require.Equal(t, 2, n)
+		}
+	}
+	// A caller that does not ask gets its reply all the same.
+	var got string
+	require.NoError(t, retry(ctx, func() error { return rc.Call(ctx, "Q", keyOwnedBy("b"), nil, &got) }))
+	require.Equal(t, "ok", got)
 }
