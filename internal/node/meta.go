@@ -67,3 +67,17 @@ type replyMetaKey struct{}
 func WithReplyMeta(ctx context.Context, sink *Meta) context.Context {
 	return context.WithValue(ctx, replyMetaKey{}, sink)
 }
+
+// handlerCtx is a local caller's context as its handler gets it: without
+// the caller's request headers and reply-header sink, which belong to the
+// call, not to the calls the handler makes (a remote handler's context
+// has neither).
+type handlerCtx struct{ context.Context }
+
+func (c handlerCtx) Value(key any) any {
+	switch key.(type) {
+	case metaKey, replyMetaKey:
+		return nil
+	}
+	return c.Context.Value(key)
+}

@@ -500,8 +500,16 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				}
 				return nil, nil
 			}
-			reply, err := n.handle(ctx, req)
-			if sink, _ := ctx.Value(replyMetaKey{}).(*Meta); sink != nil && err == nil {
+			sink, _ := ctx.Value(replyMetaKey{}).(*Meta)
+			hctx := ctx
+			if meta != nil || sink != nil {
+				// The handler has the headers in req, as a remote one
+				// does; its own calls must not send them on, nor put
+				// their reply headers in this caller's sink.
+				hctx = handlerCtx{ctx}
+			}
+			reply, err := n.handle(hctx, req)
+			if sink != nil && err == nil {
 				*sink = append(*sink, req.ReplyMeta...)
 			}
 			return reply, err

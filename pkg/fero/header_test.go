@@ -2,7 +2,6 @@ package fero
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -18,6 +17,16 @@ import (
 func TestRequestHeaders(t *testing.T) {
 	c := newTestCluster(t, 7)
 	handler := func(ctx context.Context, req *Request) (any, error) {
+		if req.Verb == "NESTED" {
+			// A handler's own calls do not send its caller's headers on,
+			// whether the caller is local or not.
+			var key, got string
+			if err := req.Decode(&key); err != nil {
+				return nil, err
+			}
+			err := req.Resource().Call(ctx, "WHO", key, nil, &got)
+			return got, err
+		}
 		if req.Verb != "WHO" {
 			return req.Next(ctx)
 		}
@@ -30,29 +39,26 @@ func TestRequestHeaders(t *testing.T) {
 	a, b := c.open("a", WithHandler(handler)), c.open("b", WithHandler(handler))
 	c.settle(2)
 	ctx := ctxT(t)
-	keyOwnedBy := func(id string) string {
-		for i := 0; ; i++ {
-			k := fmt.Sprint("h", i)
-			if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == id {
-				return k
-			}
-		}
-	}
 	hctx := WithHeader(WithHeader(ctx, "Tenant", "acme"), "x-request-id", "r1")
 	want := "acme|tenant=acme,x-request-id=r1"
 	for _, owner := range []string{"a", "b"} {
 		var got string
-		require.NoError(t, retry(ctx, func() error { return a.Call(hctx, "WHO", keyOwnedBy(owner), nil, &got) }))
+		require.NoError(t, retry(ctx, func() error { return a.Call(hctx, "WHO", keyOwnedBy(a, owner, "h"), nil, &got) }))
 		require.Equal(t, want, got, "owner %s", owner)
 	}
 	rc, err := Dial(ctx, b.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
 	var got string
-	require.NoError(t, retry(ctx, func() error { return rc.Call(hctx, "WHO", keyOwnedBy("a"), nil, &got) }))
+	require.NoError(t, retry(ctx, func() error { return rc.Call(hctx, "WHO", keyOwnedBy(a, "a", "h"), nil, &got) }))
 	require.Equal(t, want, got, "through a Remote and a forward")
-	require.NoError(t, retry(ctx, func() error { return a.Call(ctx, "WHO", keyOwnedBy("b"), nil, &got) }))
+	require.NoError(t, retry(ctx, func() error { return a.Call(ctx, "WHO", keyOwnedBy(a, "b", "h"), nil, &got) }))
 	require.Equal(t, "|", got, "no headers")
+	for _, owner := range []string{"a", "b"} {
+		nested := keyOwnedBy(a, owner, "n")
+		require.NoError(t, retry(ctx, func() error { return a.Call(hctx, "NESTED", nested, keyOwnedBy(a, "b", "h"), &got) }))
+		require.Equal(t, "|", got, "the handler on %s sent its caller's headers on", owner)
+	}
 
 	for _, bad := range []context.Context{
 		WithHeader(ctx, "fero-timeout", "1"),
@@ -62,8 +68,8 @@ func TestRequestHeaders(t *testing.T) {
 		WithHeader(ctx, strings.Repeat("n", 65), "x"),
 		WithHeader(ctx, "big", strings.Repeat("v", 1025)),
 	} {
-		require.Equal(t, CodeInvalidArgument, CodeOf(a.Call(bad, "WHO", keyOwnedBy("b"), nil, nil)))
-		require.Equal(t, CodeInvalidArgument, CodeOf(rc.Call(bad, "WHO", keyOwnedBy("a"), nil, nil)))
+		require.Equal(t, CodeInvalidArgument, CodeOf(a.Call(bad, "WHO", keyOwnedBy(a, "b", "h"), nil, nil)))
+		require.Equal(t, CodeInvalidArgument, CodeOf(rc.Call(bad, "WHO", keyOwnedBy(a, "a", "h"), nil, nil)))
 	}
 }
 
@@ -87,14 +93,6 @@ func TestReplyHeaders(t *testing.T) {
 	c.open("b", WithHandler(handler))
 	c.settle(2)
 	ctx := ctxT(t)
-	keyOwnedBy := func(id string) string {
-		for i := 0; ; i++ {
-			k := fmt.Sprint("r", i)
-			if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == id {
-				return k
-			}
-		}
-	}
 	rc, err := Dial(ctx, a.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
@@ -110,7 +108,7 @@ func TestReplyHeaders(t *testing.T) {
 				return <-errc
 			},
 		} {
-			key := keyOwnedBy(owner)
+			key := keyOwnedBy(a, owner, "h")
 			var h ReplyHeader
 			require.NoError(t, retry(ctx, func() error { h = ReplyHeader{}; return call(WithReplyHeader(ctx, &h), key) }), "%s to %s", name, owner)
 			require.Equal(t, "41", h.Get("x-quota-left"), "%s to %s", name, owner)
@@ -124,6 +122,6 @@ func TestReplyHeaders(t *testing.T) {
 	}
 	// A caller that does not ask gets its reply all the same.
 	var got string
-	require.NoError(t, retry(ctx, func() error { return rc.Call(ctx, "Q", keyOwnedBy("b"), nil, &got) }))
+	require.NoError(t, retry(ctx, func() error { return rc.Call(ctx, "Q", keyOwnedBy(a, "b", "h"), nil, &got) }))
 	require.Equal(t, "ok", got)
 }
