@@ -2,6 +2,7 @@ package fero
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -140,4 +141,15 @@ func retry(ctx context.Context, f func() error) error {
 
 func testLogger(t *testing.T) *slog.Logger {
 	return testkit.Logger(t, testkit.LevelFromEnv("FERO_TEST_LOG", slog.LevelWarn))
+}
+
+// keyOwnedBy returns the first of prefix0, prefix1, ... that r's map
+// gives to the server id.
+func keyOwnedBy(r *Resource, id, prefix string) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprint(prefix, i)
+		if o, ok := r.node().Map().OwnerOfKey(k); ok && o.ID == id {
+			return k
+		}
+	}
 }

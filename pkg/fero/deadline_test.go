@@ -3,7 +3,6 @@ package fero
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -45,14 +44,6 @@ func TestDeadlineReachesTheRemoteHandler(t *testing.T) {
 	}
 	c.settle(3)
 	ctx := ctxT(t)
-	keyOwnedBy := func(id string, n int) string {
-		for i := 0; ; i++ {
-			k := fmt.Sprintf("%s-%d-%d", id, n, i)
-			if o, ok := rs["a"].node().Map().OwnerOfKey(k); ok && o.ID == id {
-				return k
-			}
-		}
-	}
 	wait := func(key string) seen {
 		t.Helper()
 		var s seen
@@ -68,7 +59,7 @@ func TestDeadlineReachesTheRemoteHandler(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 
 	// From server a to c's handler.
-	key := keyOwnedBy("c", 1)
+	key := keyOwnedBy(rs["a"], "c", "wait-1-")
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	callerDeadline, _ := cctx.Deadline()
 	err := rs["a"].Call(cctx, "WAIT", key, nil, nil)
@@ -87,7 +78,7 @@ func TestDeadlineReachesTheRemoteHandler(t *testing.T) {
 	rc, err := Dial(ctx, rs["b"].Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
-	key = keyOwnedBy("c", 2)
+	key = keyOwnedBy(rs["a"], "c", "wait-2-")
 	cctx, cancel = context.WithTimeout(ctx, timeout)
 	callerDeadline, _ = cctx.Deadline()
 	err = rc.Call(cctx, "WAIT", key, nil, nil)
@@ -100,7 +91,7 @@ func TestDeadlineReachesTheRemoteHandler(t *testing.T) {
 
 	// A caller that gives up long before its deadline cancels the
 	// handler at once.
-	key = keyOwnedBy("c", 4)
+	key = keyOwnedBy(rs["a"], "c", "wait-4-")
 	cctx, cancel = context.WithTimeout(ctx, time.Minute)
 	time.AfterFunc(100*time.Millisecond, cancel)
 	began := time.Now()
@@ -110,7 +101,7 @@ func TestDeadlineReachesTheRemoteHandler(t *testing.T) {
 	require.Less(t, time.Since(began), 30*time.Second, "the handler waited for the deadline")
 
 	// Without a deadline the handler has none.
-	key = keyOwnedBy("c", 3)
+	key = keyOwnedBy(rs["a"], "c", "wait-3-")
 	require.NoError(t, rs["a"].Call(context.Background(), "WAIT", key, nil, nil)) // returns at once: no deadline to wait for
 	require.False(t, wait(key).has)
 }

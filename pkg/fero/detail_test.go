@@ -2,7 +2,6 @@ package fero
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,14 +31,6 @@ func TestErrorDetails(t *testing.T) {
 	c.open("b", WithHandler(handler))
 	c.settle(2)
 	ctx := ctxT(t)
-	keyOwnedBy := func(id string) string {
-		for i := 0; ; i++ {
-			k := fmt.Sprint("d", i)
-			if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == id {
-				return k
-			}
-		}
-	}
 	check := func(err error, key, how string) {
 		t.Helper()
 		require.Equal(t, CodeFailedPrecondition, CodeOf(err), "%s: %v", how, err)
@@ -57,7 +48,7 @@ func TestErrorDetails(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
 	for _, owner := range []string{"a", "b"} {
-		key := keyOwnedBy(owner)
+		key := keyOwnedBy(a, owner, "d")
 		check(retryCode(ctx, func() error { return a.Call(ctx, "BUY", key, nil, nil) }), key, "a call to "+owner)
 		check(retryCode(ctx, func() error { return rc.Call(ctx, "BUY", key, nil, nil) }), key, "a Remote's call to "+owner)
 	}

@@ -58,17 +58,9 @@ func TestInterceptors(t *testing.T) {
 	c.open("b", opts...)
 	c.settle(2)
 	ctx := ctxT(t)
-	keyOwnedBy := func(id string) string {
-		for i := 0; ; i++ {
-			k := fmt.Sprint("i", i)
-			if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == id {
-				return k
-			}
-		}
-	}
 
 	// Without the token the auth interceptor refuses; the logging ones ran.
-	err := retry(ctx, func() error { return a.Call(ctx, "HELLO", keyOwnedBy("b"), nil, nil) })
+	err := retry(ctx, func() error { return a.Call(ctx, "HELLO", keyOwnedBy(a, "b", "i"), nil, nil) })
 	require.Equal(t, CodePermissionDenied, CodeOf(err), "%v", err)
 	mu.Lock()
 	require.Equal(t, []string{"outer>HELLO", "inner>HELLO", "inner<", "outer<"}, log)
@@ -79,7 +71,7 @@ func TestInterceptors(t *testing.T) {
 	cl := c.open("cl", Client(), WithCallInterceptors(withToken))
 	require.NoError(t, cl.WaitServers(ctx, 2))
 	for _, owner := range []string{"a", "b"} {
-		key := keyOwnedBy(owner)
+		key := keyOwnedBy(a, owner, "i")
 		var got string
 		require.NoError(t, retry(ctx, func() error { return cl.Call(ctx, "HELLO", key, nil, &got) }))
 		require.Equal(t, "hi "+key, got)
@@ -89,7 +81,7 @@ func TestInterceptors(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { rc.Close() })
 	var got string
-	require.NoError(t, retry(ctx, func() error { return rc.Call(ctx, "HELLO", keyOwnedBy("b"), nil, &got) }))
+	require.NoError(t, retry(ctx, func() error { return rc.Call(ctx, "HELLO", keyOwnedBy(a, "b", "i"), nil, &got) }))
 	mu.Lock()
 	joined := strings.Join(log, ",")
 	mu.Unlock()
@@ -98,7 +90,7 @@ func TestInterceptors(t *testing.T) {
 	// A chain of length zero: Call costs what the call without the
 	// chain does.
 	tctx := WithHeader(ctx, "token", "s3cret")
-	local := keyOwnedBy("a")
+	local := keyOwnedBy(a, "a", "i")
 	require.NoError(t, retry(ctx, func() error { return a.Call(tctx, "HELLO", local, nil, nil) }))
 	direct := testing.AllocsPerRun(200, func() { _ = a.callDirect(tctx, "HELLO", local, nil, nil) })
 	chained := testing.AllocsPerRun(200, func() { _ = a.Call(tctx, "HELLO", local, nil, nil) })

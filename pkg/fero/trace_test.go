@@ -2,7 +2,6 @@ package fero
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -84,14 +83,7 @@ func TestTracingAcrossThreeNodes(t *testing.T) {
 	ctx := ctxT(t)
 
 	// A key c owns, and a Remote that reaches it through b.
-	var key string
-	for i := 0; ; i++ {
-		k := fmt.Sprintf("k%d", i)
-		if o, ok := rs["a"].node().Map().OwnerOfKey(k); ok && o.ID == "c" {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(rs["a"], "c", "k")
 	client := newTraced(t)
 	rc, err := Dial(ctx, rs["b"].Addr(), WithTracerProvider(client.tp))
 	require.NoError(t, err)
@@ -182,14 +174,7 @@ func TestUntracedRequestsCarryNoMetadata(t *testing.T) {
 	c.open("b", WithHandler(handler))
 	c.settle(2)
 	ctx := ctxT(t)
-	var key string
-	for i := 0; ; i++ {
-		k := fmt.Sprintf("k%d", i)
-		if o, ok := a.node().Map().OwnerOfKey(k); ok && o.ID == "b" {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(a, "b", "k")
 	own := newTraced(t)
 	sctx, span := own.tp.Tracer("test").Start(ctx, "service")
 	require.NoError(t, retry(sctx, func() error { return a.Call(sctx, "X", key, nil, nil) }))
