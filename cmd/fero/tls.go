@@ -67,6 +67,11 @@ func (f *tlsFlags) config(server bool) (*tls.Config, error) {
 		// it gives must chain to the CA.
 		ClientAuth: tls.RequestClientCert,
 		VerifyConnection: func(cs tls.ConnectionState) error {
+			if !server && len(cs.PeerCertificates) == 0 {
+				// Only a client uses this configuration: the other end is
+				// a node, which must show its certificate.
+				return errors.New("fero: the node showed no certificate")
+			}
 			return verifyChain(cs, pool)
 		},
 	}
@@ -81,8 +86,10 @@ func (f *tlsFlags) config(server bool) (*tls.Config, error) {
 }
 
 // verifyChain checks that the other end's certificate, if it gave one,
-// chains to pool. A server always gives one (TLS 1.3 without a pre-shared
-// key); a client may not.
+// chains to pool. A node's configuration serves and dials both, and a
+// client may give none; a server always gives one (TLS 1.3 without a
+// pre-shared key, and neither end keeps sessions to resume), which the
+// client-only configuration also checks.
 func verifyChain(cs tls.ConnectionState, pool *x509.CertPool) error {
 	if len(cs.PeerCertificates) == 0 {
 		return nil
