@@ -48,8 +48,10 @@ type Dashboard struct {
 	version string
 	started time.Time
 	stop    chan struct{}
-	done    sync.WaitGroup
-	mux     *http.ServeMux
+	// closeOnce closes stop, once however many Close calls race.
+	closeOnce sync.Once
+	done      sync.WaitGroup
+	mux       *http.ServeMux
 
 	mu      sync.Mutex
 	samples []Sample // oldest first, at most samplesKept
@@ -78,12 +80,7 @@ func New(n *node.Node, version string) *Dashboard {
 
 // Close stops the sampling and the event recording.
 func (d *Dashboard) Close() {
-	select {
-	case <-d.stop:
-		return
-	default:
-	}
-	close(d.stop)
+	d.closeOnce.Do(func() { close(d.stop) })
 	d.done.Wait()
 }
 
