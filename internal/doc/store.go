@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"iter"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -443,10 +444,17 @@ func (s *Store) GetBytes(path string) ([]byte, bool) {
 
 // GetInto decodes the value at path into v, a pointer, by way of its
 // msgpack encoding; ok is false, and v untouched, when there is no value.
+// A value found replaces what v held: nothing of an earlier read is kept.
 func (s *Store) GetInto(path string, v any) (ok bool, err error) {
 	b, ok := s.GetBytes(path)
 	if !ok {
 		return false, nil
+	}
+	// msgpack merges into what v holds (as encoding/json does): a map
+	// entry or field the stored value lacks would survive from an
+	// earlier read into the same variable. A read replaces.
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero()
 	}
 	if err := wire.Unmarshal(b, v); err != nil {
 		return true, errs.Errorf(errs.InvalidArgument, "decode %q into %T: %w", path, v, err)

@@ -424,3 +424,39 @@ func TestRestoreSharedKeepsTheBytes(t *testing.T) {
 	v, _ = shared.Get("k007")
 	require.Equal(t, "new", v)
 }
+
+// TestGetIntoReplaces checks that GetInto leaves in v the value at path
+// and nothing of what v held before: a map or field the stored value
+// lacks is not kept from an earlier read. (msgpack, like encoding/json,
+// merges into a non-zero target; a caller polling a key into one
+// variable then never saw an entry go.)
+func TestGetIntoReplaces(t *testing.T) {
+	s := newStore(t)
+	type user struct {
+		Name     string            `msgpack:"name"`
+		Sessions map[string]string `msgpack:"sessions,omitempty"`
+	}
+	apply := func(v any) {
+		t.Helper()
+		mustApply(t, s, wire.RecordUpdate, "u", v)
+	}
+	apply(map[string]any{"name": "ann", "sessions": map[string]any{"t1": "x"}})
+	var got user
+	ok, err := s.GetInto("u", &got)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, user{Name: "ann", Sessions: map[string]string{"t1": "x"}}, got)
+
+	apply(map[string]any{"name": "ann", "sessions": map[string]any{}})
+	ok, err = s.GetInto("u", &got)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, got.Sessions, "the session removed since the last read")
+
+	apply(map[string]any{"name": "bob"})
+	got.Sessions = map[string]string{"stale": "y"}
+	ok, err = s.GetInto("u", &got)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, user{Name: "bob"}, got)
+}

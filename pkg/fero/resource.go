@@ -221,7 +221,8 @@ func (r *Resource) IsClient() bool { return r.cfg.client }
 func (r *Resource) Get(path string) (any, bool) { return r.n.Store().Get(path) }
 
 // GetInto decodes the value at path into v, a pointer; ok is false and v
-// untouched when there is no value.
+// untouched when there is no value. A value found replaces what v held,
+// so polling a key into one variable sees map entries and fields go.
 func (r *Resource) GetInto(path string, v any) (ok bool, err error) {
 	return r.n.Store().GetInto(path, v)
 }
