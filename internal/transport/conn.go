@@ -490,6 +490,8 @@ func (c *Conn) dispatch(f *wire.Frame) (keep bool, err error) {
 		return c.complete(f), nil
 	case wire.KindCancel:
 		c.cancelRequest(f.ID)
+	case wire.KindCredit:
+		return false, c.serveCredit(f)
 	}
 	return false, nil
 }
@@ -646,6 +648,7 @@ func (c *Conn) cancelRequest(id uint64) {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	r.wakeFlow()
 	r.mu.Unlock()
 }
 
@@ -929,6 +932,11 @@ type Stream struct {
 	ended  bool
 	err    error // io.EOF after a clean end
 	closed bool
+
+	// Flow control (StreamWindow; flow.go): the window granted, in
+	// chunks (0: none) and bytes, and what Recv took since the last grant.
+	window, windowBytes int
+	dueChunks, dueBytes int
 }
 
 func (s *Stream) push(b []byte) {
@@ -937,7 +945,9 @@ func (s *Stream) push(b []byte) {
 		s.mu.Unlock()
 		return
 	}
-	if s.bytes+chunkCost(b) > s.limit {
+	// A windowed stream takes a chunk larger than its whole buffer when
+	// the buffer is empty, as its callee sends one only then.
+	if s.bytes+chunkCost(b) > s.limit && (s.window == 0 || s.bytes > 0) {
 		s.ended = true
 		s.err = errs.Errorf(errs.ResourceExhausted, "stream consumer fell %d bytes behind (limit %d)", s.bytes+chunkCost(b), s.limit)
 		s.mu.Unlock()
@@ -993,7 +1003,12 @@ func (s *Stream) Recv() ([]byte, error) {
 			s.items[0] = nil
 			s.items = s.items[1:]
 			s.bytes -= chunkCost(b)
+			grant, chunks, bytes := s.returned(chunkCost(b))
 			s.mu.Unlock()
+			if grant {
+				// Not fail-fast: a credit lost would stall the stream.
+				_ = s.c.writeFrame(s.ctx, wire.KindCredit, s.id, 0, appendCredit(nil, chunks, bytes), false)
+			}
 			return b, nil
 		}
 		if s.ended {

@@ -107,6 +107,7 @@ type Request struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	canceled bool
+	flow     credit // a stream's room at its caller (flow.go)
 }
 
 // Op returns the operation number.

@@ -17,7 +17,9 @@ type Kind uint8
 // Frame kinds. A caller chooses the mode of a call by the kind of its first
 // frame; the callee answers KindCall with one KindReply or KindError, and
 // KindStream with any number of KindChunk frames ended by KindReply or
-// KindError. KindSend is never answered.
+// KindError. KindSend is never answered. A caller that reads a stream at
+// its own pace grants the callee room for more chunks with KindCredit
+// frames (flow control: see transport.Conn.StreamWindow).
 const (
 	KindSend   Kind = 1 // one-way message
 	KindCall   Kind = 2 // request expecting one reply
@@ -26,7 +28,8 @@ const (
 	KindChunk  Kind = 5 // one reply of a stream; more follow
 	KindError  Kind = 6 // final error reply to call id
 	KindCancel Kind = 7 // the caller gave up on call id
-	kindMax         = KindCancel
+	KindCredit Kind = 8 // the caller of stream id has room for more chunks
+	kindMax         = KindCredit
 )
 
 func (k Kind) String() string {
@@ -45,6 +48,8 @@ func (k Kind) String() string {
 		return "error"
 	case KindCancel:
 		return "cancel"
+	case KindCredit:
+		return "credit"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

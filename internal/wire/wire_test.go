@@ -65,6 +65,7 @@ func goldenVectors() []golden {
 		{"frame_reply_empty", AppendFrame(nil, KindReply, 300, 0, nil)},
 		{"frame_error", AppendFrame(nil, KindError, 5, 0, AppendErrorPayload(nil, 12, "unknown verb", nil))},
 		{"frame_cancel", AppendFrame(nil, KindCancel, 9, 0, nil)},
+		{"frame_credit", AppendFrame(nil, KindCredit, 9, 0, []byte{0x92, 0x40, 0xcd, 0x10, 0x00})},
 		{"record_update", AppendRecord(nil, RecordHeader{Type: RecordUpdate, Partition: 17, Epoch: 3, Offset: 1000}, "user:1", val)},
 		{"record_remove", AppendRecord(nil, RecordHeader{Type: RecordRemove, Partition: 270, Epoch: 1 << 33, Offset: 0}, "k", nil)},
 	}
