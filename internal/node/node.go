@@ -128,6 +128,7 @@ type Node struct {
 
 	inbox    chan inbound
 	handlers chan struct{} // a semaphore: one token per running handler
+	streams  streamRuns    // the stream handlers running as owner
 	props    propQueue
 	queries  chan func(*partition.Engine) // run by the driver, under engMu
 	engMu    sync.Mutex                   // held for each round of the engine (see drive)
@@ -675,6 +676,7 @@ func (n *Node) drive() {
 				n.logger.Error("fero: node: engine refused the map", "err", err)
 			} else {
 				n.engMap.Store(m)
+				n.endMovedStreams(m)
 				early := n.early
 				n.early = nil
 				for _, in := range early {

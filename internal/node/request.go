@@ -53,8 +53,15 @@ type Request struct {
 	Meta Meta
 	// ReplyMeta is what the handler sends back with its reply besides the
 	// reply: headers, name then value (CheckMeta's rules). Set by the
-	// handler; nil for none.
+	// handler; nil for none. A stream's go with its end (trailers).
 	ReplyMeta Meta
+	// Send is set when the caller opened a stream (OpenStream): it sends
+	// one item, the msgpack encoding of a value, waiting while the reader
+	// is a window behind. It fails once the caller has gone, the
+	// handler's context has ended, or the key moved away (ErrMoved). The
+	// handler's return ends the stream; a reply it returns is sent as a
+	// last item.
+	Send func(item []byte) error
 }
 
 // WaitSpec is a wait level a request carries to the owner, for the
@@ -101,6 +108,10 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 // arrived on a connection, whose bytes the transport keeps until it is
 // answered (the engine's events carry the log's copy, not the payload).
 func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done func([]byte, error)) bool {
+	if req.Send != nil {
+		done(nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", req.Verb))
+		return true
+	}
 	var t wire.RecordType
 	switch req.Verb {
 	case VerbAdd:
@@ -600,6 +611,10 @@ func (n *Node) serveRequest(r *transport.Request) {
 	var wr wireRequest
 	if err := wr.decode(r.Payload()); err != nil {
 		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: bad request: %v", err))
+		return
+	}
+	if r.Mode() == transport.ModeStream {
+		n.serveStream(r, &wr)
 		return
 	}
 	p := n.store.PartitionOf(wr.Key)

@@ -351,17 +351,39 @@ func TestStatsCountBackpressure(t *testing.T) {
 	defer c.Close()
 	defer release()
 	payload := make([]byte, 1024)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
+	// Fill the outbox (and the socket's buffers behind it) without
+	// waiting, however long that takes on a loaded machine: then a send
+	// that waits waits its whole context.
 	var err2 error
 	for i := 0; i < 64<<10 && err2 == nil; i++ {
+		err2 = c.Send(context.Background(), opCount, payload, FailFast)
+	}
+	require.ErrorIs(t, err2, ErrOutboxFull, "the peer never reads: the outbox fills")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	for err2 = nil; err2 == nil; {
 		err2 = c.Send(ctx, opCount, payload)
 	}
 	require.ErrorIs(t, err2, context.DeadlineExceeded, "the peer never reads: a send blocks")
 	// One wait or more: while the socket's buffers still take bytes, the
-	// writer frees room, the sender appends and waits again.
+	// writer frees room, the sender appends and waits again. (How much of
+	// the 100ms went in waits depends on the machine: under -race on a
+	// loaded one, appending between waits took most of it. A wait's time
+	// is checked exactly below, without a socket.)
 	require.GreaterOrEqual(t, st.BackpressureWaits.Load(), uint64(1))
-	require.GreaterOrEqual(t, time.Duration(st.BackpressureNanos.Load()), 50*time.Millisecond, "it waited until its context ended")
+	require.Positive(t, st.BackpressureNanos.Load())
 	require.Greater(t, c.Queued(), 0)
 	require.LessOrEqual(t, c.Queued(), limit+1100)
+
+	// A send into a full outbox that nothing drains waits its whole
+	// context, and the wait is counted with its time.
+	var st2 Stats
+	o := newOutbox(100)
+	o.stats = &st2
+	o.buf = make([]byte, 100)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	require.ErrorIs(t, o.lock(ctx2, 10, false), context.DeadlineExceeded)
+	require.Equal(t, uint64(1), st2.BackpressureWaits.Load())
+	require.GreaterOrEqual(t, time.Duration(st2.BackpressureNanos.Load()), 50*time.Millisecond, "it waited until its context ended")
 }

@@ -65,6 +65,7 @@ type Caller interface {
 	Call(ctx context.Context, op uint32, payload []byte, opts ...CallOption) ([]byte, error)
 	Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error
 	Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error)
+	StreamWindow(ctx context.Context, op uint32, payload []byte, chunks int, opts ...CallOption) (*Stream, error)
 }
 
 var (
@@ -144,8 +145,11 @@ func DialConn(ctx context.Context, addr string, opts ...Option) (*Conn, error) {
 func dialConn(ctx context.Context, addr string, cfg *config) (*Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	dial := cfg.dialer
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, errs.Errorf(errs.Unavailable, "dial %s: %w", addr, err)
 	}
@@ -901,11 +905,19 @@ func (p *pending) release() {
 
 // Stream sends a request whose answer is a stream of replies.
 func (c *Conn) Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error) {
+	return c.stream(ctx, op, payload, 0, opts)
+}
+
+// stream opens a stream; window is StreamWindow's chunks (0: none).
+func (c *Conn) stream(ctx context.Context, op uint32, payload []byte, window int, opts []CallOption) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	id := c.nextID.Add(1)
 	s := &Stream{c: c, id: id, ctx: ctx, limit: c.cfg.streamBuffer, notify: make(chan struct{}, 1)}
+	if window > 0 {
+		s.window, s.windowBytes = window, s.limit
+	}
 	p := &pending{st: s}
 	if err := c.register(id, p); err != nil {
 		return nil, err
@@ -937,6 +949,16 @@ type Stream struct {
 	// chunks (0: none) and bytes, and what Recv took since the last grant.
 	window, windowBytes int
 	dueChunks, dueBytes int
+	final               []byte // a windowed stream's final reply
+}
+
+// Final returns the final reply of a stream opened with StreamWindow,
+// once Recv has returned io.EOF (nil before). The replies Recv returns
+// are the stream's chunks only.
+func (s *Stream) Final() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final
 }
 
 func (s *Stream) push(b []byte) {
@@ -973,7 +995,11 @@ func (s *Stream) end(b []byte, err error) {
 	if !s.ended {
 		s.ended = true
 		if err == nil {
-			if len(b) > 0 {
+			if s.window > 0 {
+				// A windowed stream's final reply is not one of its chunks:
+				// Final returns it.
+				s.final = b
+			} else if len(b) > 0 {
 				s.items = append(s.items, b)
 				s.bytes += chunkCost(b)
 			}

@@ -155,11 +155,10 @@ func (c *Conn) StreamWindow(ctx context.Context, op uint32, payload []byte, chun
 	if chunks <= 0 {
 		return nil, errs.Errorf(errs.InvalidArgument, "transport: a stream window of %d chunks", chunks)
 	}
-	s, err := c.Stream(ctx, op, payload, opts...)
+	s, err := c.stream(ctx, op, payload, chunks, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.window, s.windowBytes = chunks, s.limit
 	if err := c.writeFrame(ctx, wire.KindCredit, s.id, 0, appendCredit(nil, chunks, s.limit), failFast(opts)); err != nil {
 		s.Close()
 		return nil, err

@@ -28,7 +28,7 @@ func flowServer(t *testing.T, sizes []int, sent *atomic.Int64, ended chan<- erro
 				}
 				sent.Add(1)
 			}
-			ended <- r.Reply(nil)
+			ended <- r.Reply([]byte("end"))
 		}()
 	}))
 	require.NoError(t, err)
@@ -74,6 +74,7 @@ func TestStreamWindowChunks(t *testing.T) {
 	}
 	_, err = st.Recv()
 	require.Equal(t, io.EOF, err)
+	require.Equal(t, "end", string(st.Final()), "the final reply, apart from the chunks")
 	require.NoError(t, <-ended)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,7 @@ type config struct {
 	handler        Handler
 	onConn         func(*Conn)
 	onDial         func(context.Context, *Conn) error
+	dialer         func(ctx context.Context, network, addr string) (net.Conn, error)
 	warns          *rateLog[warnKey] // a Server's: rate-limits its connections' warnings
 }
 
@@ -300,6 +302,17 @@ func WithHandler(h Handler) Option { return optionFunc(func(c *config) { c.handl
 // fails the dial.
 func WithOnDial(f func(ctx context.Context, c *Conn) error) Option {
 	return optionFunc(func(c *config) { c.onDial = f })
+}
+
+// WithDialer makes DialConn, Dial and a Peer's redials open their
+// connections with dial instead of a net.Dialer (nil: a net.Dialer, the
+// default): for tests, proxies, custom networks. It is called with
+// network "tcp", the address being dialed, and a context that ends with
+// the connect timeout. With WithTLS, TLS runs over the connection dial
+// returns. Connections it returns that are not a *net.TCPConn get no
+// socket options (TCP_NODELAY, the user timeout) and no direct writes.
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return optionFunc(func(c *config) { c.dialer = dial })
 }
 
 // WithOnConn calls f with each connection a Server accepts, before its

@@ -55,6 +55,7 @@ type Request struct {
 	meta  node.Meta
 	wait  node.WaitSpec // what a remote caller's built-in write waits for
 	reply node.Meta     // reply headers (SetReplyHeader)
+	send  SendFunc      // a stream's items; nil for a call (stream.go)
 }
 
 // SetReplyHeader adds the header name: value to the reply, which a caller
@@ -164,6 +165,9 @@ func (q *Request) Local() bool { return q.local }
 // key (nil if there is none); any other verb fails with CodeUnimplemented
 // ("unknown verb").
 func (q *Request) Next(ctx context.Context) (any, error) {
+	if q.send != nil {
+		return nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", q.Verb)
+	}
 	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload, Wait: q.wait})
 	if err != nil || b == nil {
 		return nil, err
@@ -174,6 +178,9 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 // serve adapts the resource's handler to the node's.
 func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
 	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta, wait: nr.Wait}
+	if nr.Send != nil {
+		q.send = sendFunc(q, nr.Send)
+	}
 	reply, err := r.cfg.handler(context.WithValue(ctx, requestKey{}, q), q)
 	if err != nil {
 		return nil, err

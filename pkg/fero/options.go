@@ -38,22 +38,24 @@ type config struct {
 	// (WithInterceptors, WithCallInterceptors).
 	interceptors     []Interceptor
 	callInterceptors []CallInterceptor
-	retry            *RetryPolicy  // WithCallRetry
-	callTimeout      time.Duration // WithCallTimeout
-	store            Store
-	replayAll        bool
-	connectWait      time.Duration
-	seedWait         time.Duration // WithRequireSeeds; 0: off
-	wait             Wait
-	maxRequests      int
-	tick             time.Duration
-	secrets          [][]byte
-	tokens           [][]byte // accepted from clients (WithClientTokens)
-	token            []byte   // proved by Dial (WithToken)
-	dataDir          string
-	fsync            storage.SyncPolicy
-	metrics          prometheus.Registerer // WithMetrics
-	tracer           trace.Tracer          // WithTracerProvider
+	// streamInterceptors wrap Stream (WithStreamInterceptors).
+	streamInterceptors []StreamInterceptor
+	retry              *RetryPolicy  // WithCallRetry
+	callTimeout        time.Duration // WithCallTimeout
+	store              Store
+	replayAll          bool
+	connectWait        time.Duration
+	seedWait           time.Duration // WithRequireSeeds; 0: off
+	wait               Wait
+	maxRequests        int
+	tick               time.Duration
+	secrets            [][]byte
+	tokens             [][]byte // accepted from clients (WithClientTokens)
+	token              []byte   // proved by Dial (WithToken)
+	dataDir            string
+	fsync              storage.SyncPolicy
+	metrics            prometheus.Registerer // WithMetrics
+	tracer             trace.Tracer          // WithTracerProvider
 
 	membership []membership.Option
 	ring       []ring.Option

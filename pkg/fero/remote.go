@@ -30,6 +30,7 @@ type Remote struct {
 	peer   *transport.Peer
 	tracer trace.Tracer // WithTracerProvider; nil: no spans
 	call   CallFunc     // Call through its interceptors, composed at Dial
+	stream StreamFunc   // Stream through its interceptors
 }
 
 // NodeStatus is one node's view of its cluster, as [Remote.Status]
@@ -72,6 +73,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	}
 	c := &Remote{peer: p, tracer: cfg.tracer}
 	c.call = chainCalls(c.callDirect, callChain(cfg))
+	c.stream = chainStreams(c.streamDirect, cfg.streamInterceptors)
 	return c, nil
 }
 

@@ -52,8 +52,10 @@ type Resource struct {
 	// AdminHandler.
 	dashOnce sync.Once
 	dash     *dashboard.Dashboard
-	// call is Call through its interceptors, composed at Open.
-	call CallFunc
+	// call is Call through its interceptors, composed at Open; stream is
+	// Stream through its.
+	call   CallFunc
+	stream StreamFunc
 }
 
 // Open starts a node of the named resource and joins its cluster. It
@@ -90,6 +92,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		ncfg.Handler = r.serve
 	}
 	r.call = chainCalls(r.callDirect, callChain(cfg))
+	r.stream = chainStreams(r.streamDirect, cfg.streamInterceptors)
 	n, err := node.Start(ctx, ncfg)
 	if err != nil {
 		return nil, err

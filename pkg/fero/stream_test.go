@@ -1,0 +1,366 @@
+package fero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// item is what the test handlers stream.
+type item struct {
+	Seq  int    `msgpack:"seq"`
+	Node string `msgpack:"node"`
+}
+
+// streamHandler answers COUNT with the number of items its payload says,
+// and a trailer; TICK with an item every 10 ms until its context ends;
+// FAIL with an error after one item. It counts the items it sent per key.
+type streamHandler struct {
+	mu    sync.Mutex
+	sent  map[string]*atomic.Int64
+	ended map[string]chan error // the error a handler's Send or context ended with
+}
+
+func newStreamHandler() *streamHandler {
+	return &streamHandler{sent: map[string]*atomic.Int64{}, ended: map[string]chan error{}}
+}
+
+func (h *streamHandler) counter(key string) (*atomic.Int64, chan error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sent[key] == nil {
+		h.sent[key], h.ended[key] = new(atomic.Int64), make(chan error, 16)
+	}
+	return h.sent[key], h.ended[key]
+}
+
+func (h *streamHandler) handle(ctx context.Context, req *Request) (any, error) {
+	if !req.Streaming() {
+		return req.Next(ctx)
+	}
+	sent, ended := h.counter(req.Key)
+	id := req.Resource().ID()
+	switch req.Verb {
+	case "COUNT":
+		var n int
+		if err := req.Decode(&n); err != nil {
+			return nil, err
+		}
+		for i := range n {
+			if err := req.Send(item{Seq: i, Node: id}); err != nil {
+				ended <- err
+				return nil, err
+			}
+			sent.Add(1)
+		}
+		if err := req.SetReplyHeader("x-count", fmt.Sprint(n)); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	case "TICK":
+		for i := 0; ; i++ {
+			if err := req.Send(item{Seq: i, Node: id}); err != nil {
+				ended <- err
+				return nil, err
+			}
+			sent.Add(1)
+			select {
+			case <-ctx.Done():
+				ended <- ctx.Err()
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	case "FAIL":
+		if err := req.Send(item{Node: id}); err != nil {
+			return nil, err
+		}
+		return nil, Errorf(CodeNotFound, "no such thing")
+	}
+	return nil, Errorf(CodeUnimplemented, "no %s", req.Verb)
+}
+
+// TestStream (issue 20): a stream's items arrive in order, then its end
+// with the handler's trailer, from an owner in the caller's process, on
+// another server, and relayed to a Remote through a node that does not
+// own the key; a handler's error reaches the reader with its code; a
+// built-in verb does not stream; a call to a streaming handler is not a
+// stream.
+func TestStream(t *testing.T) {
+	c := newTestCluster(t, 11)
+	h := newStreamHandler()
+	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, b.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+
+	for _, tc := range []struct {
+		name   string
+		via    StreamCaller
+		owner  string
+		prefix string
+	}{
+		{"local", a, "a", "l"},
+		{"remote", a, "b", "r"},
+		{"relayed", rc, "a", "f"},
+		{"remote's own node", rc, "b", "o"},
+	} {
+		key := keyOwnedBy(a, tc.owner, tc.prefix)
+		var got []item
+		var trailer string
+		require.NoError(t, retry(ctx, func() error {
+			got = got[:0]
+			s, err := tc.via.Stream(ctx, "COUNT", key, 300)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			for {
+				var it item
+				err := s.Recv(&it)
+				if err == io.EOF {
+					trailer = s.Trailer().Get("X-Count")
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				got = append(got, it)
+			}
+		}), tc.name)
+		require.Len(t, got, 300, tc.name)
+		for i, it := range got {
+			require.Equal(t, item{Seq: i, Node: tc.owner}, it, tc.name)
+		}
+		assert.Equal(t, "300", trailer, tc.name)
+	}
+
+	// Items, the iterator.
+	s, err := rc.Stream(ctx, "COUNT", keyOwnedBy(a, "a", "i"), 5)
+	require.NoError(t, err)
+	var seqs []int
+	for it, err := range Items[item](s) {
+		require.NoError(t, err)
+		seqs = append(seqs, it.Seq)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, seqs)
+
+	// A handler's error, after an item.
+	for _, via := range []StreamCaller{a, rc} {
+		s, err := via.Stream(ctx, "FAIL", keyOwnedBy(a, "b", "e"), nil)
+		require.NoError(t, err)
+		var it item
+		require.NoError(t, s.Recv(&it))
+		err = s.Recv(&it)
+		assert.Equal(t, CodeNotFound, CodeOf(err), "%v", err)
+		assert.Equal(t, err, s.Recv(&it), "an ended stream stays ended")
+	}
+
+	// Built-in verbs do not stream; a call to a streaming verb is a call.
+	s, err = a.Stream(ctx, VerbGet, keyOwnedBy(a, "b", "g"), nil)
+	require.NoError(t, err)
+	assert.Equal(t, CodeUnimplemented, CodeOf(s.Recv(nil)))
+	err = a.Call(ctx, "COUNT", keyOwnedBy(a, "b", "g"), 1, nil)
+	assert.Equal(t, CodeUnimplemented, CodeOf(err), "%v", err)
+}
+
+// TestStreamBackpressure (issue 20): a handler streaming to a reader that
+// reads nothing gets at most a window ahead, whether the reader is in
+// its process, on another node, or behind a relay (a window per hop);
+// reading lets it go on.
+func TestStreamBackpressure(t *testing.T) {
+	c := newTestCluster(t, 12)
+	h := newStreamHandler()
+	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, b.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	const window = 64
+	for _, tc := range []struct {
+		name  string
+		via   StreamCaller
+		owner string
+		ahead int64
+	}{
+		{"local", a, "a", window},
+		{"remote", a, "b", window},
+		{"relayed", rc, "a", 2*window + 1}, // the relay's window, its item in hand, and the caller's
+	} {
+		key := keyOwnedBy(a, tc.owner, "bp"+tc.name)
+		sent, _ := h.counter(key)
+		s, err := tc.via.Stream(ctx, "COUNT", key, 1000)
+		require.NoError(t, err)
+		var first item
+		require.NoError(t, retry(ctx, func() error { return s.Recv(&first) }), tc.name)
+		require.Eventually(t, func() bool { return sent.Load() >= window }, 10*time.Second, time.Millisecond, tc.name)
+		// Unchecked, the handler would send all 1,000 in a few ms.
+		time.Sleep(300 * time.Millisecond)
+		assert.LessOrEqual(t, sent.Load(), tc.ahead+1, "%s: sent beyond the window", tc.name)
+		n := 1
+		for {
+			err := s.Recv(nil)
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err, tc.name)
+			n++
+		}
+		assert.Equal(t, 1000, n, tc.name)
+		s.Close()
+	}
+}
+
+// TestStreamCancel (issue 20): the reader's Close, and the end of its
+// context, end the handler's context and fail its Send, on a local
+// owner, a remote one and through a relay; the handler's deadline is
+// the caller's.
+func TestStreamCancel(t *testing.T) {
+	c := newTestCluster(t, 13)
+	h := newStreamHandler()
+	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, b.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	for _, tc := range []struct {
+		name  string
+		via   StreamCaller
+		owner string
+	}{{"local", a, "a"}, {"remote", a, "b"}, {"relayed", rc, "a"}} {
+		for _, how := range []string{"close", "cancel"} {
+			key := keyOwnedBy(a, tc.owner, "c"+tc.name+how)
+			_, ended := h.counter(key)
+			sctx, cancel := context.WithCancel(ctx)
+			s, err := tc.via.Stream(sctx, "TICK", key, nil)
+			require.NoError(t, err)
+			require.NoError(t, retry(ctx, func() error { return s.Recv(nil) }), tc.name)
+			if how == "close" {
+				s.Close()
+			} else {
+				cancel()
+			}
+			select {
+			case err := <-ended:
+				assert.ErrorIs(t, err, context.Canceled, "%s %s", tc.name, how)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s %s: the handler still streams", tc.name, how)
+			}
+			cancel()
+			require.Error(t, s.Recv(nil))
+		}
+	}
+
+	// The caller's deadline ends the handler too, as a deadline.
+	key := keyOwnedBy(a, "b", "d")
+	_, ended := h.counter(key)
+	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	s, err := a.Stream(dctx, "TICK", key, nil)
+	require.NoError(t, err)
+	var last error
+	for last == nil {
+		last = s.Recv(nil)
+	}
+	// The caller's own context, or the owner's copy of the deadline
+	// (which ends the handler, whose error then arrives), whichever first.
+	assert.Equal(t, CodeDeadlineExceeded, CodeOf(last), "%v", last)
+	select {
+	case err := <-ended:
+		assert.True(t, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled), "%v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler still streams past its caller's deadline")
+	}
+}
+
+// TestStreamOwnerMoves (issue 20): when a server joins and takes over
+// some of the keys being streamed, each of those streams ends with
+// ErrStreamMoved at its reader, and the others carry on; opened again, a
+// moved stream runs at the new owner.
+func TestStreamOwnerMoves(t *testing.T) {
+	c := newTestCluster(t, 14)
+	h := newStreamHandler()
+	a := c.open("a", WithHandler(h.handle))
+	c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	ctx := ctxT(t)
+	type run struct {
+		key   string
+		s     *Stream
+		owner string
+		ended chan error
+	}
+	var runs []*run
+	for i := range 24 {
+		key := fmt.Sprint("w", i)
+		s, err := a.Stream(ctx, "TICK", key, nil)
+		require.NoError(t, err)
+		var it item
+		require.NoError(t, retry(ctx, func() error { return s.Recv(&it) }))
+		r := &run{key: key, s: s, owner: it.Node, ended: make(chan error, 1)}
+		runs = append(runs, r)
+		go func() {
+			for {
+				var it item
+				if err := s.Recv(&it); err != nil {
+					r.ended <- err
+					return
+				}
+			}
+		}()
+	}
+	c.open("c", WithHandler(h.handle))
+	c.settle(3)
+	moved := 0
+	for _, r := range runs {
+		o, ok := a.node().Map().OwnerOfKey(r.key)
+		require.True(t, ok)
+		if o.ID == r.owner {
+			continue
+		}
+		moved++
+		select {
+		case err := <-r.ended:
+			require.ErrorIs(t, err, ErrStreamMoved, r.key)
+			require.Equal(t, CodeUnavailable, CodeOf(err))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s moved from %s to %s, and its stream goes on", r.key, r.owner, o.ID)
+		}
+		// Opened again, it runs at the new owner.
+		var it item
+		require.NoError(t, retry(ctx, func() error {
+			s, err := a.Stream(ctx, "TICK", r.key, nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.Recv(&it)
+		}))
+		assert.Equal(t, o.ID, it.Node, r.key)
+	}
+	require.Positive(t, moved, "the new server took none of 24 keys")
+	for _, r := range runs {
+		if o, _ := a.node().Map().OwnerOfKey(r.key); o.ID != r.owner {
+			continue
+		}
+		select {
+		case err := <-r.ended:
+			t.Fatalf("%s stayed on %s, and its stream ended: %v", r.key, r.owner, err)
+		default:
+		}
+		r.s.Close()
+	}
+	t.Logf("%d of %d streams moved", moved, len(runs))
+}
