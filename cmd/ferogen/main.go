@@ -100,6 +100,12 @@ and decodes: no interface with methods in them, but any and error. The key
 field may be promoted from an embedded struct. Verbs are ASCII letters,
 digits and _ . : / -, and not one of fero's own (ADD, UPDATE, REMOVE, GET);
 docs/ferogen.md gives the exact rule that makes a verb of a method name.
+To keep a method named Get, give the resource a verb prefix, which starts
+every verb made of a method name (not those of //fero:verb):
+
+	//fero:resource users verbprefix=USERS_
+
+and Get is USERS_GET. Verbs are on the wire: choose it before you deploy.
 
 With the defaults, a declaration package users in dir gets:
 

@@ -27,7 +27,7 @@ func runFerogen(t *testing.T, args ...string) (code int, stdout, stderr string) 
 func TestHelp(t *testing.T) {
 	code, out, _ := runFerogen(t, "--help")
 	assert.Equal(t, 0, code)
-	for _, s := range []string{"//fero:resource users", "//fero:verb SIGNOUT", "`msgpack:\"email\" fero:\"key\"`",
+	for _, s := range []string{"//fero:resource users", "//fero:verb SIGNOUT", "//fero:resource users verbprefix=USERS_", "`msgpack:\"email\" fero:\"key\"`",
 		"Register<Iface>(impl) fero.Option", "--out", "--stub", "file:line:col"} {
 		assert.Contains(t, out, s)
 	}

@@ -23,10 +23,12 @@
 // field counts, as Go's selectors pick it): the request goes to the owner
 // of that key's partition. The verb is the method's name in upper case
 // with words separated by '_' (VerbOf, a rule frozen for the wire's
-// sake), or the directive //fero:verb <VERB> in the method's doc comment;
-// it is ASCII, and may not be one of fero's built-in verbs. Any other
-// //fero: comment is an error, and so is "// fero:" with a space, so that
-// a typo does not go unnoticed. An alias is not a resource: the directive
+// sake), after the resource's verb prefix if it has one (//fero:resource
+// <name> verbprefix=STOCK_, so that Get is STOCK_GET), or the directive
+// //fero:verb <VERB> in the method's doc comment, used as written; it is
+// ASCII, and may not be one of fero's built-in verbs. Any other //fero:
+// comment is an error, and so is "// fero:" with a space, so that a typo
+// does not go unnoticed. An alias is not a resource: the directive
 // marks an interface's own declaration.
 //
 // Load reads declarations with golang.org/x/tools/go/packages, types

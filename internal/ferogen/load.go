@@ -44,6 +44,9 @@ type Resource struct {
 	// Iface is the interface's name; Type the interface.
 	Iface string
 	Type  *types.Named
+	// VerbPrefix (the directive's verbprefix=) starts every verb derived
+	// from a method's name; a //fero:verb verb is used as written.
+	VerbPrefix string
 	// File is the declaring file, relative to the module's directory;
 	// Pos the interface's position.
 	File    string
@@ -225,8 +228,9 @@ func (r *reader) read() {
 				if doc == nil && gd.Lparen == token.NoPos {
 					doc = gd.Doc // type T interface{…}, not in a group
 				}
-				if c, name := r.directive(doc, resourceDirective); c != nil {
-					r.resource(ts, c, name)
+				if c, args := r.directive(doc, resourceDirective); c != nil {
+					name, prefix, prefixOK := r.resourceArgs(c, args)
+					r.resource(ts, c, name, prefix, prefixOK)
 				}
 			}
 		}
@@ -255,18 +259,15 @@ func (r *reader) read() {
 	}
 }
 
-// directive finds the directive in doc and returns it with its argument.
-// The argument must be one word; a second directive of the kind is an
-// error.
-func (r *reader) directive(doc *ast.CommentGroup, name string) (*ast.Comment, string) {
+// directive finds the directive in doc and returns it with the words of
+// its argument. A second directive of the kind is an error.
+func (r *reader) directive(doc *ast.CommentGroup, name string) (*ast.Comment, []arg) {
 	if doc == nil {
-		return nil, ""
+		return nil, nil
 	}
 	var found *ast.Comment
-	var arg string
 	for _, c := range doc.List {
-		d, rest, _ := strings.Cut(c.Text, " ")
-		if d != name {
+		if d, _, _ := strings.Cut(c.Text, " "); d != name {
 			continue
 		}
 		r.used[c] = true
@@ -275,18 +276,99 @@ func (r *reader) directive(doc *ast.CommentGroup, name string) (*ast.Comment, st
 			continue
 		}
 		found = c
-		words := strings.Fields(rest)
-		if len(words) != 1 {
-			r.add(c.Pos(), "%s takes one word, the name: %q", name, c.Text)
-			continue
-		}
-		arg = words[0]
 	}
-	return found, arg
+	if found == nil {
+		return nil, nil
+	}
+	return found, args(found)[1:]
 }
 
-// resource reads one interface marked as a resource.
-func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
+// arg is a word of a directive, and where it starts: an error about an
+// option points at the option.
+type arg struct {
+	text string
+	pos  token.Pos
+}
+
+// args splits a directive into its words, the directive's name first.
+func args(c *ast.Comment) []arg {
+	var out []arg
+	off := 0
+	for _, w := range strings.Fields(c.Text) {
+		i := off + strings.Index(c.Text[off:], w)
+		out = append(out, arg{text: w, pos: c.Pos() + token.Pos(i)})
+		off = i + len(w)
+	}
+	return out
+}
+
+// verbPrefixOption is the option of the resource directive that gives
+// its verb prefix.
+const verbPrefixOption = "verbprefix="
+
+// resourceArgs reads the words of a resource directive: the resource's
+// name, then options, key=value. prefixOK is false when the verb prefix
+// is bad: the verbs it would start are then unknown.
+func (r *reader) resourceArgs(c *ast.Comment, args []arg) (name, prefix string, prefixOK bool) {
+	const form = "(the form is " + resourceDirective + " <name> [" + verbPrefixOption + "PREFIX_])"
+	prefixOK = true
+	switch {
+	case len(args) == 0:
+		r.add(c.Pos(), "%s takes the resource's name: %q %s", resourceDirective, c.Text, form)
+		return "", "", true
+	case strings.HasPrefix(args[0].text, verbPrefixOption):
+		r.add(args[0].pos, "missing resource name before %s %s", args[0].text, form)
+	default:
+		name, args = args[0].text, args[1:]
+	}
+	var seen *arg
+	for _, a := range args {
+		key, value, isOption := strings.Cut(a.text, "=")
+		switch {
+		case !isOption:
+			r.add(a.pos, "%s takes one name, then options key=value: %q is neither %s", resourceDirective, a.text, form)
+			continue
+		case key+"=" != verbPrefixOption:
+			r.add(a.pos, "unknown option %s= of %s: the only one is %s", key, resourceDirective, verbPrefixOption)
+			continue
+		case seen != nil:
+			r.add(a.pos, "second %s (the first is at %s)", verbPrefixOption, r.where(seen.pos))
+			continue
+		}
+		seen = &a
+		if why := badVerbPrefix(value); why != "" {
+			r.add(a.pos, "bad verb prefix %q: %s", value, why)
+			prefixOK = false
+			continue
+		}
+		prefix = value
+	}
+	return name, prefix, prefixOK
+}
+
+// A verb prefix is ASCII upper case, as the verbs it starts are: on the
+// wire, STOCK_GET and Stock_GET would be two verbs.
+var verbPrefixRE = regexp.MustCompile(`^[A-Z0-9_]+$`)
+
+const verbPrefixChars = "a verb prefix is ASCII upper-case letters, digits and _"
+
+// badVerbPrefix returns why p is not a verb prefix, or "".
+func badVerbPrefix(p string) string {
+	switch {
+	case p == "":
+		return "give one, as in " + verbPrefixOption + "STOCK_, or leave the option out"
+	case verbPrefixRE.MatchString(p):
+		return ""
+	case verbPrefixRE.MatchString(strings.ToUpper(p)):
+		return verbPrefixChars + "; write " + verbPrefixOption + strings.ToUpper(p)
+	default:
+		return verbPrefixChars
+	}
+}
+
+// resource reads one interface marked as a resource, with the name and
+// verb prefix its directive c gives (see resourceArgs).
+func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name, prefix string, prefixOK bool) {
 	obj := r.pkg.TypesInfo.Defs[ts.Name].(*types.TypeName)
 	if ts.Assign.IsValid() {
 		// An alias has no declaration of its own for the verbs' directives
@@ -319,7 +401,7 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 		r.add(c.Pos(), "duplicate resource %q (also declared at %s)", name, r.where(prev))
 	}
 	r.resources[name] = c.Pos()
-	res := &Resource{Name: name, Iface: ts.Name.Name, Type: obj.Type().(*types.Named)}
+	res := &Resource{Name: name, Iface: ts.Name.Name, Type: obj.Type().(*types.Named), VerbPrefix: prefix}
 	pos := r.fset.Position(ts.Name.Pos())
 	res.Pos = pos
 	if rel, err := filepath.Rel(r.out.ModuleDir, pos.Filename); err == nil {
@@ -334,18 +416,22 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 		name := f.Names[0]
 		m := r.method(res, name, r.pkg.TypesInfo.Defs[name].(*types.Func))
 		c, verb := r.directive(f.Doc, verbDirective)
+		if c != nil && len(verb) != 1 {
+			r.add(c.Pos(), "%s takes one word, the name: %q", verbDirective, c.Text)
+		}
 		if m == nil {
 			continue
 		}
-		if c != nil {
-			if verb == "" {
-				continue // directive already reported
-			}
-			m.Verb = verb
-		}
 		vpos := name.Pos()
-		if c != nil {
-			vpos = c.Pos()
+		switch {
+		case c != nil && len(verb) != 1:
+			continue // reported above
+		case c != nil:
+			m.Verb, vpos = verb[0].text, c.Pos()
+		case !prefixOK:
+			continue // the prefix, reported, would start the verb
+		default:
+			m.Verb = prefix + m.Verb
 		}
 		switch {
 		case !validVerb(m.Verb) && c == nil:
@@ -355,7 +441,7 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 			r.add(vpos, "bad verb %s of %s.%s: %s", m.Verb, res.Iface, m.Name, verbChars)
 			continue
 		case builtin[m.Verb]:
-			r.add(vpos, "verb %s of %s.%s is one of fero's built-in verbs (ADD, UPDATE, REMOVE, GET): name it otherwise with %s", m.Verb, res.Iface, m.Name, verbDirective)
+			r.add(vpos, "verb %s of %s.%s is one of fero's built-in verbs (ADD, UPDATE, REMOVE, GET): %s", m.Verb, res.Iface, m.Name, builtinFix(res, m, c != nil))
 			continue
 		}
 		if prev, dup := verbs[m.Verb]; dup {
@@ -369,6 +455,29 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name string) {
 		r.add(ts.Name.Pos(), "resource %s declares no verb: add a method per verb", res.Iface)
 	}
 	r.out.Resources = append(r.out.Resources, res)
+}
+
+// builtinFix says how to keep a method's verb off the built-in one it is.
+// A verb derived from the method's name can take a verb prefix, or a
+// directive's verb; the suggestions are made of the interface's name, by
+// the rule of VerbOf.
+func builtinFix(res *Resource, m *Method, directive bool) string {
+	switch {
+	case directive:
+		return "name it otherwise with " + verbDirective
+	case res.VerbPrefix != "":
+		return fmt.Sprintf("change the verb prefix %s, or name this verb with %s", res.VerbPrefix, verbDirective)
+	}
+	prefix := VerbOf(res.Iface) + "_"
+	if badVerbPrefix(prefix) != "" {
+		prefix = "PREFIX_" // the interface's name is not ASCII
+	}
+	name := res.Name
+	if name == "" {
+		name = "<name>"
+	}
+	return fmt.Sprintf("keep the method name and give the resource a verb prefix (%s %s %s%s), or name this verb with %s %s%s",
+		resourceDirective, name, verbPrefixOption, prefix, verbDirective, prefix, m.Verb)
 }
 
 // builtin are fero's own verbs, which a typed method must not take over:

@@ -419,11 +419,11 @@ func builtinVerb(b []byte) string {
 
 // A reply to OpRequest starts with a status byte.
 const (
-	replyOK    byte = 0 // the handler's reply follows
+	replyOK byte = 0 // the handler's reply follows
 	// replyOKMeta: the handler's reply headers follow, as an array of
 	// strings (name, value, ...), then its reply.
 	replyOKMeta byte = 2
-	replyRetry byte = 1 // the receiver does not own the key's partition
+	replyRetry  byte = 1 // the receiver does not own the key's partition
 )
 
 // okReply is an empty reply: shared and read-only (a reply's bytes are

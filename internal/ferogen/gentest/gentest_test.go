@@ -1,14 +1,16 @@
 // Package gentest runs the code ferogen generates for the golden cases
 // (internal/ferogen/testdata/ok): the generated clients call the
 // generated handlers through a loopback Caller that encodes requests and
-// replies with msgpack, as a fero.Resource does. It is a package of its
-// own so that `go test ./internal/ferogen -update` still builds when the
+// replies with msgpack, as a fero.Resource does, or through a node of a
+// ferotest cluster where fero's built-in verbs must keep working. It is
+// a package of its own so that `go test ./internal/ferogen -update` still builds when the
 // expected files are out of date.
 package gentest
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,7 +20,10 @@ import (
 	"github.com/fero-go/fero/internal/ferogen/testdata/ok/embedded"
 	"github.com/fero-go/fero/internal/ferogen/testdata/ok/embedded/base"
 	"github.com/fero-go/fero/internal/ferogen/testdata/ok/embedded/embeddedfero"
+	"github.com/fero-go/fero/internal/ferogen/testdata/ok/stock"
+	"github.com/fero-go/fero/internal/ferogen/testdata/ok/stock/stockfero"
 	"github.com/fero-go/fero/pkg/fero"
+	"github.com/fero-go/fero/pkg/fero/ferotest"
 )
 
 // loopback is a Caller that answers with a handler in this process. calls
@@ -125,4 +130,51 @@ func TestPromotedKey(t *testing.T) {
 	assert.Equal(t, fero.CodeInvalidArgument, fero.CodeOf(err), "%v", err)
 	assert.ErrorContains(t, err, `WRITE "b": the request has no ID: its Ref is nil`)
 	assert.Equal(t, []string{"a", "b", "c", "d"}, impl.keys, "the handler called no method")
+}
+
+// shelf keeps each item at its SKU in the resource it answers for, where
+// fero's built-in verbs keep values too.
+type shelf struct{ stockfero.UnimplementedStock }
+
+func (shelf) Get(ctx context.Context, req *stock.ItemRequest) (*stock.Item, error) {
+	q, _ := stockfero.RequestFromContext(ctx)
+	var it stock.Item
+	if ok, err := q.Resource().GetInto(req.SKU, &it); err != nil || !ok {
+		return nil, fero.Errorf(fero.CodeNotFound, "no item %s (%v)", req.SKU, err)
+	}
+	return &it, nil
+}
+
+func (shelf) Add(ctx context.Context, req *stock.Item) error {
+	q, _ := stockfero.RequestFromContext(ctx)
+	return q.Resource().Add(ctx, req.SKU, req)
+}
+
+// TestVerbPrefix: with verbprefix=STOCK_, the methods Get and Add answer
+// STOCK_GET and STOCK_ADD on a real node, and the built-in GET and ADD of
+// the same resource still read and write the stored values.
+func TestVerbPrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := ferotest.NewCluster(t, stockfero.StockResourceName, ferotest.WithServers(1),
+		ferotest.WithNodeOptions(stockfero.RegisterStock(shelf{})))
+	node := c.Nodes()[0]
+	s := stockfero.NewStockClient(node)
+	assert.Equal(t, "STOCK_GET", stockfero.StockGetVerb)
+
+	require.NoError(t, s.Add(ctx, &stock.Item{SKU: "a", Count: 3}))
+	got, err := s.Get(ctx, &stock.ItemRequest{SKU: "a"})
+	require.NoError(t, err)
+	assert.Equal(t, 3, got.Count, "the prefixed GET, the method")
+	var builtin stock.Item
+	require.NoError(t, node.Call(ctx, fero.VerbGet, "a", nil, &builtin))
+	assert.Equal(t, stock.Item{SKU: "a", Count: 3}, builtin, "the built-in GET")
+
+	require.NoError(t, node.Call(ctx, fero.VerbAdd, "b", stock.Item{SKU: "b", Count: 5}, nil))
+	got, err = s.Get(ctx, &stock.ItemRequest{SKU: "b"})
+	require.NoError(t, err)
+	assert.Equal(t, 5, got.Count, "the built-in ADD wrote what the method reads")
+	assert.Equal(t, fero.CodeUnimplemented, fero.CodeOf(s.Remove(ctx, &stock.ItemRequest{SKU: "a"})), "STOCK_REMOVE is the method's, not the built-in REMOVE")
+	_, ok := node.Get("a")
+	assert.True(t, ok, "a is still there")
 }
