@@ -21,10 +21,13 @@
 //
 //   - Gossip runs over an in-memory network shared by the cluster's nodes:
 //     no UDP to lose on a loaded machine, and links the kit can cut.
-//   - The data plane (requests, writes, commits, catch-up) runs over real
-//     TCP on loopback, each node listening on 127.0.0.1:0. fero has no
-//     hook to replace the data plane's listener or dialer, so it cannot be
-//     in memory, and a partition does not cut it (see below).
+//   - The data plane (requests, writes, commits, catch-up) runs over TCP
+//     on loopback, each node listening on 127.0.0.1:0, but every node
+//     dials its peers through a dialer the kit gives it
+//     ([fero.WithDialer]), which runs each connection through a link the
+//     kit can cut and slow. Every connection between two nodes is dialed
+//     by one of them, so the links hold all of them, whichever end
+//     accepted. The kit's dialer replaces one a test gives.
 //
 // Each node gets, before the test's options, timings fit for tests:
 // loopback gossip without multicast, failure detection within a few
@@ -74,16 +77,20 @@
 // node's data-plane address with the node's own options, so a node opened
 // with fero.WithClusterSecret or fero.WithTLS is reached with them; a node
 // that only accepts client tokens (fero.WithClientTokens) needs
-// fero.WithToken among its options too.
+// fero.WithToken among its options too. These connections do not go
+// through the kit's links: no partition or delay hides a node from the
+// waits.
 //
 // # Faults
 //
 // [Cluster.Partition] splits the cluster into groups and [Cluster.Heal]
-// joins it again. A partition cuts gossip, and only gossip, between
-// groups: memberlist's packets and streams from one group to another are
-// lost, so each side's membership declares the other side dead (within a
-// few seconds with the kit's timings), each side's partition map shrinks
-// to its own servers, and the engine acts on it:
+// joins it again. A partition cuts every link between groups, gossip and
+// data: memberlist's packets and streams from one group to another are
+// lost, the data connections between them are closed, and a node's dial
+// to a node of another group is refused at once. Each side's membership
+// declares the other side dead (within a few seconds with the kit's
+// timings), each side's partition map shrinks to its own servers, and the
+// engine acts on it:
 //
 //   - a group holding a majority of the cluster's configuration takes
 //     over every partition and accepts writes, [fero.Majority] ones
@@ -92,25 +99,33 @@
 //     whatever its map says it owns, and so does a client node in it:
 //     it routes to that group's servers;
 //   - reads ([fero.Resource.Get]) stay local and keep answering, on both
-//     sides, with what each copy holds.
+//     sides, with what each copy holds, and nothing written on one side
+//     reaches the other until the heal.
 //
-// A partition does not cut the data plane: TCP connections between nodes
-// of different groups stay open, and new ones can still be dialed. Until
-// each side has declared the other dead, nodes route by the old map, so a
-// write can still cross to an owner on the other side and succeed there;
 // Partition returns only once every node sees exactly the nodes of its
 // own group alive and routes by their map, and a group with a majority
-// has settled as WaitSettled defines. From then on no node routes
-// anything to the other side, but the sockets are still there: a
-// [fero.Remote] (Dial) reaches any node of either side, and a write it
-// sends to a node of the minority side is refused like one made there.
-// Heal returns once the whole cluster has settled again.
+// has settled as WaitSettled defines. [Cluster.Cut] makes the same cut
+// and returns at once, for a test of the seconds before the sides notice:
+// nodes still route by the old map, so a request or write sent to an
+// owner across the cut fails, and a commit does not reach the copies
+// across it. Heal restores every link, lets the nodes dial again, and
+// returns once the whole cluster has settled; the sides then catch up
+// with each other ([Cluster.WaitConverged] waits for it).
 //
-// There is no link delay or slow link: the in-memory network cannot
-// delay, and the data plane is real loopback TCP. There is no crash
-// either: [Cluster.Remove] closes a node, which leaves the cluster
-// gracefully. To make the others see a failure instead, isolate the node
-// first (Partition with it alone in a group) and then Remove it.
+// A partition cuts only what the nodes dial: a [fero.Remote] the test
+// opens with fero.Dial reaches any node of either side, and a write it
+// sends to a node of the minority side is refused like one made there.
+//
+// [Cluster.Slow] adds a latency to the data links of the nodes it is
+// given: every byte such a node sends to, or receives from, another node
+// arrives that much later, in order, on the connections open and those
+// dialed later, until Slow(0) restores them. A request's round trip
+// over a link slowed by d takes at least 2d. Gossip is not slowed: the
+// in-memory network delivers at once, so a slow node is not suspected.
+//
+// There is no crash: [Cluster.Remove] closes a node, which leaves the
+// cluster gracefully. To make the others see a failure instead, isolate
+// the node first (Partition with it alone in a group) and then Remove it.
 //
 // # Concurrency
 //

@@ -69,6 +69,7 @@ type Cluster struct {
 	resource string
 	cfg      config
 	nw       *memnet.Network
+	data     *dataNet
 	logger   *slog.Logger
 
 	mu    sync.Mutex
@@ -80,6 +81,7 @@ type Cluster struct {
 type member struct {
 	r    *fero.Resource
 	tr   *memnet.Transport
+	ep   *endpoint     // the node on the data plane
 	opts []fero.Option // the node's, for the kit's status connection
 	// remote is the kit's status connection to the node, dialed on first
 	// use; only the test's goroutine touches it.
@@ -102,7 +104,7 @@ func NewCluster(tb testing.TB, resource string, opts ...Option) *Cluster {
 	}
 	w := &logWriter{tb: tb}
 	c := &Cluster{
-		tb: tb, resource: resource, cfg: cfg, nw: memnet.New(1),
+		tb: tb, resource: resource, cfg: cfg, nw: memnet.New(1), data: newDataNet(),
 		logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.level})),
 	}
 	// Cleanups run last first: the nodes close, logging as they go, and
@@ -149,15 +151,21 @@ func (c *Cluster) Add(opts ...fero.Option) *fero.Resource {
 	}
 	all = append(all, c.cfg.nodeOpts...)
 	all = append(all, opts...)
+	// The kit's dialer comes last, so the kit owns the node's data links.
+	// The status connection (member.opts) goes without it: faults never
+	// hide a node from the waits.
+	ep := c.data.add(id)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.wait)
 	defer cancel()
-	r, err := fero.Open(ctx, c.resource, all...)
+	r, err := fero.Open(ctx, c.resource, append(slices.Clip(all), fero.WithDialer(c.data.dialer(ep)))...)
 	if err != nil {
 		_ = tr.Shutdown()
+		c.data.remove(ep)
 		c.tb.Fatalf("ferotest: open a node of %q: %v", c.resource, err)
 	}
+	c.data.register(ep, r.ID(), r.Addr())
 	c.mu.Lock()
-	c.nodes = append(c.nodes, &member{r: r, tr: tr, opts: all})
+	c.nodes = append(c.nodes, &member{r: r, tr: tr, ep: ep, opts: all})
 	c.mu.Unlock()
 	return r
 }
@@ -195,7 +203,9 @@ func (c *Cluster) Remove(r *fero.Resource) error {
 	m := c.nodes[i]
 	c.nodes = slices.Delete(c.nodes, i, i+1)
 	c.mu.Unlock()
-	return m.close()
+	err := m.close()
+	c.data.remove(m.ep)
+	return err
 }
 
 func (m *member) close() error {
@@ -219,6 +229,7 @@ func (c *Cluster) closeAll() {
 			c.tb.Errorf("ferotest: close %s: %v", m.r.ID(), err)
 		}
 	}
+	c.data.close()
 }
 
 // Nodes returns the open nodes, servers and clients, in the order they
@@ -286,11 +297,13 @@ func (c *Cluster) WaitConverged() {
 	})
 }
 
-// Partition splits the cluster: nodes in the same group gossip with each
-// other, nodes in different groups do not; the open nodes no group lists
-// form one more group together, so Partition([]*fero.Resource{n})
-// isolates n. It replaces any earlier partition. Only gossip is cut, not
-// the data plane: the package comment says what that means.
+// Partition splits the cluster: nodes in the same group reach each
+// other, and nodes in different groups do not, by gossip or by the data
+// plane; the open nodes no group lists form one more group together, so
+// Partition([]*fero.Resource{n}) isolates n. It replaces any earlier
+// partition or cut ([Cluster.Cut]). Gossip between groups is lost, data
+// connections between them are closed and new ones refused: the package
+// comment says what follows.
 //
 // Partition returns once every node sees exactly the nodes of its group
 // alive and routes by their map (each side has declared the other dead),
@@ -302,39 +315,7 @@ func (c *Cluster) WaitConverged() {
 // groups have not split within the wait timeout.
 func (c *Cluster) Partition(groups ...[]*fero.Resource) {
 	c.tb.Helper()
-	c.mu.Lock()
-	of := map[*fero.Resource]*member{}
-	for _, m := range c.nodes {
-		of[m.r] = m
-	}
-	c.mu.Unlock()
-	var split [][]*member
-	var addrs [][]string
-	seen := map[*fero.Resource]bool{}
-	for _, g := range groups {
-		var ms []*member
-		var as []string
-		for _, r := range g {
-			m, ok := of[r]
-			if !ok || seen[r] {
-				c.tb.Fatalf("ferotest: Partition: %s is not an open node of this cluster, or is in two groups", r.ID())
-			}
-			seen[r] = true
-			ms = append(ms, m)
-			as = append(as, m.tr.Addr())
-		}
-		split = append(split, ms)
-		addrs = append(addrs, as)
-	}
-	var rest []*member
-	for _, m := range c.members() {
-		if !seen[m.r] {
-			rest = append(rest, m)
-		}
-	}
-	split = append(split, rest)
-	c.nw.Partition(addrs...)
-
+	split := c.cut("Partition", groups)
 	c.poll("split", func(ctx context.Context) string {
 		for _, g := range split {
 			if len(g) == 0 {
@@ -353,12 +334,102 @@ func (c *Cluster) Partition(groups ...[]*fero.Resource) {
 	})
 }
 
-// Heal restores every gossip link and waits until the whole cluster has
-// settled again ([Cluster.WaitSettled]).
+// Cut cuts the cluster into groups as [Cluster.Partition] does, and
+// returns at once, before any node has noticed. Until each side declares
+// the other dead (a few seconds with the kit's timings) the nodes route by
+// the old map, and what they send across the cut is lost: a request or a
+// write for a key whose owner is on the other side fails, and a commit
+// does not reach the copies there. Cut is for a test of those seconds;
+// Partition with the same groups then waits for the split, and
+// [Cluster.Heal] joins the cluster again. It fails the test as Partition
+// does for groups it cannot make.
+func (c *Cluster) Cut(groups ...[]*fero.Resource) {
+	c.tb.Helper()
+	c.cut("Cut", groups)
+}
+
+// cut partitions gossip and the data plane into groups and returns the
+// groups' members, with one more group of the nodes no group lists
+// (perhaps empty).
+func (c *Cluster) cut(what string, groups [][]*fero.Resource) [][]*member {
+	c.tb.Helper()
+	of := c.byResource()
+	var split [][]*member
+	var addrs [][]string
+	group := map[*endpoint]int{}
+	seen := map[*fero.Resource]bool{}
+	for i, g := range groups {
+		var ms []*member
+		var as []string
+		for _, r := range g {
+			m, ok := of[r]
+			if !ok || seen[r] {
+				c.tb.Fatalf("ferotest: %s: %s is not an open node of this cluster, or is in two groups", what, r.ID())
+			}
+			seen[r] = true
+			ms = append(ms, m)
+			as = append(as, m.tr.Addr())
+			group[m.ep] = i + 1
+		}
+		split = append(split, ms)
+		addrs = append(addrs, as)
+	}
+	var rest []*member
+	for _, m := range c.members() {
+		if !seen[m.r] {
+			rest = append(rest, m)
+		}
+	}
+	split = append(split, rest)
+	c.nw.Partition(addrs...)
+	c.data.partition(group)
+	return split
+}
+
+// Heal restores every link, gossip and data, and waits until the whole
+// cluster has settled again ([Cluster.WaitSettled]). It leaves the delays
+// of [Cluster.Slow] as they are.
 func (c *Cluster) Heal() {
 	c.tb.Helper()
 	c.nw.Heal()
+	c.data.partition(nil)
 	c.WaitSettled()
+}
+
+// Slow adds the latency d to the data links of nodes: every byte one of
+// them sends to another node, or receives from one, arrives d later (on a
+// link between two slowed nodes, later by the sum of their delays), over
+// the connections open now and those dialed later. Bytes keep their
+// order, and a link holds at most 1 MiB each way in transit: a node that
+// sends more waits, as on a full socket. Slow(0, nodes...) restores the
+// nodes' links; bytes already in transit keep their delay. Gossip is not
+// slowed: the in-memory network delivers at once, so membership is as
+// quick as ever. Slow fails the test if d is negative or a node is not an
+// open node of this cluster.
+func (c *Cluster) Slow(d time.Duration, nodes ...*fero.Resource) {
+	c.tb.Helper()
+	if d < 0 {
+		c.tb.Fatalf("ferotest: Slow: negative delay %v", d)
+	}
+	of := c.byResource()
+	for _, r := range nodes {
+		m, ok := of[r]
+		if !ok {
+			c.tb.Fatalf("ferotest: Slow: %s is not an open node of this cluster", r.ID())
+		}
+		c.data.slow(m.ep, d)
+	}
+}
+
+// byResource returns the open nodes by their resource.
+func (c *Cluster) byResource() map[*fero.Resource]*member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	of := make(map[*fero.Resource]*member, len(c.nodes))
+	for _, m := range c.nodes {
+		of[m.r] = m
+	}
+	return of
 }
 
 // members returns the open nodes.

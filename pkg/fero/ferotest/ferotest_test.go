@@ -145,3 +145,114 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// who answers with the ID of the node its request reached: the owner of
+// the key.
+func who(_ context.Context, req *fero.Request) (any, error) { return req.Resource().ID(), nil }
+
+// ownedBy returns a key whose owner is r, asking from r.
+func ownedBy(t *testing.T, r *fero.Resource) string {
+	t.Helper()
+	for i := range 1000 {
+		k := fmt.Sprint("key", i)
+		var owner string
+		require.NoError(t, r.Call(ctxT(t), "WHO", k, nil, &owner))
+		if owner == r.ID() {
+			return k
+		}
+	}
+	t.Fatalf("no key of 1000 is owned by %s", r.ID())
+	return ""
+}
+
+// TestPartitionCutsData: a partition cuts the data plane too. Cut
+// between {a, b} and {c}: before gossip notices, every node still routes
+// by the old map, and yet a Majority write on a (the owner) is committed
+// by a and b without reaching c, and a request from c for a's key does
+// not reach a. Once the split is seen (Partition), a write on the
+// majority side still stays there. Heal brings both to c.
+func TestPartitionCutsData(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit", ferotest.WithNodeOptions(fero.WithHandler(who)))
+	s := c.Servers()
+	a, b, lone := s[0], s[1], s[2]
+	key := ownedBy(t, a)
+	ctx := ctxT(t)
+
+	c.Cut([]*fero.Resource{a, b}, []*fero.Resource{lone})
+	// Made at once, long before gossip notices the cut; should a loaded
+	// machine delay it until a and b resync, it is refused and made again.
+	err := a.Update(ctx, key, "cut", fero.Majority)
+	for retry := time.Tick(20 * time.Millisecond); fero.CodeOf(err) == fero.CodeUnavailable && ctx.Err() == nil; <-retry {
+		err = a.Update(ctx, key, "cut", fero.Majority)
+	}
+	require.NoError(t, err, "a and b are a majority")
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	var owner string
+	err = lone.Call(cctx, "WHO", key, nil, &owner)
+	cancel()
+	assert.True(t, err != nil || owner != a.ID(), "a request from %s for %s reached %s: %v", lone.ID(), key, owner, err)
+
+	c.Partition([]*fero.Resource{a, b}, []*fero.Resource{lone})
+	require.NoError(t, b.Update(ctx, "split", "yes", fero.Majority))
+	for _, r := range []*fero.Resource{a, b} {
+		v, _ := r.Get(key)
+		assert.Equal(t, "cut", v, r.ID())
+		require.Eventually(t, func() bool { v, _ := r.Get("split"); return v == "yes" }, 10*time.Second, 10*time.Millisecond, r.ID())
+	}
+	// Absence is shown by watching for a second, long enough for a
+	// commit to cross a link many times over.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); <-tick.C {
+		_, cut := lone.Get(key)
+		_, split := lone.Get("split")
+		require.False(t, cut || split, "a write on the majority side reached %s across the cut", lone.ID())
+	}
+
+	c.Heal()
+	c.WaitConverged()
+	v, _ := lone.Get(key)
+	assert.Equal(t, "cut", v)
+	v, _ = lone.Get("split")
+	assert.Equal(t, "yes", v)
+	require.NoError(t, lone.Call(ctx, "WHO", key, nil, &owner), "healed: c reaches the owner again")
+}
+
+// TestSlow: a request's round trip over a slowed link takes at least
+// twice the delay (the request, then the reply, each delayed once),
+// whichever end is slowed, and no longer once the delay is lifted.
+func TestSlow(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit", ferotest.WithNodeOptions(fero.WithHandler(who)))
+	client := c.Add(fero.Client())
+	c.WaitSettled()
+	a, b := c.Node(0), c.Node(1)
+	key := ownedBy(t, a)
+	ctx := ctxT(t)
+	roundTrip := func(from *fero.Resource) time.Duration {
+		t.Helper()
+		start := time.Now()
+		var owner string
+		require.NoError(t, from.Call(ctx, "WHO", key, nil, &owner))
+		require.Equal(t, a.ID(), owner, "the request crossed to the owner")
+		return time.Since(start)
+	}
+	const d = 250 * time.Millisecond
+
+	c.Slow(d, client) // its end of the link
+	assert.GreaterOrEqual(t, roundTrip(client), 2*d, "client to a, client slowed")
+	c.Slow(d, a) // both ends: the delays add up
+	assert.GreaterOrEqual(t, roundTrip(client), 4*d, "client to a, both slowed")
+	c.Slow(0, client)
+	assert.GreaterOrEqual(t, roundTrip(b), 2*d, "b to a, a slowed")
+
+	c.Slow(0, a)
+	// Restored: the fastest of a few round trips (one may still wait
+	// behind bytes sent while slowed) is well under the delay.
+	fastest := time.Hour
+	for range 5 {
+		fastest = min(fastest, roundTrip(client), roundTrip(b))
+	}
+	assert.Less(t, fastest, d, "round trips after Slow(0)")
+	require.NoError(t, b.Update(ctx, "after", "slow", fero.Majority))
+	c.WaitConverged()
+}
