@@ -46,7 +46,7 @@
 // implemented by calls to the owner of each request's key), and
 // Unimplemented<Iface>; once per package, RequestFromContext, which hands
 // a method the fero.Request it answers, and a reference to
-// fero.SupportPackageIsVersion2, so that it stops compiling against a
+// fero.SupportPackageIsVersion3, so that it stops compiling against a
 // pkg/fero it was not made for. The stub (DefaultStub) is a starting
 // implementation that embeds Unimplemented<Iface>.
 //

@@ -372,6 +372,8 @@ type view struct {
 
 type methodView struct {
 	Name, Verb, Const, Req, Reply, Key string
+	// Item is a streaming method's item type; "" for a unary one.
+	Item string
 	// Resource is the resource's name; Via the embedded pointers the key
 	// is promoted through (Method.KeyVia).
 	Resource string
@@ -390,6 +392,9 @@ func (g *genFile) views(im *imports, gen string) []view {
 				Resource: r.Name, Via: m.KeyVia}
 			if m.Reply != nil {
 				mv.Reply = im.qualify(m.Reply)
+			}
+			if m.Item != nil {
+				mv.Item = im.qualify(m.Item)
 			}
 			key := m.Key
 			if m.KeyString {

@@ -62,6 +62,9 @@ type Method struct {
 	// Req and Reply are the request and reply structs (Reply nil when the
 	// method returns only an error).
 	Req, Reply *types.Named
+	// Item is the struct a streaming method sends (its third parameter
+	// is func(*Item) error); nil for a unary method.
+	Item *types.Named
 	// Key is the name of Req's field tagged `fero:"key"`, declared in Req
 	// or promoted from a struct Req embeds; KeyString says its type is
 	// string itself rather than a named string type.
@@ -496,7 +499,7 @@ const verbChars = "a verb is ASCII letters, digits and _ . : / -"
 
 func validVerb(v string) bool { return verbRE.MatchString(v) }
 
-const wantSignature = "func(context.Context, *Request) (*Reply, error) or func(context.Context, *Request) error"
+const wantSignature = "func(context.Context, *Request) (*Reply, error), func(context.Context, *Request) error, or, streaming, func(context.Context, *Request, func(*Item) error) error"
 
 // method checks one method's signature and request type.
 func (r *reader) method(res *Resource, id *ast.Ident, fn *types.Func) *Method {
@@ -513,8 +516,8 @@ func (r *reader) method(res *Resource, id *ast.Ident, fn *types.Func) *Method {
 	if sig.Variadic() {
 		return wrong("it is variadic")
 	}
-	if params.Len() != 2 {
-		return wrong(fmt.Sprintf("it takes %s, not 2", count(params.Len(), "parameter")))
+	if params.Len() != 2 && params.Len() != 3 {
+		return wrong(fmt.Sprintf("it takes %s, not 2 (or 3 for a stream)", count(params.Len(), "parameter")))
 	}
 	if !isContext(params.At(0).Type()) {
 		return wrong(fmt.Sprintf("its first parameter is %s, not context.Context", r.typeString(params.At(0).Type())))
@@ -523,6 +526,15 @@ func (r *reader) method(res *Resource, id *ast.Ident, fn *types.Func) *Method {
 	var why string
 	if m.Req, why = structPointer(params.At(1).Type()); m.Req == nil {
 		return wrong(fmt.Sprintf("its request is %s, %s", r.typeString(params.At(1).Type()), why))
+	}
+	if params.Len() == 3 {
+		// A streaming verb: send delivers each item.
+		if m.Item, why = sendFunc(params.At(2).Type()); m.Item == nil {
+			return wrong(fmt.Sprintf("its third parameter is %s, %s", r.typeString(params.At(2).Type()), why))
+		}
+		if results.Len() != 1 || !isError(results.At(0).Type()) {
+			return wrong("a streaming method returns only an error")
+		}
 	}
 	switch results.Len() {
 	case 1:
@@ -543,6 +555,9 @@ func (r *reader) method(res *Resource, id *ast.Ident, fn *types.Func) *Method {
 	ok = r.encodable(m.Req, id) && ok
 	if m.Reply != nil {
 		ok = r.encodable(m.Reply, id) && ok
+	}
+	if m.Item != nil {
+		ok = r.encodable(m.Item, id) && ok
 	}
 	if !ok {
 		return nil
@@ -842,6 +857,20 @@ func structPointer(t types.Type) (*types.Named, string) {
 	}
 	if !n.Obj().Exported() {
 		return nil, "which is unexported: the generated package refers to it"
+	}
+	return n, ""
+}
+
+// sendFunc returns the item struct of a streaming method's send
+// parameter, func(*Item) error.
+func sendFunc(t types.Type) (*types.Named, string) {
+	sig, ok := types.Unalias(t).(*types.Signature)
+	if !ok || sig.Variadic() || sig.Params().Len() != 1 || sig.Results().Len() != 1 || !isError(sig.Results().At(0).Type()) {
+		return nil, "not func(*Item) error"
+	}
+	n, why := structPointer(sig.Params().At(0).Type())
+	if n == nil {
+		return nil, "whose item is " + why
 	}
 	return n, ""
 }

@@ -242,3 +242,38 @@ func (c *Remote) streamDirect(ctx context.Context, verb, key string, payload any
 	}
 	return newStream(ns, verb, key), nil
 }
+
+// OpenStream opens a stream through c, which must be a [StreamCaller]
+// (a *Resource or a *Remote are): a Caller that cannot stream fails with
+// CodeUnimplemented. Generated clients open their streaming verbs with
+// it.
+func OpenStream(ctx context.Context, c Caller, verb, key string, payload any) (*Stream, error) {
+	sc, ok := c.(StreamCaller)
+	if !ok {
+		return nil, errs.Errorf(errs.Unimplemented, "fero: %s %q: %T opens no streams", verb, key, c)
+	}
+	return sc.Stream(ctx, verb, key, payload)
+}
+
+// ForEach receives every item of s, each into a new T, and calls f with
+// it, in order, until the stream ends: it returns nil after a clean end,
+// the stream's error, or f's first error (a handler's send then fails: a
+// reader that stops ends the stream). It closes s. Generated clients
+// deliver their streaming verbs' items with it, so a method such as
+// Watch(ctx, req, send func(*Event) error) error reads the same on
+// either side.
+func ForEach[T any](s *Stream, f func(*T) error) error {
+	defer s.Close()
+	for {
+		v := new(T)
+		if err := s.Recv(v); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := f(v); err != nil {
+			return err
+		}
+	}
+}

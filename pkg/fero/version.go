@@ -10,3 +10,7 @@ const SupportPackageIsVersion1 = true
 // the version that took Caller and RequestFromContext from pkg/fero
 // rather than declaring its own.
 const SupportPackageIsVersion2 = true
+
+// SupportPackageIsVersion3 is referenced by code ferogen generates from
+// the version that generates streaming verbs (OpenStream, ForEach).
+const SupportPackageIsVersion3 = true

@@ -14,6 +14,15 @@ type Users interface {
 	Variadic(ctx context.Context, req ...*Request) error
 	Unexported(ctx context.Context, req *request) error
 	lower(ctx context.Context, req *Request) error
+	StreamValue(ctx context.Context, req *Request, send func(Request) error) error
+	StreamNoError(ctx context.Context, req *Request, send func(*Request)) error
+	StreamChan(ctx context.Context, req *Request, send chan *Request) error
+	StreamReply(ctx context.Context, req *Request, send func(*Request) error) (*Request, error)
+	StreamUnsupported(ctx context.Context, req *Request, send func(*Bad) error) error
+}
+
+type Bad struct {
+	F func() `msgpack:"f"`
 }
 
 type Request struct {

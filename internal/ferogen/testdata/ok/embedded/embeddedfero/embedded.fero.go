@@ -16,7 +16,7 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion2
+const _ = fero.SupportPackageIsVersion3
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
