@@ -11,6 +11,12 @@
 //   - Call, Go: one request, one reply. Call blocks; Go runs a callback on
 //     the connection's reader goroutine and starts no goroutine of its own.
 //   - Stream: one request, a stream of replies ended by a final one.
+//     Opened with StreamWindow, it is flow-controlled: the caller grants
+//     room in chunks and bytes with credit frames as Recv takes chunks,
+//     and the callee's ChunkWait sends only into granted room, so a slow
+//     reader slows the sender instead of filling memory (flow.go). A
+//     plain Stream's Chunk never waits; a reader that falls behind its
+//     buffer gets ResourceExhausted.
 //
 // Every call takes a context. When it ends before the reply, the call
 // returns the context's error at once and a cancel frame tells the callee,

@@ -22,7 +22,10 @@
 // a frame timeout a frame must arrive whole within it once begun (see
 // Reader).
 //
-// The payload of a KindError frame is a msgpack array [code uint, message str].
+// The payload of a KindError frame is a msgpack array [code uint, message str]
+// (then its details, see AppendErrorPayload). The payload of a KindCredit
+// frame is [chunks uint, bytes uint]: room the caller of stream id grants
+// its callee (transport's flow control).
 //
 // # Change records
 //
