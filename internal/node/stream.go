@@ -339,10 +339,14 @@ func (n *Node) runLocalStream(ctx context.Context, w *wireRequest, p, window int
 }
 
 // streamErr is why a stream handler's context ended: ErrMoved when its
-// key moved away, else the context's error.
+// key moved away, ErrClosed when its node closed, else the context's
+// error.
 func streamErr(ctx context.Context) error {
-	if cause := context.Cause(ctx); errors.Is(cause, ErrMoved) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrMoved):
 		return ErrMoved
+	case errors.Is(cause, ErrClosed):
+		return ErrClosed
 	}
 	return ctx.Err()
 }
@@ -372,7 +376,11 @@ func (n *Node) streamContext(ctx context.Context, p int) (context.Context, func(
 	}
 	n.streams.runs[run] = struct{}{}
 	n.streams.mu.Unlock()
+	// A node closing ends its handlers (Close waits for them), whoever
+	// the caller is.
+	unhook := context.AfterFunc(n.ctx, func() { cancel(ErrClosed) })
 	stop := func() {
+		unhook()
 		n.streams.mu.Lock()
 		delete(n.streams.runs, run)
 		n.streams.mu.Unlock()

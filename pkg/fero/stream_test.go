@@ -364,3 +364,36 @@ func TestStreamOwnerMoves(t *testing.T) {
 	}
 	t.Logf("%d of %d streams moved", moved, len(runs))
 }
+
+// TestCloseEndsStreams: closing a node ends the stream handlers it runs,
+// for a reader in its own process that reads nothing (whose context
+// never ends) as for one on another node; Close does not wait for the
+// readers.
+func TestCloseEndsStreams(t *testing.T) {
+	c := newTestCluster(t, 15)
+	h := newStreamHandler()
+	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	ctx := ctxT(t)
+	var enders []chan error
+	for _, via := range []*Resource{a, b} {
+		key := keyOwnedBy(a, "a", "close"+via.ID())
+		_, ended := h.counter(key)
+		enders = append(enders, ended)
+		s, err := via.Stream(context.Background(), "COUNT", key, 10000)
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		require.NoError(t, retry(ctx, func() error { return s.Recv(nil) }))
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for a stream handler whose reader reads nothing")
+	}
+	for _, ended := range enders {
+		require.Error(t, <-ended)
+	}
+}
