@@ -64,6 +64,8 @@ func FuzzConnStream(f *testing.F) {
 		frame(wire.KindCancel, 0, 0, nil), // what a dialing Conn sends first
 		frame(wire.KindCall, 1, opEcho, []byte("hello")),
 		frame(wire.KindStream, 2, opStream, []byte("abc")),
+		frame(wire.KindCredit, 2, 0, appendCredit(nil, 4, 1<<20)),
+		frame(wire.KindCredit, 9, 0, []byte{0x92, 0xff}), // an unknown stream, a bad payload
 		frame(wire.KindCall, 3, opWait, nil),
 		frame(wire.KindCancel, 3, 0, nil),
 		frame(wire.KindSend, 0, opEcho, []byte("one-way")),
