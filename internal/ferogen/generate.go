@@ -368,6 +368,8 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{"quote": f
 type view struct {
 	Name, Iface, IfaceQ, Client, Service, Gen string
 	Methods                                   []methodView
+	// Streams: the resource has a streaming verb.
+	Streams bool
 }
 
 type methodView struct {
@@ -395,6 +397,7 @@ func (g *genFile) views(im *imports, gen string) []view {
 			}
 			if m.Item != nil {
 				mv.Item = im.qualify(m.Item)
+				v.Streams = true
 			}
 			key := m.Key
 			if m.KeyString {

@@ -259,6 +259,14 @@ func (s *Stream) opened(ts *transport.Stream) {
 
 func (s *Stream) fail(err error) {
 	s.err = err
+	if err == io.EOF && len(s.trailer) > 0 {
+		// The trailers go where a call's reply headers would
+		// (WithReplyMeta), so a typed client that hides the stream
+		// still delivers them.
+		if sink, _ := s.ctx.Value(replyMetaKey{}).(*Meta); sink != nil {
+			*sink = append(*sink, s.trailer...)
+		}
+	}
 	s.Close()
 }
 

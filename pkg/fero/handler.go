@@ -102,7 +102,9 @@ func (h *ReplyHeader) All() iter.Seq2[string, string] {
 //	left := h.Get("x-quota-left")
 //
 // A call retried (WithCallRetry) keeps only the headers of its successful
-// attempt, since failed ones send none.
+// attempt, since failed ones send none. A stream opened with the context
+// (and a typed client's streaming method) puts its trailers there at its
+// clean end.
 func WithReplyHeader(ctx context.Context, h *ReplyHeader) context.Context {
 	return node.WithReplyMeta(ctx, &h.pairs)
 }

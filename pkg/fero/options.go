@@ -482,3 +482,14 @@ func WithTLS(cfg *tls.Config) Option {
 func WithMaxEntry(n int) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithMaxEntry(n)) }
 }
+
+// WithOptions bundles opts into one Option, applied in order: for a
+// package that offers its settings as one value (a client's credentials
+// and the interceptors that send them, say).
+func WithOptions(opts ...Option) Option {
+	return func(c *config) {
+		for _, o := range opts {
+			o(c)
+		}
+	}
+}

@@ -135,7 +135,9 @@ func (s *Stream) recvDirect(item any) error {
 func (s *Stream) WrapRecv(w func(next RecvFunc) RecvFunc) { s.recv = w(s.recv) }
 
 // Trailer returns the reply headers the handler set, once Recv has
-// returned io.EOF.
+// returned io.EOF. They also go to the ReplyHeader the stream's context
+// carries ([WithReplyHeader]), which is how a generated client's
+// streaming method delivers them.
 func (s *Stream) Trailer() *ReplyHeader { return &s.trailer }
 
 // Close ends the stream: the handler's context ends and nothing more is

@@ -145,6 +145,16 @@ func TestStream(t *testing.T) {
 		assert.Equal(t, "300", trailer, tc.name)
 	}
 
+	// The trailers also reach a ReplyHeader the context carries, as a
+	// call's reply headers do (how a typed client delivers them).
+	for _, via := range []StreamCaller{a, rc} {
+		var h ReplyHeader
+		s, err := via.Stream(WithReplyHeader(ctx, &h), "COUNT", keyOwnedBy(a, "b", "t"), 2)
+		require.NoError(t, err)
+		require.NoError(t, ForEach(s, func(*item) error { return nil }))
+		assert.Equal(t, "2", h.Get("x-count"))
+	}
+
 	// Items, the iterator.
 	s, err := rc.Stream(ctx, "COUNT", keyOwnedBy(a, "a", "i"), 5)
 	require.NoError(t, err)

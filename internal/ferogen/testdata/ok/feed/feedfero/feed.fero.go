@@ -95,9 +95,12 @@ func FeedHandler(impl feed.Feed, next fero.Handler) fero.Handler {
 // *fero.Remote. Replies come back typed, and errors as *fero.Error with
 // the handler's code. A request that is nil, or has no key, fails with
 // CodeInvalidArgument and is not sent.
-func NewFeedClient(c Caller) feed.Feed { return feedClient{c} }
+//
+// feed.Feed has streaming verbs, so c must open streams too
+// (fero.StreamCaller); both do.
+func NewFeedClient(c fero.StreamCaller) feed.Feed { return feedClient{c} }
 
-type feedClient struct{ caller Caller }
+type feedClient struct{ caller fero.StreamCaller }
 
 // Watch sends WATCH to the owner of req.Topic. It calls send
 // with each item the owner streams, in order, until the stream ends (nil)
