@@ -33,7 +33,9 @@
 // request, and that would be measured as the client's cost. This one
 // mirrors the echo floor's client: commands are encoded without allocation
 // into one buffered writer and pipelined, and a single reader goroutine
-// hands each reply to the oldest queued callback.
+// hands each reply to the oldest queued callback. Package rueidissut
+// drives the same server with rueidis, paying that goroutine per request,
+// so that a run can quote whichever client is faster.
 //
 // Redis answers every command, so one-way mode is emulated: Send writes a
 // SET whose reply the reader discards (an error reply makes the next Sync

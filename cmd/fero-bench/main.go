@@ -27,6 +27,7 @@ import (
 	"github.com/fero-go/fero/bench/echo"
 	"github.com/fero-go/fero/bench/ferosut"
 	"github.com/fero-go/fero/bench/redissut"
+	"github.com/fero-go/fero/bench/redissut/rueidissut"
 	"github.com/fero-go/fero/bench/transportsut"
 )
 
@@ -52,6 +53,12 @@ var registry = bench.Registry{
 	"redis-always":   redissut.System{AppendFsync: "always"},
 	"redis-everysec": redissut.System{AppendFsync: "everysec"},
 	"redis-no":       redissut.System{AppendFsync: "no"},
+	// The same Redis servers driven by rueidis, the client a Go service
+	// picks, with its auto-pipelining: the report names the faster driver.
+	"redis-rueidis":          rueidissut.System{},
+	"redis-rueidis-always":   rueidissut.System{AppendFsync: "always"},
+	"redis-rueidis-everysec": rueidissut.System{AppendFsync: "everysec"},
+	"redis-rueidis-no":       rueidissut.System{AppendFsync: "no"},
 }
 
 // fsyncPeer is what run --fsync adds for one fero fsync policy: fero with
@@ -190,6 +197,13 @@ OpenTelemetry tracer provider (fero.WithTracerProvider) that samples no
 request or every one (spans dropped by a no-op exporter): what tracing
 costs when configured.
 
+redis drives a real Redis (apt-get install redis-server) with fero-bench's
+own pipelined RESP client; redis-rueidis drives the same redis-server with
+github.com/redis/rueidis, the client a Go service picks, one goroutine per
+request so that its auto-pipelining batches them (rueidis has no callback
+per command). Run both and the report ends with the faster driver per
+scenario and configuration: quote that one as the Redis peer.
+
 Durable systems keep each server's data in a fresh directory under
 --data-dir, removed after its trial:
 
@@ -197,6 +211,7 @@ Durable systems keep each server's data in a fresh directory under
                                           fsync policy (fero serve --fsync)
   redis-always, redis-everysec, redis-no  Redis with its append-only file and
                                           that appendfsync
+  redis-rueidis-always, -everysec, -no    the same, driven by rueidis
 
 --fsync group,interval,never adds fero with each policy and its Redis peer to
 --systems: group redis-always, interval redis-everysec, never redis-no
@@ -328,6 +343,9 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	if err := rep.WriteText(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if err := writeDriverRaces(cmd.OutOrStdout(), rep); err != nil {
 		return err
 	}
 	if f.jsonPath != "" {

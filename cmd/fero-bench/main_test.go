@@ -61,6 +61,44 @@ func TestCLIEndToEnd(t *testing.T) {
 
 	t.Run("attach to running fero servers", func(t *testing.T) { testAttach(ctx, t, bin) })
 	t.Run("durable systems", func(t *testing.T) { testDurable(ctx, t, bin) })
+	t.Run("both Redis drivers", func(t *testing.T) { testRedisDrivers(ctx, t, bin) })
+}
+
+// testRedisDrivers runs Redis with the hand-written client and with
+// rueidis in every throughput and round-trip scenario: none fails, and the
+// report ends naming the faster driver of each.
+func testRedisDrivers(ctx context.Context, t *testing.T, bin string) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed (apt-get install redis-server):", err)
+	}
+	jsonPath := filepath.Join(t.TempDir(), "redis.json")
+	out, err := exec.CommandContext(ctx, bin, "run", "--systems", "echo,redis,redis-rueidis", "--baseline", "echo",
+		"-s", "oneway,reqreply,roundtrip", "-r", "2000", "--warmup-records", "100", "-n", "100", "--warmup-count", "10",
+		"--json", jsonPath, "--progress", "never").CombinedOutput()
+	require.NoError(t, err, string(out))
+	_, races, ok := strings.Cut(string(out), "== Redis peer: the faster driver ==")
+	require.True(t, ok, string(out))
+	for _, want := range []string{"  oneway · ", "  reqreply · ", "  roundtrip · "} {
+		assert.Contains(t, races, want)
+	}
+	assert.Equal(t, 3, strings.Count(races, "→ faster: redis"), races)
+	assert.Equal(t, 3, strings.Count(races, "× echo"), races)
+
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep struct {
+		Trials []struct {
+			System  string `json:"system"`
+			Errors  int64  `json:"errors"`
+			Records int64  `json:"records"`
+		} `json:"trials"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Trials, 9, "3 systems × 3 scenarios")
+	for _, tr := range rep.Trials {
+		assert.Zero(t, tr.Errors, tr.System)
+		assert.Positive(t, tr.Records, tr.System)
+	}
 }
 
 // testDurable runs fero with its data on disk, fsyncing and not, and with
