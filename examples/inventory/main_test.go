@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -87,7 +86,7 @@ func TestInventory(t *testing.T) {
 	servers := c.Servers()
 	client := c.Add(fero.Client(), fero.WithID("client"), bearer("alice-token"))
 	c.WaitSettled()
-	committed := watchCommits(t, servers)
+	committed := ferotest.WatchCommits(t, servers...)
 	inv := stockfero.NewInventoryClient(client)
 
 	t.Run("every verb reaches the owner", func(t *testing.T) {
@@ -111,11 +110,9 @@ func TestInventory(t *testing.T) {
 			assert.Equal(t, uint64(2), got.Version)
 			watched[sku] = firstEvent(ctx, t, inv, sku)
 		}
-		var owners map[stock.SKU][]string
 		require.Eventually(t, func() bool {
-			owners = committed()
 			for _, sku := range skus {
-				if len(owners[sku]) == 0 {
+				if len(committed.Of(string(sku))) == 0 {
 					return false
 				}
 			}
@@ -124,7 +121,7 @@ func TestInventory(t *testing.T) {
 		answered := map[string]int{}
 		for _, sku := range skus {
 			owner := added[sku].Node
-			assert.Equal(t, []string{owner}, owners[sku], "%s: ADD answered by the owner of its SKU, the one committer", sku)
+			assert.Equal(t, []string{owner}, committed.Of(string(sku)), "%s: ADD answered by the owner of its SKU, the one committer", sku)
 			assert.Equal(t, owner, reservations[sku].Node, "%s: RESERVE answered by the owner", sku)
 			assert.Equal(t, owner, watched[sku].Node, "%s: WATCH run by the owner", sku)
 			gets := findLogs(&logs, func(r logRecord) bool { return r.Verb == stockfero.InventoryGetVerb && r.Key == string(sku) })
@@ -237,10 +234,9 @@ func TestInventory(t *testing.T) {
 	t.Run("callers without a token are refused", func(t *testing.T) {
 		// A SKU that servers[0] does not own: the refusal comes from its
 		// owner, after servers[0] forwarded the request, headers and all.
-		owners := committed()
 		var sku stock.SKU
 		for i := range 9 {
-			if s := stock.SKU(fmt.Sprintf("SKU-%02d", i)); !slices.Contains(owners[s], servers[0].ID()) {
+			if s := stock.SKU(fmt.Sprintf("SKU-%02d", i)); !slices.Contains(committed.Of(string(s)), servers[0].ID()) {
 				sku = s
 				break
 			}
@@ -444,40 +440,4 @@ func findLogs(logs *syncBuffer, match func(logRecord) bool) []logRecord {
 		}
 	}
 	return out
-}
-
-// watchCommits follows each server's changes and returns a function that
-// lists, per top-level key, the servers that committed a change to it.
-func watchCommits(t *testing.T, servers []*fero.Resource) func() map[stock.SKU][]string {
-	var mu sync.Mutex
-	by := map[stock.SKU]map[string]bool{}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait) // after the subscriptions close: cleanups run last first
-	for _, r := range servers {
-		sub := r.Subscribe(fero.Buffer(4096))
-		wg.Go(func() {
-			for ch := range sub.C() {
-				if ch.Kind != fero.Committed {
-					continue
-				}
-				top, _, _ := strings.Cut(ch.Key, ".")
-				mu.Lock()
-				if by[stock.SKU(top)] == nil {
-					by[stock.SKU(top)] = map[string]bool{}
-				}
-				by[stock.SKU(top)][r.ID()] = true
-				mu.Unlock()
-			}
-		})
-		t.Cleanup(sub.Close)
-	}
-	return func() map[stock.SKU][]string {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[stock.SKU][]string{}
-		for sku, ids := range by {
-			out[sku] = slices.Sorted(maps.Keys(ids))
-		}
-		return out
-	}
 }

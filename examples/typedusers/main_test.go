@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +62,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	client := c.Add(fero.WithID("client"), fero.Client())
 	c.WaitSettled()
-	committed := watchCommits(t, servers)
+	committed := ferotest.WatchCommits(t, servers...)
 
 	u := usersfero.NewUsersClient(client)
 	const n = 12
@@ -89,11 +86,9 @@ func TestEndToEnd(t *testing.T) {
 
 	// Each key's user and session were committed by one server, the owner
 	// of the key's partition, and that server answered REGISTER and LOGIN.
-	var owners map[users.UserKey][]string
 	require.Eventually(t, func() bool {
-		owners = committed()
 		for key := range regs {
-			if len(owners[key]) == 0 {
+			if len(committed.Of(string(key))) == 0 {
 				return false
 			}
 		}
@@ -101,7 +96,7 @@ func TestEndToEnd(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "every server's commits seen")
 	answered := map[string]int{}
 	for key, reg := range regs {
-		assert.Equal(t, []string{reg.Server}, owners[key], "%s: REGISTER answered by the owner of its key, the one committer", key)
+		assert.Equal(t, []string{reg.Server}, committed.Of(string(key)), "%s: REGISTER answered by the owner of its key, the one committer", key)
 		assert.Equal(t, reg.Server, logins[key].Server, "%s: LOGIN answered by the owner too", key)
 		answered[reg.Server]++
 	}
@@ -165,40 +160,4 @@ func TestEndToEnd(t *testing.T) {
 	// has no request to answer and says so.
 	_, err = svc.Login(ctx, &users.LoginRequest{User: key, Password: password})
 	assert.Equal(t, fero.CodeFailedPrecondition, fero.CodeOf(err), "%v", err)
-}
-
-// watchCommits follows each server's changes and returns a function that
-// lists, per top-level key, the servers that committed a change to it.
-func watchCommits(t *testing.T, servers []*fero.Resource) func() map[users.UserKey][]string {
-	var mu sync.Mutex
-	by := map[users.UserKey]map[string]bool{}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait) // after the subscriptions close: cleanups run last first
-	for _, r := range servers {
-		sub := r.Subscribe(fero.Buffer(4096))
-		wg.Go(func() {
-			for ch := range sub.C() {
-				if ch.Kind != fero.Committed {
-					continue
-				}
-				top, _, _ := strings.Cut(ch.Key, ".")
-				mu.Lock()
-				if by[users.UserKey(top)] == nil {
-					by[users.UserKey(top)] = map[string]bool{}
-				}
-				by[users.UserKey(top)][r.ID()] = true
-				mu.Unlock()
-			}
-		})
-		t.Cleanup(sub.Close)
-	}
-	return func() map[users.UserKey][]string {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[users.UserKey][]string{}
-		for key, ids := range by {
-			out[key] = slices.Sorted(maps.Keys(ids))
-		}
-		return out
-	}
 }

@@ -85,6 +85,13 @@
 // through the kit's links: no partition or delay hides a node from the
 // waits.
 //
+// # Who answered
+//
+// [WatchCommits] follows the servers' change streams and records, per
+// key, the nodes that committed its changes as owner, so that a test can
+// check that a request ran on the owner of its key: Committers.Of(key)
+// is the one server that owns it while the owner does not change.
+//
 // # Faults
 //
 // [Cluster.Partition] splits the cluster into groups and [Cluster.Heal]

@@ -256,3 +256,32 @@ func TestSlow(t *testing.T) {
 	require.NoError(t, b.Update(ctx, "after", "slow", fero.Majority))
 	c.WaitConverged()
 }
+
+// TestWatchCommits: each key's writes, made from every node, are
+// committed by one server, its owner; the keys spread over the servers.
+func TestWatchCommits(t *testing.T) {
+	c := ferotest.NewCluster(t, "kit")
+	client := c.Add(fero.Client())
+	c.WaitSettled()
+	committed := ferotest.WatchCommits(t, c.Servers()...)
+	ctx := ctxT(t)
+	for i := range 40 {
+		for _, r := range []*fero.Resource{client, c.Node(i % 3)} {
+			require.NoError(t, r.Update(ctx, fmt.Sprint("k", i, ".n"), i, fero.Majority))
+		}
+	}
+	assert.Empty(t, committed.Of("never written"))
+	by := map[string]int{}
+	require.Eventually(t, func() bool {
+		clear(by)
+		for i := range 40 {
+			ids := committed.Of(fmt.Sprint("k", i))
+			if len(ids) != 1 {
+				return false
+			}
+			by[ids[0]]++
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "one committer per key")
+	assert.Len(t, by, 3, "40 keys spread over the three servers: %v", by)
+}
