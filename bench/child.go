@@ -16,7 +16,7 @@ import (
 
 // The parent and its children talk in lines. A server prints its address,
 // then answers "usage" on stdin with a JSON Usage line; stdin closing stops
-// it. A client prints JSON clientMsg lines: ready after dialling and warming
+// it. A client prints JSON ClientMessage lines: ready after dialling and warming
 // up, progress while running, then one result; it starts measuring at the
 // wall-clock instant the parent sends as "go <unix-ns>", so every client
 // starts together, and stdin closing aborts it.
@@ -36,7 +36,9 @@ type ServeSpec struct {
 	Serve  ServeOptions `json:"serve"`
 }
 
-type clientMsg struct {
+// ClientMessage is one line a client process prints for the harness:
+// ready, progress, then a result or an error (ClientPipe writes them).
+type ClientMessage struct {
 	Ready bool `json:"ready,omitempty"`
 	// Connected is when Dial returned (Unix ns), sent with Ready.
 	Connected int64         `json:"connected_unix_ns,omitempty"`
@@ -137,13 +139,66 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 	}
 }
 
+// ClientPipe is a client process's end of its protocol with the harness,
+// for a system whose client is a program of its own rather than a Conn
+// (bench/origsut): Ready once connected and warmed up, WaitGo for the
+// common start instant, Progress while running, then Result or Fail.
+type ClientPipe struct {
+	out *lineWriter
+	in  *bufio.Scanner
+}
+
+// NewClientPipe speaks the protocol on the client process's stdin and
+// stdout.
+func NewClientPipe(stdin io.Reader, stdout io.Writer) *ClientPipe {
+	return &ClientPipe{out: &lineWriter{w: stdout}, in: bufio.NewScanner(stdin)}
+}
+
+// Ready says the client is connected (since connected) and warmed up.
+func (p *ClientPipe) Ready(connected time.Time) error {
+	return p.out.json(ClientMessage{Ready: true, Connected: connected.UnixNano()})
+}
+
+// WaitGo waits for the harness's start instant and returns it. Then it
+// reads on in the background and calls abort when stdin closes: the
+// harness went away.
+func (p *ClientPipe) WaitGo(abort func()) (time.Time, error) {
+	if !p.in.Scan() {
+		return time.Time{}, errors.New("bench client: stdin closed before go")
+	}
+	f := strings.Fields(p.in.Text())
+	if len(f) != 2 || f[0] != cmdGo {
+		return time.Time{}, fmt.Errorf("bench client: want %q, got %q", cmdGo+" <unix-ns>", p.in.Text())
+	}
+	at, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bench client: bad start time: %w", err)
+	}
+	go func() {
+		for p.in.Scan() {
+		}
+		abort()
+	}()
+	return time.Unix(0, at), nil
+}
+
+// Progress reports how many operations have completed.
+func (p *ClientPipe) Progress(done int64) error { return p.out.json(ClientMessage{Progress: done}) }
+
+// Result sends the trial's result, the last line.
+func (p *ClientPipe) Result(r *ClientResult) error { return p.out.json(ClientMessage{Result: r}) }
+
+// Fail sends why the client failed, the last line; the parent reads it
+// from stdout.
+func (p *ClientPipe) Fail(err error) error { return p.out.json(ClientMessage{Err: err.Error()}) }
+
 // ClientChild runs the client side of a child process.
 func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Reader, stdout io.Writer) (err error) {
-	out := &lineWriter{w: stdout}
+	pipe := NewClientPipe(stdin, stdout)
 	defer func() {
 		if err != nil {
-			// The parent reads the reason from stdout; stderr has it too.
-			_ = out.json(clientMsg{Err: err.Error()})
+			// stderr has it too.
+			_ = pipe.Fail(err)
 		}
 	}()
 	sys, err := reg.Lookup(spec.System)
@@ -156,33 +211,19 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", spec.System, err)
 	}
-	connected := time.Now().UnixNano()
+	connected := time.Now()
 	defer conn.Close()
 	if err := warmUp(ctx, conn, spec); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	if err := out.json(clientMsg{Ready: true, Connected: connected}); err != nil {
+	if err := pipe.Ready(connected); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(stdin)
-	if !sc.Scan() {
-		return errors.New("bench client: stdin closed before go")
-	}
-	f := strings.Fields(sc.Text())
-	if len(f) != 2 || f[0] != cmdGo {
-		return fmt.Errorf("bench client: want %q, got %q", cmdGo+" <unix-ns>", sc.Text())
-	}
-	at, err := strconv.ParseInt(f[1], 10, 64)
+	at, err := pipe.WaitGo(cancel) // the parent going away aborts
 	if err != nil {
-		return fmt.Errorf("bench client: bad start time: %w", err)
+		return err
 	}
-	// Abort when the parent goes away.
-	go func() {
-		for sc.Scan() {
-		}
-		cancel()
-	}()
-	if d := time.Until(time.Unix(0, at)); d > 0 {
+	if d := time.Until(at); d > 0 {
 		if err := NewRealClock().Sleep(ctx, d); err != nil {
 			return err
 		}
@@ -198,7 +239,7 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 			for {
 				select {
 				case <-t.C:
-					_ = out.json(clientMsg{Progress: p.done.Load()})
+					_ = pipe.Progress(p.done.Load())
 				case <-stop:
 					return
 				}
@@ -222,5 +263,5 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 	}
 	res.CPU = after.CPU.Sub(before.CPU)
 	res.GOMAXPROCS = runtime.GOMAXPROCS(0)
-	return out.json(clientMsg{Result: &res})
+	return pipe.Result(&res)
 }

@@ -216,7 +216,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		clients = append(clients, c)
 	}
 	for _, c := range clients {
-		var m clientMsg
+		var m ClientMessage
 		if err := c.nextJSON(ctx, &m); err != nil {
 			return res, fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -343,7 +343,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 func (r *Runner) collect(ctx context.Context, t Trial, p Params, clients []*child, start time.Time) ([]ClientResult, error) {
 	type event struct {
 		i   int
-		msg clientMsg
+		msg ClientMessage
 		err error
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -356,7 +356,7 @@ func (r *Runner) collect(ctx context.Context, t Trial, p Params, clients []*chil
 		go func() {
 			defer wg.Done()
 			for {
-				var m clientMsg
+				var m ClientMessage
 				err := c.nextJSON(ctx, &m)
 				select {
 				case events <- event{i, m, err}:
@@ -469,7 +469,7 @@ func (res *TrialResult) merge(results []ClientResult) error {
 	return nil
 }
 
-func orUnexpected(m clientMsg) string {
+func orUnexpected(m ClientMessage) string {
 	if m.Err != "" {
 		return m.Err
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -26,6 +27,7 @@ import (
 	"github.com/fero-go/fero/bench"
 	"github.com/fero-go/fero/bench/echo"
 	"github.com/fero-go/fero/bench/ferosut"
+	"github.com/fero-go/fero/bench/origsut"
 	"github.com/fero-go/fero/bench/redissut"
 	"github.com/fero-go/fero/bench/redissut/rueidissut"
 	"github.com/fero-go/fero/bench/transportsut"
@@ -59,6 +61,30 @@ var registry = bench.Registry{
 	"redis-rueidis-always":   rueidissut.System{AppendFsync: "always"},
 	"redis-rueidis-everysec": rueidissut.System{AppendFsync: "everysec"},
 	"redis-rueidis-no":       rueidissut.System{AppendFsync: "no"},
+	// An optional peer: the original fero, the Node.js library (npm
+	// install fero@1.7.1 into the user's cache directory on first use).
+	"fero-" + origsut.Version: origsut.System{},
+}
+
+// preparedSystem is a system that must be set up on this machine before
+// its first trial (the original fero: installed with npm). Prepare fails,
+// saying why, where it cannot be.
+type preparedSystem interface {
+	Prepare(ctx context.Context) error
+}
+
+// limitedSystem is a system that cannot be measured in every scenario or
+// with any number of servers. Supports says why not.
+type limitedSystem interface {
+	Supports(s bench.Scenario, servers int) error
+}
+
+// clientProgram is a system whose client runs each scenario itself, in a
+// program of its own (the original fero's, in Node), rather than through a
+// Go bench.Conn: the client process runs RunClient in place of
+// bench.ClientChild, with the same protocol.
+type clientProgram interface {
+	RunClient(ctx context.Context, spec bench.ClientSpec, stdin io.Reader, stdout io.Writer) error
 }
 
 // fsyncPeer is what run --fsync adds for one fero fsync policy: fero with
@@ -213,6 +239,17 @@ Durable systems keep each server's data in a fresh directory under
                                           that appendfsync
   redis-rueidis-always, -everysec, -no    the same, driven by rueidis
 
+fero-1.7.1 is the original fero, the Node.js library fero re-thinks: npm
+install fero@1.7.1 into the user's cache directory on first use (node and
+npm must be installed; the run stops at once, saying why, where they are
+missing or the install fails). One server of the original serves with its
+default handler: each record is a client's cache.update, appended, applied,
+committed back to the client and answered. Its client is a Node program
+that runs each scenario itself and reports the original's own milestones
+(tacks, yacks = the server received, sacks = every reply back); its CPU is
+the client's. oneway, reqreply and roundtrip only, with -c 1: rate and more
+servers are refused before the run, with the reason (bench/origsut).
+
 --fsync group,interval,never adds fero with each policy and its Redis peer to
 --systems: group redis-always, interval redis-everysec, never redis-no
 (fero-interval fsyncs every 100 ms, fero's default; redis-everysec every
@@ -260,6 +297,9 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLimits(systems, scenarios, m.Servers); err != nil {
+		return err
+	}
 	sweep, err := parseFloats(f.sweep)
 	if err != nil {
 		return fmt.Errorf("--sweep: %w", err)
@@ -275,6 +315,14 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	for _, dir := range outputDirs(f) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("output directory: %w", err)
+		}
+	}
+	// After every check of the flags: an install may take a while.
+	for _, name := range systems {
+		if p, ok := registry[name].(preparedSystem); ok {
+			if err := p.Prepare(cmd.Context()); err != nil {
+				return fmt.Errorf("%s: %w (leave it out of --systems)", name, err)
+			}
 		}
 	}
 	exe, err := bench.Executable()
@@ -359,6 +407,25 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			return err
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "\nwrote %d files into %s\n", len(paths), f.outDir)
+	}
+	return nil
+}
+
+// checkLimits refuses, before any trial, a scenario or a number of
+// servers that a system cannot be measured with.
+func checkLimits(systems []string, scenarios []bench.Scenario, servers []int) error {
+	for _, name := range systems {
+		l, ok := registry[name].(limitedSystem)
+		if !ok {
+			continue
+		}
+		for _, s := range scenarios {
+			for _, n := range servers {
+				if err := l.Supports(s, n); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -614,7 +681,11 @@ func newClientCmd() *cobra.Command {
 				return err
 			}
 			defer stop()
-			err = bench.ClientChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
+			if p, ok := registry[s.System].(clientProgram); ok {
+				err = p.RunClient(cmd.Context(), s, cmd.InOrStdin(), cmd.OutOrStdout())
+			} else {
+				err = bench.ClientChild(cmd.Context(), registry, s, cmd.InOrStdin(), cmd.OutOrStdout())
+			}
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("client stopped: %w", err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/bench"
+	"github.com/fero-go/fero/bench/origsut"
 )
 
 // TestCLIEndToEnd builds fero-bench and runs the echo floor through the
@@ -62,6 +63,54 @@ func TestCLIEndToEnd(t *testing.T) {
 	t.Run("attach to running fero servers", func(t *testing.T) { testAttach(ctx, t, bin) })
 	t.Run("durable systems", func(t *testing.T) { testDurable(ctx, t, bin) })
 	t.Run("both Redis drivers", func(t *testing.T) { testRedisDrivers(ctx, t, bin) })
+	t.Run("the original fero", func(t *testing.T) { testOriginal(ctx, t, bin) })
+}
+
+// testOriginal runs the original fero (bench/origsut) in each scenario it
+// supports, its client being the Node program that fero-bench's client
+// process runs in place of a Go connection. It skips where Node is missing
+// or the original is not in the cache yet, unless origsut.InstallEnv lets
+// it install with npm.
+func testOriginal(ctx context.Context, t *testing.T, bin string) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node not installed (apt-get install nodejs npm):", err)
+	}
+	if !origsut.Installed() && os.Getenv(origsut.InstallEnv) == "" {
+		t.Skipf("the original fero is not in the cache: set %s=1 to let the test install it with npm", origsut.InstallEnv)
+	}
+	jsonPath := filepath.Join(t.TempDir(), "original.json")
+	out, err := exec.CommandContext(ctx, bin, "run", "--systems", "fero-"+origsut.Version, "-s", "oneway,reqreply,roundtrip",
+		"-r", "2000", "--warmup-records", "200", "-n", "50", "--warmup-count", "5",
+		"--json", jsonPath, "--progress", "never").CombinedOutput()
+	if err != nil && strings.Contains(string(out), origsut.ErrUnavailable.Error()) {
+		t.Skip(string(out)) // an install that failed, offline say
+	}
+	require.NoError(t, err, string(out))
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep struct {
+		Trials []struct {
+			Scenario   string            `json:"scenario"`
+			Errors     int64             `json:"errors"`
+			Records    int64             `json:"records"`
+			Milestones []bench.Milestone `json:"milestones"`
+			ClientCPU  bench.CPUTimes    `json:"client_cpu"`
+			ServerCPU  bench.CPUTimes    `json:"server_cpu"`
+		} `json:"trials"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rep))
+	require.Len(t, rep.Trials, 3)
+	last := map[string]string{"oneway": bench.Yacks, "reqreply": bench.Sacks}
+	for _, tr := range rep.Trials {
+		assert.Zero(t, tr.Errors, tr.Scenario)
+		assert.Positive(t, tr.Records, tr.Scenario)
+		assert.Positive(t, tr.ClientCPU.Total(), tr.Scenario)
+		if want, ok := last[tr.Scenario]; ok {
+			require.Len(t, tr.Milestones, 2, tr.Scenario)
+			assert.Equal(t, bench.Tacks, tr.Milestones[0].Name, tr.Scenario)
+			assert.Equal(t, want, tr.Milestones[1].Name, tr.Scenario)
+		}
+	}
 }
 
 // testRedisDrivers runs Redis with the hand-written client and with
@@ -259,6 +308,27 @@ func TestAttachFlags(t *testing.T) {
 		cmd.SetOut(new(nopWriter))
 		cmd.SetErr(new(nopWriter))
 		assert.ErrorContains(t, cmd.Execute(), c.want, "%v", c.args)
+	}
+}
+
+// TestOriginalsLimits: what the original fero cannot be measured with is
+// refused before anything is installed or started, saying why.
+func TestOriginalsLimits(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--systems", "fero-1.7.1", "-c", "1,2"}, "2 servers"},
+		{[]string{"run", "--systems", "fero,fero-1.7.1", "-s", "rate", "--rate", "100"}, "scenario rate"},
+		{[]string{"run", "--systems", "fero-1.7.1", "--sweep", "0.5"}, "scenario rate"},
+	} {
+		cmd := newRoot()
+		cmd.SetArgs(c.args)
+		cmd.SetOut(new(nopWriter))
+		cmd.SetErr(new(nopWriter))
+		err := cmd.Execute()
+		assert.ErrorIs(t, err, origsut.ErrUnsupported, "%v", c.args)
+		assert.ErrorContains(t, err, c.want, "%v", c.args)
 	}
 }
 
