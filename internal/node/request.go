@@ -666,7 +666,11 @@ func (n *Node) serveRequest(r *transport.Request) {
 			if len(reply) > 0 {
 				b = append([]byte{replyOK}, reply...)
 			}
-			if errors.Is(r.TryReply(b), transport.ErrOutboxFull) {
+			// Batched: proposed inline, on the connection's reader, the
+			// answer leaves in one write with the commit this round sends
+			// the caller's copy on the same connection (a client's), not a
+			// write ahead of it; from the driver, as any answer.
+			if errors.Is(r.TryReplyBatched(b), transport.ErrOutboxFull) {
 				n.spawn(func() { _ = r.Reply(b) })
 			}
 		}) {

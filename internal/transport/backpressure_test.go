@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,6 +338,61 @@ func TestLastAnswerLeavesBeforeTheHandlerReturns(t *testing.T) {
 		require.NoError(t, err)
 		answered <- struct{}{}
 	}
+}
+
+// TestBatchedAnswerLeavesWithTheDispatch: an answer given with
+// TryReplyBatched on the reader waits for what the handler sends next on
+// the same connection, and both arrive together, the answer first: the
+// caller has its reply only once the handler has returned.
+func TestBatchedAnswerLeavesWithTheDispatch(t *testing.T) {
+	const opBatched, opNote = 101, 102
+	release := make(chan struct{})
+	var sent atomic.Bool
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // never leave the handler waiting
+	mux := NewMux()
+	mux.HandleFunc(opEcho, func(r *Request) { _ = r.Reply(r.Payload()) })
+	mux.HandleFunc(opBatched, func(r *Request) {
+		require.NoError(t, r.TryReplyBatched([]byte("answer")))
+		<-release
+		sent.Store(true)
+		require.NoError(t, r.Conn().Send(context.Background(), opNote, []byte("after"), FailFast))
+	})
+	s, err := Listen("127.0.0.1:0", mux)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	notes := make(chan string, 1)
+	back := NewMux()
+	back.HandleFunc(opNote, func(r *Request) { notes <- string(r.Payload()) })
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, s.Addr().String(), WithHandler(back))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	// A call first: what each end writes when a connection opens has
+	// gone. (An answer batched behind a write still under way leaves
+	// with that write: batching saves writes, it does not add any.)
+	_, err = c.Call(ctx, opEcho, nil)
+	require.NoError(t, err)
+	type result struct {
+		reply []byte
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		reply, err := c.Call(ctx, opBatched, nil)
+		got <- result{reply, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the batched answer left before the handler returned: %q %v", r.reply, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	once.Do(func() { close(release) })
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Equal(t, "answer", string(r.reply))
+	assert.True(t, sent.Load())
+	assert.Equal(t, "after", <-notes)
 }
 
 // TestStatsCountBackpressure: with WithStats, sends that wait for room in

@@ -209,7 +209,18 @@ func (r *Request) Reply(payload []byte) error {
 // so Reply or Fail may follow (from a goroutine that may wait). The room
 // is checked, the answer committed and queued under one hold of the
 // outbox's lock, so it never waits.
-func (r *Request) TryReply(payload []byte) error {
+func (r *Request) TryReply(payload []byte) error { return r.tryReply(payload, r.eager.Load()) }
+
+// TryReplyBatched is TryReply for an answer that should leave with what
+// the rest of the reader's dispatch queues on this connection, in one
+// write, rather than at once: a handler on the reader that answers and
+// then sends more to the same peer (the node answers a write, then sends
+// the commit to the caller's copy) saves the peer a write and a read.
+// Given while the reader is not dispatching (from another goroutine,
+// later), it leaves as TryReply's would.
+func (r *Request) TryReplyBatched(payload []byte) error { return r.tryReply(payload, false) }
+
+func (r *Request) tryReply(payload []byte, now bool) error {
 	if r.kind == wire.KindSend {
 		return nil
 	}
@@ -230,7 +241,7 @@ func (r *Request) TryReply(payload []byte) error {
 	}
 	empty := len(c.out.buf) == 0
 	c.out.buf = wire.AppendFrame(c.out.buf, wire.KindReply, r.id, 0, payload)
-	c.out.unlock(empty, r.eager.Load())
+	c.out.unlock(empty, now)
 	return nil
 }
 

@@ -92,8 +92,18 @@ func TestInterceptors(t *testing.T) {
 	tctx := WithHeader(ctx, "token", "s3cret")
 	local := keyOwnedBy(a, "a", "i")
 	require.NoError(t, retry(ctx, func() error { return a.Call(tctx, "HELLO", local, nil, nil) }))
-	direct := testing.AllocsPerRun(200, func() { _ = a.callDirect(tctx, "HELLO", local, nil, nil) })
-	chained := testing.AllocsPerRun(200, func() { _ = a.Call(tctx, "HELLO", local, nil, nil) })
+	// AllocsPerRun counts the whole process's allocations, the nodes'
+	// own goroutines' too, which only ever add: the least of a few runs
+	// is the call's own.
+	least := func(f func()) float64 {
+		n := testing.AllocsPerRun(200, f)
+		for range 4 {
+			n = min(n, testing.AllocsPerRun(200, f))
+		}
+		return n
+	}
+	direct := least(func() { _ = a.callDirect(tctx, "HELLO", local, nil, nil) })
+	chained := least(func() { _ = a.Call(tctx, "HELLO", local, nil, nil) })
 	require.Equal(t, direct, chained, "allocations of a call through an empty chain of call interceptors")
 }
 
