@@ -88,6 +88,19 @@ func (h *streamHandler) handle(ctx context.Context, req *Request) (any, error) {
 	return nil, Errorf(CodeUnimplemented, "no %s", req.Verb)
 }
 
+// streamPair opens two servers, a and b, that answer with a
+// streamHandler, and a Remote dialed to b.
+func streamPair(t *testing.T, seed uint64) (a *Resource, rc *Remote, h *streamHandler) {
+	c := newTestCluster(t, seed)
+	h = newStreamHandler()
+	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
+	c.settle(2)
+	rc, err := Dial(ctxT(t), b.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	return a, rc, h
+}
+
 // TestStream (issue 20): a stream's items arrive in order, then its end
 // with the handler's trailer, from an owner in the caller's process, on
 // another server, and relayed to a Remote through a node that does not
@@ -95,14 +108,8 @@ func (h *streamHandler) handle(ctx context.Context, req *Request) (any, error) {
 // built-in verb does not stream; a call to a streaming handler is not a
 // stream.
 func TestStream(t *testing.T) {
-	c := newTestCluster(t, 11)
-	h := newStreamHandler()
-	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
-	c.settle(2)
+	a, rc, _ := streamPair(t, 11)
 	ctx := ctxT(t)
-	rc, err := Dial(ctx, b.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { rc.Close() })
 
 	for _, tc := range []struct {
 		name   string
@@ -189,14 +196,8 @@ func TestStream(t *testing.T) {
 // its process, on another node, or behind a relay (a window per hop);
 // reading lets it go on.
 func TestStreamBackpressure(t *testing.T) {
-	c := newTestCluster(t, 12)
-	h := newStreamHandler()
-	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
-	c.settle(2)
+	a, rc, h := streamPair(t, 12)
 	ctx := ctxT(t)
-	rc, err := Dial(ctx, b.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { rc.Close() })
 	const window = 64
 	for _, tc := range []struct {
 		name  string
@@ -237,14 +238,8 @@ func TestStreamBackpressure(t *testing.T) {
 // owner, a remote one and through a relay; the handler's deadline is
 // the caller's.
 func TestStreamCancel(t *testing.T) {
-	c := newTestCluster(t, 13)
-	h := newStreamHandler()
-	a, b := c.open("a", WithHandler(h.handle)), c.open("b", WithHandler(h.handle))
-	c.settle(2)
+	a, rc, h := streamPair(t, 13)
 	ctx := ctxT(t)
-	rc, err := Dial(ctx, b.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { rc.Close() })
 	for _, tc := range []struct {
 		name  string
 		via   StreamCaller
