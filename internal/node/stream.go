@@ -277,10 +277,9 @@ func (s *Stream) Trailer() Meta { return s.trailer }
 // Close ends the stream: the handler's context ends (its sends fail) and
 // nothing more is read. It is idempotent.
 func (s *Stream) Close() {
+	// Every remote stream opened closes when s.ctx ends (opened), so
+	// Close need not touch s.ts, which Recv's goroutine owns.
 	s.cancel()
-	if ts := s.ts; ts != nil {
-		ts.Close()
-	}
 }
 
 // localStream is a stream whose handler runs on the caller's node: its
