@@ -54,6 +54,16 @@
 // are answered with CodeUnimplemented, a panicking handler with
 // CodeInternal.
 //
+// [Resource.Stream] sends a request whose answer is a stream of items,
+// which the owner's handler sends with [Request.Send], at the reader's
+// pace; the stream ends with the handler, with the reader, or with
+// [ErrStreamMoved] when the key's partition moves to another owner.
+// Deadlines and headers ([WithHeader]) travel with calls and streams;
+// interceptors ([WithInterceptors], [WithCallInterceptors],
+// [WithStreamInterceptors]) wrap them; [WithCallRetry] and
+// [WithCallTimeout] shape calls. Package ferotest runs a cluster inside
+// a test.
+//
 // # Change streams
 //
 // [Resource.Changes] yields every change applied to this node's copy, as a
