@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -142,4 +144,35 @@ func TestKubernetesManifests(t *testing.T) {
 	require.NotNil(t, pdb.Spec.MaxUnavailable)
 	require.LessOrEqual(t, pdb.Spec.MaxUnavailable.IntValue(), replicas-(replicas/2+1), "the disruption budget keeps a quorum")
 	require.Equal(t, ss.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels)
+}
+
+// TestKubernetesSchema validates deploy/kubernetes/fero.yaml against the
+// Kubernetes API's own OpenAPI schemas with kubernetes-validate (PyPI), in
+// strict mode (an unknown field fails), and checks that the validator
+// refuses a manifest with a field of the wrong type, so a validator that
+// passes everything cannot pass this test. .ci/run installs it and sets
+// FERO_KUBERNETES_VALIDATE; elsewhere it is looked for on PATH, and the
+// test skips, saying so, where it is not found.
+func TestKubernetesSchema(t *testing.T) {
+	bin := os.Getenv("FERO_KUBERNETES_VALIDATE")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("kubernetes-validate"); err != nil {
+			t.Skip("kubernetes-validate not found (pip install kubernetes-validate, or set FERO_KUBERNETES_VALIDATE); TestKubernetesManifests still checks the manifests by their Go types")
+		}
+	}
+	out, err := exec.Command(bin, "--strict", "--kubernetes-version", "1.34.0", "../../deploy/kubernetes/fero.yaml").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Logf("%s", out)
+	require.Contains(t, string(out), "statefulset/fero")
+
+	b, err := os.ReadFile("../../deploy/kubernetes/fero.yaml")
+	require.NoError(t, err)
+	bad := strings.Replace(string(b), "podManagementPolicy: Parallel", "podManagementPolicy: Parallel\n  minReadySeconds: soon", 1)
+	require.NotEqual(t, string(b), bad, "the manifest has the line the negative check changes")
+	badPath := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(badPath, []byte(bad), 0o644))
+	out, err = exec.Command(bin, "--strict", "--kubernetes-version", "1.34.0", badPath).CombinedOutput()
+	require.Error(t, err, "the validator must refuse a string where an integer goes: %s", out)
+	require.Contains(t, string(out), "minReadySeconds")
 }
