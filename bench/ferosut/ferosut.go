@@ -63,6 +63,14 @@ type System struct {
 	// every span ("all", sent to an exporter that drops them): what
 	// tracing costs when it is configured, sampling nothing or everything.
 	Trace string
+	// Remote, if set, makes each client a fero.Remote (fero.Dial) rather
+	// than a client node: it keeps no copy of the resource and applies no
+	// commits, as a Redis client keeps none, and it sends every record to
+	// one server's data address (client i to server i mod n), which
+	// forwards what it does not own. Send and Go are both Remote.CallAsync
+	// of UPDATE, answered once the owner committed. Beside fero, it shows
+	// what the client node's copy costs.
+	Remote bool
 }
 
 // options returns the options of s every node takes.
@@ -209,6 +217,9 @@ func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, e
 	if len(opts.Servers) == 0 {
 		return nil, errors.New("ferosut: no server")
 	}
+	if s.Remote {
+		return s.dialRemote(ctx, opts)
+	}
 	o := append(baseOptions(), fero.Client(), fero.WithID(fmt.Sprintf("client-%d-%d", opts.Index, os.Getpid())), fero.WithSeeds(gossipOf(opts.Servers)...))
 	o = append(o, s.options()...)
 	r, err := fero.Open(ctx, Resource, o...)
@@ -221,30 +232,65 @@ func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, e
 		r.Close()
 		return nil, err
 	}
-	c := &conn{r: r, servers: dataOf(opts.Servers), keys: make([]string, Keys), acked: make(chan struct{}, 1)}
-	c.onAck = c.ack
-	for i := range c.keys {
-		c.keys[i] = fmt.Sprintf("k%d", i)
-	}
-	// Servers this run did not start (fero-bench run --attach) have
-	// applied records before: Replicated counts from what they hold now.
-	if c.base, err = appliedBy(wctx, c.servers); err != nil {
+	c := newConn(opts)
+	c.r = r
+	if err := c.prepare(wctx); err != nil {
 		r.Close()
 		return nil, err
-	}
-	// Owners sync the partitions they just gained: write every key once,
-	// so the measured records never wait for that.
-	for i := 0; i < Keys; i += Keys / 100 {
-		if err := c.settle(wctx, c.keys[i]); err != nil {
-			r.Close()
-			return nil, err
-		}
 	}
 	return c, nil
 }
 
+// dialRemote opens client opts.Index as a fero.Remote to one server.
+func (s System) dialRemote(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
+	c := newConn(opts)
+	addr := c.servers[opts.Index%len(c.servers)]
+	o := append(baseOptions(), s.options()...)
+	rc, err := fero.Dial(ctx, addr, o...)
+	if err != nil {
+		return nil, fmt.Errorf("ferosut: dial %s: %w", addr, err)
+	}
+	c.rc = rc
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.prepare(wctx); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func newConn(opts bench.DialOptions) *conn {
+	c := &conn{servers: dataOf(opts.Servers), keys: make([]string, Keys), acked: make(chan struct{}, 1)}
+	c.onAck = c.ack
+	c.onReply = c.reply
+	for i := range c.keys {
+		c.keys[i] = fmt.Sprintf("k%d", i)
+	}
+	return c
+}
+
+// prepare notes what the servers hold and settles the partitions.
+func (c *conn) prepare(ctx context.Context) error {
+	// Servers this run did not start (fero-bench run --attach) have
+	// applied records before: Replicated counts from what they hold now.
+	var err error
+	if c.base, err = appliedBy(ctx, c.servers); err != nil {
+		return err
+	}
+	// Owners sync the partitions they just gained: write every key once,
+	// so the measured records never wait for that.
+	for i := 0; i < Keys; i += Keys / 100 {
+		if err := c.settle(ctx, c.keys[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type conn struct {
-	r       *fero.Resource
+	r       *fero.Resource // a client node, or
+	rc      *fero.Remote   // a Remote (System.Remote)
 	servers []string
 	base    []uint64 // what each server had applied when this conn opened
 	keys    []string
@@ -257,8 +303,9 @@ type conn struct {
 	done    atomic.Int64
 	failed  atomic.Int64
 	lastErr atomic.Value
-	acked   chan struct{} // signalled when done catches up with sent
-	onAck   func(error)   // c.ack, made once: Send passes it to every write
+	acked   chan struct{}                   // signalled when done catches up with sent
+	onAck   func(error)                     // c.ack, made once: Send passes it to every write
+	onReply func(msgpack.RawMessage, error) // c.reply, made once, for a Remote's Send
 }
 
 var _ bench.Conn = (*conn)(nil)
@@ -266,7 +313,12 @@ var _ bench.Conn = (*conn)(nil)
 // settle writes key until the owner accepts it.
 func (c *conn) settle(ctx context.Context, key string) error {
 	for {
-		err := c.r.Update(ctx, key, 0)
+		var err error
+		if c.rc != nil {
+			err = c.rc.Update(ctx, key, 0)
+		} else {
+			err = c.r.Update(ctx, key, 0)
+		}
 		if err == nil {
 			c.writes.Add(1)
 			return nil
@@ -297,6 +349,14 @@ func value(payload []byte) msgpack.RawMessage {
 
 func (c *conn) Send(ctx context.Context, payload []byte) error {
 	c.sent.Add(1)
+	if c.rc != nil {
+		c.scratch = wire.AppendBin(c.scratch[:0], payload)
+		err := c.rc.CallAsync(ctx, fero.VerbUpdate, c.key(), msgpack.RawMessage(c.scratch), c.onReply)
+		if err != nil {
+			c.sent.Add(-1)
+		}
+		return err
+	}
 	// SetAsync copies the value, so one buffer serves every record.
 	c.scratch = wire.AppendBin(c.scratch[:0], payload)
 	err := c.r.SetAsync(ctx, fero.Change{Type: fero.Update, Key: c.key(), Value: c.scratch}, fero.Ack, c.onAck)
@@ -305,6 +365,9 @@ func (c *conn) Send(ctx context.Context, payload []byte) error {
 	}
 	return err
 }
+
+// reply counts one Remote write's outcome.
+func (c *conn) reply(_ msgpack.RawMessage, err error) { c.ack(err) }
 
 // ack counts one write's outcome.
 func (c *conn) ack(err error) {
@@ -338,16 +401,25 @@ func (c *conn) Sync(ctx context.Context) error {
 }
 
 func (c *conn) Go(ctx context.Context, payload []byte, done func([]byte, error)) error {
-	return c.r.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), func(reply msgpack.RawMessage, err error) {
+	cb := func(reply msgpack.RawMessage, err error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		done(reply, err)
-	})
+	}
+	if c.rc != nil {
+		return c.rc.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
+	}
+	return c.r.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
 }
 
 func (c *conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	var reply msgpack.RawMessage
-	err := c.r.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
+	var err error
+	if c.rc != nil {
+		err = c.rc.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
+	} else {
+		err = c.r.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
+	}
 	return reply, err
 }
 
@@ -383,7 +455,12 @@ func (c *conn) Replicated(ctx context.Context) error {
 	return nil
 }
 
-func (c *conn) Close() error { return c.r.Close() }
+func (c *conn) Close() error {
+	if c.rc != nil {
+		return c.rc.Close()
+	}
+	return c.r.Close()
+}
 
 func dialAll(ctx context.Context, addrs []string) ([]*fero.Remote, error) {
 	remotes := make([]*fero.Remote, 0, len(addrs))

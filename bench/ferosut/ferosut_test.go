@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fero-go/fero/bench"
+	"github.com/fero-go/fero/pkg/fero"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -126,4 +127,38 @@ func TestServeRejectsAnUnknownFsync(t *testing.T) {
 		t.Error("ready called")
 	})
 	assert.ErrorContains(t, err, `fsync "sometimes"`)
+}
+
+// TestRemoteClientWritesAndReplicates: a fero-remote client's records,
+// sent one way, pipelined and blocking, reach the server, and Replicated
+// sees all of them.
+func TestRemoteClientWritesAndReplicates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sys := System{Remote: true}
+	addr, _ := startServer(t, sys, "")
+	c, err := sys.Dial(ctx, bench.DialOptions{Servers: []string{addr}})
+	require.NoError(t, err)
+	defer c.Close()
+	for range 200 {
+		require.NoError(t, c.Send(ctx, []byte("v")))
+	}
+	require.NoError(t, c.Sync(ctx))
+	replies := make(chan error, 100)
+	for range 100 {
+		require.NoError(t, c.Go(ctx, []byte("w"), func(_ []byte, err error) { replies <- err }))
+	}
+	for range 100 {
+		require.NoError(t, <-replies)
+	}
+	_, err = c.Call(ctx, []byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, c.(bench.Replicator).Replicated(ctx))
+	// The server committed the settling writes and every record.
+	rc, err := fero.Dial(ctx, dataOf([]string{addr})[0])
+	require.NoError(t, err)
+	defer rc.Close()
+	st, err := rc.Status(ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, st.Stats.Committed, uint64(100+200+100+1))
 }

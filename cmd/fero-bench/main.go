@@ -44,6 +44,9 @@ var registry = bench.Registry{
 	// nothing or everything (fero.WithTracerProvider).
 	"fero-trace-never": ferosut.System{Trace: "never"},
 	"fero-trace-all":   ferosut.System{Trace: "all"},
+	// fero driven by fero.Remote clients, which keep no copy (as a Redis
+	// client keeps none): beside fero, what the client node's copy costs.
+	"fero-remote": ferosut.System{Remote: true},
 	// fero keeping its partitions on disk, one system per fsync policy.
 	"fero-group":    ferosut.System{Fsync: "group"},
 	"fero-interval": ferosut.System{Fsync: "interval"},
@@ -221,7 +224,9 @@ Prometheus metrics on (fero.WithMetrics): run it beside fero to see what
 the metrics cost. fero-trace-never and fero-trace-all give every node an
 OpenTelemetry tracer provider (fero.WithTracerProvider) that samples no
 request or every one (spans dropped by a no-op exporter): what tracing
-costs when configured.
+costs when configured. fero-remote drives the same servers with
+fero.Remote clients (fero.Dial), which keep no copy and apply no commits,
+as a Redis client keeps none; a client node (fero) keeps a full copy.
 
 redis drives a real Redis (apt-get install redis-server) with fero-bench's
 own pipelined RESP client; redis-rueidis drives the same redis-server with

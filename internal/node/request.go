@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -853,6 +854,55 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 			return nil, err
 		}
 	}
+}
+
+// CallNodeAsync is CallNodeWait without waiting: done is called exactly
+// once, on a connection's goroutine, with the reply (valid only until done
+// returns) or the error. It returns an error, and never calls done, if the
+// request could not be queued. A "retry" answer is rare (the owner moved):
+// the request is made again the blocking way on a goroutine of its own, so
+// a reader never waits.
+func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
+	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
+	w.Trace = trace.SpanContextFromContext(ctx)
+	if err := CheckMeta(w.Meta); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+			return context.DeadlineExceeded
+		}
+	}
+	// Go copies the request into the connection's outbox before it
+	// returns, so its encoding can go in a pooled buffer.
+	bp := requestBufs.Get().(*[]byte)
+	b := w.append((*bp)[:0])
+	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+		switch {
+		case err != nil:
+		case len(reply) == 0:
+			err = errs.New(errs.Internal, "fero: empty reply")
+		case reply[0] == replyOK:
+			done(reply[1:], nil)
+			return
+		case reply[0] == replyOKMeta:
+			reply, err = takeReplyMeta(ctx, reply[1:])
+			if err == nil {
+				done(reply, nil)
+				return
+			}
+		default:
+			payload := bytes.Clone(payload)
+			go func() {
+				reply, err := CallNodeWait(ctx, c, verb, key, payload, wait)
+				done(reply, err)
+			}()
+			return
+		}
+		done(nil, err)
+	})
+	putRequestBuf(bp, b)
+	return err
 }
 
 // callOnce sends an encoded request and reads the status byte of its

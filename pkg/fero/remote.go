@@ -132,6 +132,23 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 	return nil
 }
 
+// CallAsync sends a request like [Remote.Call] but does not wait, so a
+// caller can keep many in flight on the one connection: done is called
+// exactly once with the reply's msgpack encoding (valid only until done
+// returns) or the error. It returns an error, and never calls done, if the
+// request could not be sent. done runs on the connection's goroutine: it
+// must return promptly and must not block on this Remote. The call
+// interceptors ([WithCallInterceptors]) and tracing, which wrap a whole
+// blocking call, do not apply; the caller's deadline and headers do, as
+// for [Resource.CallAsync].
+func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
+	b, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	return node.CallNodeAsync(ctx, c.peer, verb, key, b, node.WaitSpec{}, func(reply []byte, err error) { done(reply, err) })
+}
+
 // Get decodes the owner's value at key into v; ok is false when there is
 // none.
 func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error) {

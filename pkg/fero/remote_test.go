@@ -3,11 +3,13 @@ package fero
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // TestRemote: a process outside the cluster writes, reads and tails
@@ -131,4 +133,63 @@ func TestRemoteWaits(t *testing.T) {
 		_, err := ParseWait(s)
 		assert.Equal(t, CodeInvalidArgument, CodeOf(err), s)
 	}
+}
+
+// TestRemoteCallAsync: a Remote keeps many requests in flight on its one
+// connection; each done is called once, with the reply or the error, for
+// keys the node owns and keys it forwards.
+func TestRemoteCallAsync(t *testing.T) {
+	c := newTestCluster(t, 10)
+	a, b := c.open("a"), c.open("b")
+	c.settle(2)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	defer rc.Close()
+	// Until both own their partitions, a write may be refused for now.
+	require.NoError(t, retry(ctx, func() error { return rc.Update(ctx, "warm", 0) }))
+
+	const n = 300
+	results := make(chan error, n)
+	var mu sync.Mutex
+	calls := map[int]int{}
+	for i := range n {
+		i := i
+		err := rc.CallAsync(ctx, VerbUpdate, fmt.Sprint("k", i), i, func(_ msgpack.RawMessage, err error) {
+			mu.Lock()
+			calls[i]++
+			mu.Unlock()
+			results <- err
+		})
+		require.NoError(t, err)
+	}
+	for range n {
+		select {
+		case err := <-results:
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("not every CallAsync answered")
+		}
+	}
+	mu.Lock()
+	for i := range n {
+		assert.Equal(t, 1, calls[i], "done of request %d", i)
+	}
+	mu.Unlock()
+	c.converged([]*Resource{a, b}, n+1)
+	var v int
+	ok, err := rc.Get(ctx, "k123", &v)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, 123, v)
+
+	errc := make(chan error, 1)
+	require.NoError(t, rc.CallAsync(ctx, "NOPE", "k2", nil, func(_ msgpack.RawMessage, err error) { errc <- err }))
+	assert.Equal(t, CodeUnimplemented, CodeOf(<-errc))
+	require.NoError(t, rc.CallAsync(ctx, VerbAdd, "k1", 5, func(_ msgpack.RawMessage, err error) { errc <- err }))
+	assert.Equal(t, CodeFailedPrecondition, CodeOf(<-errc))
+	// A deadline already passed is refused before anything is sent.
+	dead, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	assert.ErrorIs(t, rc.CallAsync(dead, VerbUpdate, "k1", 1, func(msgpack.RawMessage, error) { t.Error("done called for a refused request") }), context.DeadlineExceeded)
 }
