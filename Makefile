@@ -103,10 +103,13 @@ fuzz: ## Every fuzz target for FUZZTIME executions each (10^7; FuzzSchedules FUZ
 	FUZZTIME_SCHEDULES=$(FUZZTIME_SCHEDULES) ./scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
-bench: ## Go micro-benchmarks (benchstat-ready, -count=5), the transport's short profile and fero against the echo floor.
+bench: ## fero beside the echo floor, Redis (both drivers) and fero 1.7.1 in one run, ending with the speed targets as ratios (~4 min).
+	GO=$(GO) ./scripts/bench.sh
+
+.PHONY: bench-micro
+bench-micro: ## Go micro-benchmarks (benchstat-ready, -count=5) and the transport's short profile.
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./internal/... | tee bench.out
 	$(GO) run ./cmd/fero-bench transport --short
-	$(GO) run ./cmd/fero-bench run --systems echo,fero --baseline echo -r 100000 -n 2000 -s oneway,reqreply,roundtrip --progress never
 
 .PHONY: generate
 generate: ## Regenerate every generated file.

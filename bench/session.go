@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Session is one fero-bench invocation: systems, scenarios and the
@@ -22,10 +23,19 @@ type Session struct {
 	// reaches in a calibration trial, so every system is offered the same
 	// loads and none is pushed past its own maximum by a faster one.
 	Sweep []float64
+	// SweepBase, if set, names the one system whose request→reply
+	// throughput the sweep's fractions are of, in place of the lowest of
+	// all (its own maximum, whatever the others reach).
+	SweepBase string
 	// OnTrial, if set, is called before each trial with its position.
 	OnTrial func(t Trial, i, n int)
 	// OnCalibrated, if set, reports the rate the sweep is based on.
 	OnCalibrated func(rate float64)
+	// Skip, if set, says which trials a system cannot run: a non-nil
+	// error leaves out every trial of that system, scenario and number of
+	// servers (the other systems still run it), and keeps the system out
+	// of the sweep's calibration when it cannot run FixedRate.
+	Skip func(system string, s Scenario, servers int) error
 }
 
 // Run runs every trial and returns the report.
@@ -51,6 +61,9 @@ func (s *Session) Run(ctx context.Context, env Environment) (*Report, error) {
 		return nil, fmt.Errorf("bench: the rate scenario needs --rate or --sweep")
 	}
 	trials := Trials(s.Systems, s.Scenarios, m, s.Runs)
+	if s.Skip != nil {
+		trials = slices.DeleteFunc(trials, func(t Trial) bool { return s.Skip(t.System, t.Scenario, t.Config.Servers) != nil })
+	}
 	results := make([]TrialResult, 0, len(trials))
 	for i, t := range trials {
 		if s.OnTrial != nil {
@@ -71,6 +84,12 @@ func (s *Session) calibrate(ctx context.Context) (float64, error) {
 	c := s.Matrix.Expand(RequestReply)[0]
 	lowest := math.Inf(1)
 	for _, sys := range s.Systems {
+		if s.Skip != nil && (s.Skip(sys, FixedRate, c.Servers) != nil || s.Skip(sys, RequestReply, c.Servers) != nil) {
+			continue
+		}
+		if s.SweepBase != "" && sys != s.SweepBase {
+			continue
+		}
 		t := Trial{Run: 0, System: sys, Scenario: RequestReply, Config: c}
 		if s.OnTrial != nil {
 			s.OnTrial(t, -1, 0)

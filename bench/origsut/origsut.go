@@ -60,7 +60,8 @@
 //     milliseconds by design, which its own latency test (acks, not
 //     replies) does not show.
 //
-// Unsupported, refused before a run starts ([System.Supports]):
+// Unsupported ([System.Supports]): fero-bench leaves these trials out of
+// a run, saying so, and refuses a run in which the original can run none:
 //
 //   - rate: the open-loop generator is the harness's Go one (bench.OpenLoop),
 //     which schedules each send from its own goroutine. Inside Node it

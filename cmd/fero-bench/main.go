@@ -146,7 +146,7 @@ type benchFlags struct {
 	window                           int
 	warmupRecords                    int64
 	count, warmupCount               int64
-	rates, sweep                     string
+	rates, sweep, sweepBase          string
 	duration, warmup, timeout        time.Duration
 	trialTimeout                     time.Duration
 	tick                             time.Duration
@@ -197,6 +197,7 @@ func newBenchCmd(use, short string, systems []string, baseline string) *cobra.Co
 	fl.Int64Var(&f.warmupCount, "warmup-count", 1000, "round trip: unmeasured calls per client first")
 	fl.StringVar(&f.rates, "rate", "", "fixed rate: total requests per second, comma-separated")
 	fl.StringVar(&f.sweep, "sweep", "", "fixed rate: fractions of the lowest measured request→reply max, e.g. 0.25,0.5,0.75,0.9")
+	fl.StringVar(&f.sweepBase, "sweep-base", "", "fixed rate: take --sweep's fractions of this system's own request→reply max rather than the lowest of all (one of --systems)")
 	fl.DurationVar(&f.duration, "duration", 10*time.Second, "fixed rate: measured duration")
 	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "fixed rate: unmeasured warm-up on the same schedule")
 	fl.DurationVar(&f.timeout, "timeout", time.Second, "fixed rate: a slower request is an error (its latency is kept)")
@@ -302,12 +303,27 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := checkLimits(systems, scenarios, m.Servers); err != nil {
+	skipped, err := checkLimits(systems, scenarios, m.Servers)
+	if err != nil {
 		return err
+	}
+	for _, line := range skipped {
+		fmt.Fprintf(cmd.ErrOrStderr(), "fero-bench: leaving out %s\n", line)
 	}
 	sweep, err := parseFloats(f.sweep)
 	if err != nil {
 		return fmt.Errorf("--sweep: %w", err)
+	}
+	if f.sweepBase != "" {
+		if len(sweep) == 0 {
+			return errors.New("--sweep-base: give --sweep too")
+		}
+		if !slices.Contains(systems, f.sweepBase) {
+			return fmt.Errorf("--sweep-base %s: not one of --systems (%s)", f.sweepBase, strings.Join(systems, ","))
+		}
+		if err := skipTrial(f.sweepBase, bench.FixedRate, m.Servers[0]); err != nil {
+			return fmt.Errorf("--sweep-base %s: %w", f.sweepBase, err)
+		}
 	}
 	if f.tick < 0 {
 		return fmt.Errorf("--tick %s: want 0 or more", f.tick)
@@ -355,6 +371,8 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		Matrix:    m,
 		Runs:      f.runs,
 		Sweep:     sweep,
+		SweepBase: f.sweepBase,
+		Skip:      skipTrial,
 		Params: bench.Params{
 			Window:        f.window,
 			WarmupRecords: f.warmupRecords,
@@ -385,7 +403,11 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 			if showProgress {
 				fmt.Fprint(stderr, "\r\033[K")
 			}
-			fmt.Fprintf(stderr, "sweep: rates are fractions of %s req/s, the lowest request→reply throughput measured\n", strconv.FormatFloat(rate, 'f', 0, 64))
+			if f.sweepBase != "" {
+				fmt.Fprintf(stderr, "sweep: rates are fractions of %s req/s, %s's request→reply throughput measured\n", strconv.FormatFloat(rate, 'f', 0, 64), f.sweepBase)
+			} else {
+				fmt.Fprintf(stderr, "sweep: rates are fractions of %s req/s, the lowest request→reply throughput measured\n", strconv.FormatFloat(rate, 'f', 0, 64))
+			}
 		},
 	}
 	rep, err := s.Run(cmd.Context(), bench.CollectEnvironment())
@@ -399,6 +421,9 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	if err := writeDriverRaces(cmd.OutOrStdout(), rep); err != nil {
+		return err
+	}
+	if err := writeTargets(cmd.OutOrStdout(), rep); err != nil {
 		return err
 	}
 	if f.jsonPath != "" {
@@ -416,21 +441,41 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	return nil
 }
 
-// checkLimits refuses, before any trial, a scenario or a number of
-// servers that a system cannot be measured with.
-func checkLimits(systems []string, scenarios []bench.Scenario, servers []int) error {
+// checkLimits finds, before any trial, the scenarios and numbers of
+// servers a system cannot be measured with: those trials are left out
+// (skipTrial) and skipped says which and why, one line each. A system that
+// can run none of the run's trials is an error.
+func checkLimits(systems []string, scenarios []bench.Scenario, servers []int) (skipped []string, err error) {
 	for _, name := range systems {
 		l, ok := registry[name].(limitedSystem)
 		if !ok {
 			continue
 		}
+		runs := false
+		var first error
 		for _, s := range scenarios {
 			for _, n := range servers {
 				if err := l.Supports(s, n); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
+					skipped = append(skipped, fmt.Sprintf("%s, scenario %s, %d server(s): %v", name, s, n, err))
+					if first == nil {
+						first = err
+					}
+				} else {
+					runs = true
 				}
 			}
 		}
+		if !runs {
+			return nil, fmt.Errorf("%s: %w", name, first)
+		}
+	}
+	return skipped, nil
+}
+
+// skipTrial is the Session's Skip: the limits of a limitedSystem.
+func skipTrial(system string, s bench.Scenario, servers int) error {
+	if l, ok := registry[system].(limitedSystem); ok {
+		return l.Supports(s, servers)
 	}
 	return nil
 }

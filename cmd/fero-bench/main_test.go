@@ -302,6 +302,9 @@ func TestAttachFlags(t *testing.T) {
 		{[]string{"run", "--systems", "echo", "--attach", "127.0.0.1:1", "--sweep", "0.5"}, "give --rate instead"},
 		{[]string{"run", "--systems", "fero", "--attach", "127.0.0.1:1 10.0.0.1:2"}, "10.0.0.1:2 is not a loopback address"},
 		{[]string{"server", "--system", "echo", "--listen", "0.0.0.0:0"}, "0.0.0.0:0 is not a loopback address"},
+		{[]string{"run", "--systems", "echo,fero", "--sweep-base", "fero"}, "--sweep-base: give --sweep too"},
+		{[]string{"run", "--systems", "echo,fero", "--sweep", "0.5", "--sweep-base", "redis"}, "--sweep-base redis: not one of --systems"},
+		{[]string{"run", "--systems", "fero,fero-1.7.1", "--sweep", "0.5", "--sweep-base", "fero-1.7.1"}, "scenario rate"},
 	} {
 		cmd := newRoot()
 		cmd.SetArgs(c.args)
@@ -311,16 +314,27 @@ func TestAttachFlags(t *testing.T) {
 	}
 }
 
-// TestOriginalsLimits: what the original fero cannot be measured with is
-// refused before anything is installed or started, saying why.
+// TestOriginalsLimits: a run in which the original fero can be measured
+// with nothing is refused before anything is installed or started, saying
+// why; in a run where it can be measured with some, the rest is left out,
+// saying which (the other systems still run it).
 func TestOriginalsLimits(t *testing.T) {
+	skipped, err := checkLimits([]string{"fero", "fero-1.7.1"}, []bench.Scenario{bench.RequestReply, bench.FixedRate}, []int{1, 3})
+	require.NoError(t, err)
+	require.Len(t, skipped, 3, "%q", skipped)
+	assert.Contains(t, skipped[0], "fero-1.7.1, scenario reqreply, 3 server(s)")
+	assert.Contains(t, skipped[1], "scenario rate, 1 server(s)")
+	assert.NoError(t, skipTrial("fero-1.7.1", bench.RequestReply, 1))
+	assert.ErrorIs(t, skipTrial("fero-1.7.1", bench.RequestReply, 3), origsut.ErrUnsupported)
+	assert.NoError(t, skipTrial("fero", bench.FixedRate, 3))
+
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--systems", "fero-1.7.1", "-c", "1,2"}, "2 servers"},
+		{[]string{"run", "--systems", "fero-1.7.1", "-c", "2"}, "2 servers"},
 		{[]string{"run", "--systems", "fero,fero-1.7.1", "-s", "rate", "--rate", "100"}, "scenario rate"},
-		{[]string{"run", "--systems", "fero-1.7.1", "--sweep", "0.5"}, "scenario rate"},
+		{[]string{"run", "--systems", "fero-1.7.1", "-s", "rate", "--sweep", "0.5"}, "scenario rate"},
 	} {
 		cmd := newRoot()
 		cmd.SetArgs(c.args)
