@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -752,7 +753,42 @@ func newClientCmd() *cobra.Command {
 // never quote figures from a profiled run.
 const profileDirEnv = "FERO_BENCH_PROFILE_DIR"
 
+// traceDirEnv names a directory into which every child process writes an
+// execution trace of its whole life (role-pid.trace), for seeing where a
+// request waits rather than where CPU goes: `go tool trace
+// -pprof=sched FILE` gives the time goroutines spent ready but not
+// running, by stack. A trace costs more than a profile; never quote
+// figures from a traced run.
+const traceDirEnv = "FERO_BENCH_TRACE_DIR"
+
+// startProfile starts what profileDirEnv and traceDirEnv ask for.
 func startProfile(role string) (stop func(), err error) {
+	stopCPU, err := startCPUProfile(role)
+	if err != nil {
+		return nil, err
+	}
+	dir := os.Getenv(traceDirEnv)
+	if dir == "" {
+		return stopCPU, nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.trace", role, os.Getpid())))
+	if err != nil {
+		stopCPU()
+		return nil, fmt.Errorf("%s: %w", traceDirEnv, err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		stopCPU()
+		return nil, fmt.Errorf("%s: %w", traceDirEnv, err)
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+		stopCPU()
+	}, nil
+}
+
+func startCPUProfile(role string) (stop func(), err error) {
 	dir := os.Getenv(profileDirEnv)
 	if dir == "" {
 		return func() {}, nil
