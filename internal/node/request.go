@@ -865,33 +865,13 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
 	w.Trace = trace.SpanContextFromContext(ctx)
-	if err := CheckMeta(w.Meta); err != nil {
+	bp, b, err := encodeAsync(ctx, &w)
+	if err != nil {
 		return err
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
-			return context.DeadlineExceeded
-		}
-	}
-	// Go copies the request into the connection's outbox before it
-	// returns, so its encoding can go in a pooled buffer.
-	bp := requestBufs.Get().(*[]byte)
-	b := w.append((*bp)[:0])
-	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
-		switch {
-		case err != nil:
-		case len(reply) == 0:
-			err = errs.New(errs.Internal, "fero: empty reply")
-		case reply[0] == replyOK:
-			done(reply[1:], nil)
-			return
-		case reply[0] == replyOKMeta:
-			reply, err = takeReplyMeta(ctx, reply[1:])
-			if err == nil {
-				done(reply, nil)
-				return
-			}
-		default:
+	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+		reply, retry, err := readAnswer(ctx, reply, err)
+		if retry {
 			payload := bytes.Clone(payload)
 			go func() {
 				reply, err := CallNodeWait(ctx, c, verb, key, payload, wait)
@@ -899,16 +879,33 @@ func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, pa
 			}()
 			return
 		}
-		done(nil, err)
+		done(reply, err)
 	})
 	putRequestBuf(bp, b)
 	return err
 }
 
-// callOnce sends an encoded request and reads the status byte of its
-// answer: retry is true when the receiver said the owner is elsewhere.
-func callOnce(ctx context.Context, c transport.Caller, b []byte) (reply []byte, retry bool, err error) {
-	reply, err = c.Call(ctx, OpRequest, b)
+// encodeAsync checks w's headers, sets what is left of ctx's deadline,
+// and encodes w into a pooled buffer (putRequestBuf gives it back), for a
+// request sent with Go: Go copies it into the connection's outbox before
+// it returns.
+func encodeAsync(ctx context.Context, w *wireRequest) (bp *[]byte, b []byte, err error) {
+	if err := CheckMeta(w.Meta); err != nil {
+		return nil, nil, err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+			return nil, nil, context.DeadlineExceeded
+		}
+	}
+	bp = requestBufs.Get().(*[]byte)
+	return bp, w.append((*bp)[:0]), nil
+}
+
+// readAnswer reads the status byte of an OpRequest's answer (or takes
+// the call's error): the reply, with the reply headers given to ctx's
+// sink; or retry, when the receiver said the owner is elsewhere.
+func readAnswer(ctx context.Context, reply []byte, err error) (out []byte, retry bool, _ error) {
 	switch {
 	case err != nil:
 		return nil, false, err
@@ -917,10 +914,19 @@ func callOnce(ctx context.Context, c transport.Caller, b []byte) (reply []byte, 
 	case reply[0] == replyOK:
 		return reply[1:], false, nil
 	case reply[0] == replyOKMeta:
-		reply, err = takeReplyMeta(ctx, reply[1:])
-		return reply, false, err
+		if reply, err = takeReplyMeta(ctx, reply[1:]); err != nil {
+			return nil, false, err
+		}
+		return reply, false, nil
 	}
 	return nil, true, nil
+}
+
+// callOnce sends an encoded request and reads the status byte of its
+// answer: retry is true when the receiver said the owner is elsewhere.
+func callOnce(ctx context.Context, c transport.Caller, b []byte) (reply []byte, retry bool, err error) {
+	reply, err = c.Call(ctx, OpRequest, b)
+	return readAnswer(ctx, reply, err)
 }
 
 // appendReply appends an OpRequest answer: the status, the reply headers
@@ -1016,36 +1022,14 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 		}
 		return nil
 	}
-	// Go copies the request into the connection's outbox before it
-	// returns, so its encoding can go in a pooled buffer.
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Meta: MetaFrom(ctx)}
-	if err := CheckMeta(w.Meta); err != nil {
+	bp, b, err := encodeAsync(ctx, &w)
+	if err != nil {
 		return err
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
-			return context.DeadlineExceeded
-		}
-	}
-	bp := requestBufs.Get().(*[]byte)
-	b := w.append((*bp)[:0])
-	err := c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
-		switch {
-		case err != nil:
-		case len(reply) == 0:
-			err = errs.New(errs.Internal, "fero: empty reply")
-		case reply[0] == replyOK, reply[0] == replyOKMeta:
-			if reply[0] == replyOK {
-				reply = reply[1:]
-			} else if reply, err = takeReplyMeta(ctx, reply[1:]); err != nil {
-				break
-			}
-			if began != 0 {
-				n.hot.called(nil, time.Duration(n.since()-began))
-			}
-			done(reply, nil)
-			return
-		default:
+	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+		reply, retry, err := readAnswer(ctx, reply, err)
+		if retry {
 			// The owner moved: retry the slow way, off the reader.
 			if began != 0 {
 				done = n.timedCall(began, done)
@@ -1058,7 +1042,7 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 		if began != 0 {
 			n.hot.called(err, time.Duration(n.since()-began))
 		}
-		done(nil, err)
+		done(reply, err)
 	})
 	putRequestBuf(bp, b)
 	return err

@@ -12,16 +12,23 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+// twoNodesAndARemote starts servers a and b and dials a Remote to a,
+// closed when the test ends.
+func twoNodesAndARemote(t *testing.T) (c *testCluster, a, b *Resource, ctx context.Context, rc *Remote) {
+	c = newTestCluster(t, 10)
+	a, b = c.open("a"), c.open("b")
+	c.settle(2)
+	ctx = ctxT(t)
+	rc, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	return c, a, b, ctx, rc
+}
+
 // TestRemote: a process outside the cluster writes, reads and tails
 // through one node, which forwards what it does not own.
 func TestRemote(t *testing.T) {
-	c := newTestCluster(t, 10)
-	a, b := c.open("a"), c.open("b")
-	c.settle(2)
-	ctx := ctxT(t)
-	rc, err := Dial(ctx, a.Addr())
-	require.NoError(t, err)
-	defer rc.Close()
+	c, a, b, ctx, rc := twoNodesAndARemote(t)
 
 	tailCtx, stopTail := context.WithCancel(ctx)
 	defer stopTail()
@@ -139,13 +146,7 @@ func TestRemoteWaits(t *testing.T) {
 // connection; each done is called once, with the reply or the error, for
 // keys the node owns and keys it forwards.
 func TestRemoteCallAsync(t *testing.T) {
-	c := newTestCluster(t, 10)
-	a, b := c.open("a"), c.open("b")
-	c.settle(2)
-	ctx := ctxT(t)
-	rc, err := Dial(ctx, a.Addr())
-	require.NoError(t, err)
-	defer rc.Close()
+	c, a, b, ctx, rc := twoNodesAndARemote(t)
 	// Until both own their partitions, a write may be refused for now.
 	require.NoError(t, retry(ctx, func() error { return rc.Update(ctx, "warm", 0) }))
 
