@@ -748,8 +748,9 @@ func newClientCmd() *cobra.Command {
 }
 
 // profileDirEnv names a directory into which every child process writes a
-// CPU profile of its whole life (role-pid.pprof), for finding where a
-// system under test spends its time. Profiling slows what it measures:
+// CPU profile of its whole life (role-pid.pprof), and at its end a heap
+// profile (role-pid.heap, as of the last collection), for finding where a
+// system under test spends its time and its memory. Profiling slows what it measures:
 // never quote figures from a profiled run.
 const profileDirEnv = "FERO_BENCH_PROFILE_DIR"
 
@@ -804,5 +805,11 @@ func startCPUProfile(role string) (stop func(), err error) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		// The heap as of the last collection, which ran during the
+		// trial: what the process held then, by where it was allocated.
+		if h, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.heap", role, os.Getpid()))); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(h, 0)
+			h.Close()
+		}
 	}, nil
 }
