@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,6 +41,29 @@ func TestTrialsInterleaveRunsAndSystems(t *testing.T) {
 		"echo/m10_r5_l1_c1/1", "x/m10_r5_l1_c1/1", "echo/m100_r5_l1_c1/1", "x/m100_r5_l1_c1/1",
 		"echo/m10_r5_l1_c1/2", "x/m10_r5_l1_c1/2", "echo/m100_r5_l1_c1/2", "x/m100_r5_l1_c1/2",
 	}, got)
+}
+
+// TestSessionSkipLeavesOutOnlyWhatASystemCannotRun: Skip removes the
+// trials of one system, scenario and server count; the others keep theirs.
+func TestSessionSkipLeavesOutOnlyWhatASystemCannotRun(t *testing.T) {
+	m := Matrix{Sizes: []int{100}, Records: []int64{5}, Clients: []int{1}, Servers: []int{1, 3}}
+	s := &Session{Systems: []string{"echo", "old"}, Scenarios: []Scenario{OneWay, RoundTrip}, Runs: 1,
+		Skip: func(system string, sc Scenario, servers int) error {
+			if system == "old" && servers > 1 {
+				return errors.New("one server only")
+			}
+			return nil
+		}}
+	var got []string
+	for _, tr := range s.trials(m) {
+		got = append(got, fmt.Sprintf("%s/%s/c%d", tr.System, tr.Scenario, tr.Config.Servers))
+	}
+	assert.Equal(t, []string{
+		"echo/oneway/c1", "old/oneway/c1", "echo/oneway/c3",
+		"echo/roundtrip/c1", "old/roundtrip/c1", "echo/roundtrip/c3",
+	}, got)
+	s.Skip = nil
+	assert.Len(t, s.trials(m), 8)
 }
 
 func TestParseInts(t *testing.T) {

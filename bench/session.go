@@ -60,10 +60,7 @@ func (s *Session) Run(ctx context.Context, env Environment) (*Report, error) {
 	if hasScenario(s.Scenarios, FixedRate) && len(m.Rates) == 0 {
 		return nil, fmt.Errorf("bench: the rate scenario needs --rate or --sweep")
 	}
-	trials := Trials(s.Systems, s.Scenarios, m, s.Runs)
-	if s.Skip != nil {
-		trials = slices.DeleteFunc(trials, func(t Trial) bool { return s.Skip(t.System, t.Scenario, t.Config.Servers) != nil })
-	}
+	trials := s.trials(m)
 	results := make([]TrialResult, 0, len(trials))
 	for i, t := range trials {
 		if s.OnTrial != nil {
@@ -76,6 +73,16 @@ func (s *Session) Run(ctx context.Context, env Environment) (*Report, error) {
 		results = append(results, r)
 	}
 	return BuildReport(env, s.Params, s.Systems, s.Baseline, s.Runs, results), nil
+}
+
+// trials is every trial of the session over m, interleaved (Trials),
+// less those Skip leaves out.
+func (s *Session) trials(m Matrix) []Trial {
+	trials := Trials(s.Systems, s.Scenarios, m, s.Runs)
+	if s.Skip != nil {
+		trials = slices.DeleteFunc(trials, func(t Trial) bool { return s.Skip(t.System, t.Scenario, t.Config.Servers) != nil })
+	}
+	return trials
 }
 
 // calibrate measures request→reply throughput for every system with the

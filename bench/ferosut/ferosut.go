@@ -233,7 +233,7 @@ func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, e
 		return nil, err
 	}
 	c := newConn(opts)
-	c.r = r
+	c.r, c.api = r, r
 	if err := c.prepare(wctx); err != nil {
 		r.Close()
 		return nil, err
@@ -250,7 +250,7 @@ func (s System) dialRemote(ctx context.Context, opts bench.DialOptions) (bench.C
 	if err != nil {
 		return nil, fmt.Errorf("ferosut: dial %s: %w", addr, err)
 	}
-	c.rc = rc
+	c.rc, c.api = rc, rc
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.prepare(wctx); err != nil {
@@ -289,6 +289,7 @@ func (c *conn) prepare(ctx context.Context) error {
 }
 
 type conn struct {
+	api     api            // r or rc, for what both do the same way
 	r       *fero.Resource // a client node, or
 	rc      *fero.Remote   // a Remote (System.Remote)
 	servers []string
@@ -313,12 +314,7 @@ var _ bench.Conn = (*conn)(nil)
 // settle writes key until the owner accepts it.
 func (c *conn) settle(ctx context.Context, key string) error {
 	for {
-		var err error
-		if c.rc != nil {
-			err = c.rc.Update(ctx, key, 0)
-		} else {
-			err = c.r.Update(ctx, key, 0)
-		}
+		err := c.api.Update(ctx, key, 0)
 		if err == nil {
 			c.writes.Add(1)
 			return nil
@@ -406,20 +402,12 @@ func (c *conn) Go(ctx context.Context, payload []byte, done func([]byte, error))
 		defer c.mu.Unlock()
 		done(reply, err)
 	}
-	if c.rc != nil {
-		return c.rc.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
-	}
-	return c.r.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
+	return c.api.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
 }
 
 func (c *conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
 	var reply msgpack.RawMessage
-	var err error
-	if c.rc != nil {
-		err = c.rc.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
-	} else {
-		err = c.r.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
-	}
+	err := c.api.Call(ctx, fero.VerbUpdate, c.key(), value(payload), &reply)
 	return reply, err
 }
 
@@ -455,12 +443,21 @@ func (c *conn) Replicated(ctx context.Context) error {
 	return nil
 }
 
-func (c *conn) Close() error {
-	if c.rc != nil {
-		return c.rc.Close()
-	}
-	return c.r.Close()
+func (c *conn) Close() error { return c.api.Close() }
+
+// api is what a client node (fero.Resource) and a fero.Remote both offer,
+// with the same signatures.
+type api interface {
+	Update(ctx context.Context, key string, value any, wait ...fero.Wait) error
+	Call(ctx context.Context, verb, key string, payload, reply any) error
+	CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error
+	Close() error
 }
+
+var (
+	_ api = (*fero.Resource)(nil)
+	_ api = (*fero.Remote)(nil)
+)
 
 func dialAll(ctx context.Context, addrs []string) ([]*fero.Remote, error) {
 	remotes := make([]*fero.Remote, 0, len(addrs))

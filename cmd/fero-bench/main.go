@@ -750,8 +750,8 @@ func newClientCmd() *cobra.Command {
 // profileDirEnv names a directory into which every child process writes a
 // CPU profile of its whole life (role-pid.pprof), and at its end a heap
 // profile (role-pid.heap, as of the last collection), for finding where a
-// system under test spends its time and its memory. Profiling slows what it measures:
-// never quote figures from a profiled run.
+// system under test spends its time and its memory. Profiling slows what
+// it measures: never quote figures from a profiled run.
 const profileDirEnv = "FERO_BENCH_PROFILE_DIR"
 
 // traceDirEnv names a directory into which every child process writes an
