@@ -861,7 +861,8 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 // returns) or the error. It returns an error, and never calls done, if the
 // request could not be queued. A "retry" answer is rare (the owner moved):
 // the request is made again the blocking way on a goroutine of its own, so
-// a reader never waits.
+// a reader never waits; that goroutine ends with the request, when ctx
+// ends, or when c is closed (its calls then fail at once).
 func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
 	w.Trace = trace.SpanContextFromContext(ctx)
