@@ -137,7 +137,7 @@ type Node struct {
 	// not stepped yet, from before the send to after the step: a reader
 	// that finds it zero under engMu knows no earlier batch still waits.
 	inboxed atomic.Int64
-	// steppedInline counts the batches stepped on a reader (for tests).
+	// steppedInline counts the batches stepped on a reader (tests).
 	steppedInline atomic.Int64
 
 	// waiters holds the callbacks of proposals, by token, under engMu. The
@@ -632,7 +632,7 @@ func (n *Node) serveEngine(r *transport.Request) {
 		n.peerCluster.Store(from, cluster)
 	}
 	in := inbound{from: from, cluster: cluster, msgs: msgs}
-	if !r.More() && n.stepInline(in) {
+	if !n.cfg.Client && !r.More() && n.stepInline(in) {
 		return
 	}
 	n.inboxed.Add(1)
@@ -646,10 +646,12 @@ func (n *Node) serveEngine(r *transport.Request) {
 // stepInline steps a batch on the connection's reader and acts on the
 // round's output there, when the engine is idle: the lock is free and
 // no batch waits in the inbox or in the driver's hands. It reports
-// whether it did. A lone batch (a commit coming back to a client after
-// its call's reply, in the same read) then costs no hand-over to the
-// driver, whose wake-up put the caller behind it; in a burst, batches
-// queue for the driver, which steps them as one round.
+// whether it did. A server's lone batch (a commit to its copy, the ack
+// that completes a write) then costs no hand-over to the driver; in a
+// burst, batches queue for the driver, which steps them as one round.
+// A client node hands every batch to the driver: the commit that comes
+// back with its call's reply, stepped on the reader, kept the caller
+// waiting behind it (the unloaded round trip rose from 50 to 58 µs).
 func (n *Node) stepInline(in inbound) bool {
 	if n.inboxed.Load() != 0 || !n.engMu.TryLock() {
 		return false
