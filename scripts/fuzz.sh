@@ -4,9 +4,14 @@
 # go test accepts one -fuzz target per run, so we list them first.
 # FuzzSchedules, which runs a whole randomized cluster per input (about
 # 100 execs/s), takes its own budget, FUZZTIME_SCHEDULES, when it is set.
+# FUZZMINIMIZETIME, when set, bounds the time the fuzzer spends
+# minimizing each input that finds new coverage (go test's default is a
+# minute, during which no input runs).
 set -euo pipefail
 fuzztime=${1:-30000x}
 schedules=${FUZZTIME_SCHEDULES:-$fuzztime}
+minimize=()
+[ -n "${FUZZMINIMIZETIME:-}" ] && minimize=(-fuzzminimizetime "$FUZZMINIMIZETIME")
 go=${GO:-go}
 found=0
 for pkg in $($go list ./...); do
@@ -17,7 +22,7 @@ for pkg in $($go list ./...); do
 		echo "fuzz: $pkg $target ($budget)"
 		log=$(mktemp)
 		began=$(date +%s)
-		if ! $go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -timeout 24h "$pkg" 2>&1 | tee "$log"; then
+		if ! $go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" "${minimize[@]}" -timeout 24h "$pkg" 2>&1 | tee "$log"; then
 			# On a loaded machine the fuzzer may take a worker that answers
 			# late for a hung one. That is not a crash if the input it
 			# saved passes when run again as a test; a real crash repeats.
