@@ -44,6 +44,7 @@ type Membership struct {
 	subs      map[*Subscription]struct{}
 	seedAddrs map[string][]string // seed → the gossip addresses it resolves to
 	seedErrs  map[string]string   // seed → why the last join of it failed; absent once one worked
+	joining   map[string]bool     // seeds, and lanes of other targets, being joined now
 	keyring   *memberlist.Keyring // nil without encryption
 
 	probe time.Duration // memberlist's probe interval, once created
@@ -161,44 +162,101 @@ func (m *Membership) Start(ctx context.Context) error {
 	return nil
 }
 
-// join joins targets as Join does, each seed on its own, so that Seeds can
-// say why a seed did not answer, and the rest in one call. memberlist joins
-// the addresses of one call one after another, so this takes no longer.
+// joinLanes is how many attempts at once join the targets that are not
+// seeds.
+const joinLanes = 8
+
+// join joins targets as Join does: each seed in an attempt of its own, so
+// that Seeds can say why a seed did not answer, and the rest shared among
+// up to joinLanes more. The attempts run at once. memberlist tries the
+// addresses of one call one after another, each for up to its TCP timeout
+// (10 s), so a member whose first seeds are cut off would wait out each of
+// them before reaching one that answers. join returns as soon as one
+// attempt has merged state with a peer, when every attempt has failed, or
+// when ctx ends; the attempts still running finish in the background and
+// record their seeds' errors. An attempt still running is not started
+// again meanwhile, so a re-join loop faster than the TCP timeout does not
+// pile attempts up.
 func (m *Membership) join(ctx context.Context, targets []string) (int, error) {
-	n := 0
-	var errs []error
-	var rest []string
+	var seeds, rest []string
 	for _, t := range targets {
-		if !slices.Contains(m.cfg.seeds, t) {
-			rest = append(rest, t)
-			continue
-		}
-		k, err := m.Join(ctx, t)
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		m.mu.Lock()
-		if err != nil {
-			if m.seedErrs == nil {
-				m.seedErrs = map[string]string{}
-			}
-			m.seedErrs[t] = joinReason(t, err)
+		if slices.Contains(m.cfg.seeds, t) {
+			seeds = append(seeds, t)
 		} else {
-			delete(m.seedErrs, t)
+			rest = append(rest, t)
 		}
-		m.mu.Unlock()
-		n += k
-		errs = append(errs, err)
 	}
-	if len(rest) > 0 {
-		k, err := m.Join(ctx, rest...)
-		n += k
-		errs = append(errs, err)
+	type result struct {
+		n   int
+		err error
 	}
-	if n == 0 {
-		return 0, errors.Join(errs...)
+	results := make(chan result, len(seeds)+joinLanes) // no attempt waits for join
+	// attempt joins addrs in the background unless the attempt named key
+	// (a seed, or a lane of other targets) is still running.
+	attempt := func(key string, addrs []string) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed || m.joining[key] {
+			return false
+		}
+		if m.joining == nil {
+			m.joining = map[string]bool{}
+		}
+		m.joining[key] = true
+		m.wg.Add(1) // under mu, so it cannot race Close's Wait
+		go func() {
+			defer m.wg.Done()
+			k, err := m.Join(m.ctx, addrs...)
+			m.mu.Lock()
+			delete(m.joining, key)
+			switch {
+			case !slices.Contains(m.cfg.seeds, key) || m.ctx.Err() != nil:
+			case err != nil:
+				if m.seedErrs == nil {
+					m.seedErrs = map[string]string{}
+				}
+				m.seedErrs[key] = joinReason(key, err)
+			default:
+				delete(m.seedErrs, key)
+			}
+			m.mu.Unlock()
+			results <- result{k, err}
+		}()
+		return true
 	}
-	return n, nil
+	running := 0
+	for _, s := range seeds {
+		if attempt(s, []string{s}) {
+			running++
+		}
+	}
+	// The other targets (the port range, DNS answers, peers that died:
+	// up to thousands) share a few attempts, each trying its share in turn.
+	lanes := make([][]string, min(len(rest), joinLanes))
+	for i, t := range rest {
+		lanes[i%len(lanes)] = append(lanes[i%len(lanes)], t)
+	}
+	for i, lane := range lanes {
+		if attempt(fmt.Sprintf("\x00lane %d", i), lane) { // never a seed's address
+			running++
+		}
+	}
+	if running == 0 {
+		return 0, fmt.Errorf("%w: the earlier attempts to join are still running", ErrNoPeers)
+	}
+	var errs []error
+	for range running {
+		select {
+		case r := <-results:
+			if r.n > 0 {
+				return r.n, nil
+			}
+			errs = append(errs, r.err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return 0, errors.Join(errs...)
 }
 
 // joinReason words why joining seed failed: memberlist's error lists each

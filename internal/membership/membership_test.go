@@ -14,6 +14,7 @@ import (
 
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/ring"
+	"github.com/hashicorp/memberlist"
 	"github.com/stretchr/testify/require"
 )
 
@@ -498,11 +499,13 @@ func TestSeedsSayWhyTheyDidNotAnswer(t *testing.T) {
 
 	late := start(t, append(memOpts(nw, "late"), WithSeeds(ms[0].Local().Gossip, nobody))...)
 	waitConverged(t, []*Membership{ms[0], late}, []string{"late", "node-000"}, 20*time.Second)
+	// Seeds are joined at once and Start returns once one answered, so
+	// the other's error may be recorded just after.
+	require.Eventually(t, func() bool { return late.Seeds()[1].Err != "" }, 20*time.Second, 10*time.Millisecond)
 	st = late.Seeds()
 	require.Equal(t, SeedStatus{Seed: ms[0].Local().Gossip, Answered: true}, st[0])
 	require.Equal(t, nobody, st[1].Seed)
 	require.False(t, st[1].Answered)
-	require.NotEmpty(t, st[1].Err)
 
 	require.NoError(t, ms[0].Close())
 	require.Eventually(t, func() bool {
@@ -599,5 +602,36 @@ func TestMemberlistLevels(t *testing.T) {
 		got, rest := logLevel(c.line)
 		require.Equal(t, c.want, got, c.line)
 		require.False(t, strings.HasPrefix(rest, "[") || strings.HasPrefix(rest, "memberlist:"), "the prefixes are cut: %q", rest)
+	}
+}
+
+// TestSilentSeedsDoNotDelayTheJoin: a member whose first seeds accept no
+// connection (as a cut-off host drops the SYN, so that each costs
+// memberlist's TCP timeout) joins through the seed that answers without
+// waiting them out. Tried one after another, the first silent seed alone
+// would outlast Start's context.
+func TestSilentSeedsDoNotDelayTheJoin(t *testing.T) {
+	t.Parallel()
+	nw := memnet.New(10)
+	ms := memCluster(t, nw, 1)
+	// Attached to the network, so a dial waits, but nobody accepts.
+	silent := []string{nw.NewTransport().Addr(), nw.NewTransport().Addr()}
+	slow := func(c *memberlist.Config) {
+		fastTimers(c)
+		c.TCPTimeout = time.Minute
+	}
+	late, err := New(append(memOpts(nw, "late"), WithTuning(slow), WithSeeds(append(silent, ms[0].Local().Gossip)...))...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, late.Start(ctx), "Start waited for the silent seeds")
+	t.Cleanup(func() { _ = late.Close() })
+	waitConverged(t, []*Membership{ms[0], late}, []string{"late", "node-000"}, 20*time.Second)
+
+	st := late.Seeds()
+	require.Len(t, st, 3)
+	require.Equal(t, SeedStatus{Seed: ms[0].Local().Gossip, Answered: true}, st[2])
+	for _, s := range st[:2] {
+		require.False(t, s.Answered, s.Seed)
 	}
 }
