@@ -120,8 +120,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeBin32, codeStr32:
 		d.skipBytes(d.be(4))
 	case 0xc7, 0xc8, 0xc9: // ext 8/16/32: length, type byte, data
-		n := d.be(1 << (c - 0xc7))
-		d.skipBytes(1 + n)
+		d.skipExt(d.be(1 << (c - 0xc7)))
 	case 0xca: // float32
 		d.skipBytes(4)
 	case 0xcb: // float64
@@ -135,7 +134,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeUint64, codeInt64:
 		d.skipBytes(8)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16: type byte, data
-		d.skipBytes(1 + 1<<(c-0xd4))
+		d.skipExt(1 << (c - 0xd4))
 	case codeArray16:
 		d.skipItems(d.be(2), depth)
 	case codeArray32:
@@ -146,6 +145,43 @@ func (d *decoder) skipValue(depth int) {
 		d.skipMap(d.be(4), depth)
 	default: // 0xc1 is never used
 		d.fail("invalid value code 0x%02x", c)
+	}
+}
+
+// skipExt skips an extension's type byte and its n bytes of data, which
+// are opaque, except for one thing. msgpack's decoder, asked for a map
+// where it meets an extension, reads a map header from the extension's
+// data (Decoder.DecodeMapLen) and, decoding into a map[string]any or a
+// map[any]any, allocates room for every pair the header declares before it
+// reads one: ten bytes declaring 808 million pairs took a process past 24
+// GB and the kernel killed it (FuzzRemoteReply). So data that starts with
+// a map header must hold the pairs it declares, two bytes or more each.
+func (d *decoder) skipExt(n uint64) {
+	start := d.off + 1 // after the type byte
+	d.skipBytes(1 + n)
+	if d.err != nil || n == 0 {
+		return
+	}
+	data := d.b[start : start+int(n)]
+	var pairs uint64
+	hdr := 1
+	switch c := data[0]; {
+	case c >= 0x80 && c <= 0x8f: // fixmap
+		pairs = uint64(c & 0x0f)
+	case c == 0xde || c == 0xdf: // map16, map32
+		hdr += 2 << (c - 0xde)
+		if len(data) < hdr {
+			d.fail("extension data holds a truncated map header")
+			return
+		}
+		for _, b := range data[1:hdr] {
+			pairs = pairs<<8 | uint64(b)
+		}
+	default:
+		return
+	}
+	if 2*pairs > uint64(len(data)-hdr) {
+		d.fail("extension data declares a map of %d pairs in %d bytes", pairs, len(data)-hdr)
 	}
 }
 

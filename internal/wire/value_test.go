@@ -31,6 +31,13 @@ func TestValidateValueAcceptsWhatMsgpackWrites(t *testing.T) {
 	b, err := msgpack.Marshal(map[string]any{"t": msgpack.RawMessage{0xd6, 0xff, 0, 0, 0, 1}})
 	require.NoError(t, err)
 	assert.NoError(t, ValidateValue(b))
+	// An extension whose data is a map that holds its pairs, which
+	// msgpack reads as that map where it decodes a map.
+	ext := []byte{0xd6, 0x30, 0x81, 0xa1, 'a', 0x01}
+	require.NoError(t, ValidateValue(ext))
+	var m map[string]any
+	require.NoError(t, DecodeValue(ext, &m))
+	require.Equal(t, map[string]any{"a": int8(1)}, m)
 }
 
 func TestValidateValueRefusesHostileValues(t *testing.T) {
@@ -46,6 +53,11 @@ func TestValidateValueRefusesHostileValues(t *testing.T) {
 		"trailing bytes":               {0x01, 0x02},
 		"ext past the end":             {0xc9, 0xff, 0xff, 0xff, 0xff, 0x01},
 		"the crasher the fuzzer found": []byte("\xdd\xa4\x30\x97\x8c0000"),
+		// Ten bytes that made msgpack allocate for 808 million pairs
+		// decoding into a map[string]any (FuzzRemoteReply).
+		"an extension declaring a map32 it cannot hold": []byte("\xd70\xdf000\xa3001"),
+		"an extension declaring a map16 it cannot hold": {0xc7, 0x03, 0x30, 0xde, 0xff, 0xff},
+		"an extension with half a map header":           {0xd5, 0x30, 0xdf, 0xff},
 	} {
 		assert.ErrorIsf(t, ValidateValue(b), ErrMalformed, "%s", name)
 		var v any
@@ -62,8 +74,13 @@ func FuzzValidateValue(f *testing.F) {
 		if ValidateValue(b) != nil {
 			return
 		}
-		// What passes decodes without blowing up memory or the stack.
+		// What passes decodes without blowing up memory or the stack,
+		// into the types whose decoders read a map inside an extension.
 		var v any
 		_ = msgpack.Unmarshal(b, &v)
+		var m map[string]any
+		_ = msgpack.Unmarshal(b, &m)
+		var u map[any]any
+		_ = msgpack.Unmarshal(b, &u)
 	})
 }
