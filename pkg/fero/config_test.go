@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/gctune"
 )
 
 // TestGracefulLeavesKeepTheConfiguration: two of three servers that close
@@ -63,4 +65,20 @@ func TestCrashedServersNeedForget(t *testing.T) {
 	require.NoError(t, a.Forget(ctx, "c"), "forgetting twice spreads the removal again")
 	require.NoError(t, a.Forget(ctx, "zz"), "an ID this node never heard of is forgotten too: a peer may list it")
 	require.NoError(t, retry(ctx, func() error { return a.Update(ctx, "k", 2, Majority) }))
+}
+
+// TestNodesTuneTheCollector: a node tunes the collector while it is open
+// (internal/gctune) unless WithoutGCTuning; a node opened with it leaves
+// the tuning to the others in the process.
+func TestNodesTuneTheCollector(t *testing.T) {
+	c := newTestCluster(t, 23)
+	a := c.open("a")
+	require.True(t, a.gcTuned, "GOGC set in the test's environment, or a test set a GC percent")
+	require.NotNil(t, a.gcStop)
+	require.True(t, gctune.Running())
+	b := c.open("b", WithoutGCTuning())
+	require.False(t, b.gcTuned)
+	require.Nil(t, b.gcStop)
+	require.NoError(t, b.Close())
+	require.True(t, gctune.Running(), "a still holds it")
 }

@@ -56,6 +56,7 @@ type config struct {
 	fsync              storage.SyncPolicy
 	metrics            prometheus.Registerer // WithMetrics
 	tracer             trace.Tracer          // WithTracerProvider
+	noGCTuning         bool                  // WithoutGCTuning
 
 	membership []membership.Option
 	ring       []ring.Option
@@ -343,6 +344,20 @@ func WithPartitioner(p Partitioner) Option {
 func WithHistoryMax(n int) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithHistoryMax(n)) }
 }
+
+// WithoutGCTuning leaves the garbage collector's settings alone. By
+// default a node tunes them while it is open: a node's heap is mostly the
+// history of commits it keeps, bytes without pointers that a collection
+// never scans, and with GOGC's default the heap grows to twice its live
+// size before each collection, history included. The node instead sizes
+// the growth between collections by the heap a collection must scan (at
+// least 32 MiB): about the same collector work per byte written, and a
+// peak RSS near the live heap. The tuning is process-wide and shared by
+// every node in the process; it does not start where GOGC is set in the
+// environment or the program has set its own GC percent, and it steps
+// aside if the percent is changed while it runs. docs/operations.md has
+// the figures.
+func WithoutGCTuning() Option { return func(c *config) { c.noGCTuning = true } }
 
 // WithHistoryBytes caps the bytes of keys and values in the commits kept
 // per partition, besides their count (default 2 MiB, twice the largest

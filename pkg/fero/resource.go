@@ -19,6 +19,7 @@ import (
 	"github.com/fero-go/fero/internal/dashboard"
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/gctune"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/wire"
@@ -56,6 +57,10 @@ type Resource struct {
 	// Stream through its.
 	call   CallFunc
 	stream StreamFunc
+	// gcStop ends this node's share of the collector's tuning; gcTuned
+	// says whether the tuning ran when it opened (WithoutGCTuning).
+	gcStop  func()
+	gcTuned bool
 }
 
 // Open starts a node of the named resource and joins its cluster. It
@@ -98,6 +103,10 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		return nil, err
 	}
 	r.n = n
+	if !cfg.noGCTuning {
+		r.gcStop, r.gcTuned = gctune.Start()
+		r.logger.Debug("fero: garbage collector tuning", "on", r.gcTuned)
+	}
 	if err := r.registerMetrics(); err != nil {
 		_ = n.Close()
 		return nil, err
@@ -507,6 +516,9 @@ func (r *Resource) Close() error {
 			r.replay.Close()
 		}
 		r.replayWG.Wait()
+		if r.gcStop != nil {
+			r.gcStop()
+		}
 	})
 	return r.closeErr
 }
