@@ -136,6 +136,11 @@ type decoder struct {
 
 	level      int  // the deepest value skipValue met
 	stringKeys bool // skipValue refuses maps with keys that are not str
+	// stamps are the offsets of the timestamps whose data starts with
+	// msgpack's map32 code (skipExt), kept with keepStamps for Unmarshal
+	// to rewrite.
+	stamps     []int
+	keepStamps bool
 }
 
 func (d *decoder) fail(format string, args ...any) {

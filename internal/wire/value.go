@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -58,26 +59,66 @@ func NextValue(b []byte, stringKeys bool) (n, level int, err error) {
 
 // DecodeValue validates b and decodes it into v.
 func DecodeValue(b []byte, v any) error {
-	if err := ValidateValue(b); err != nil {
-		return err
-	}
 	return Unmarshal(b, v)
 }
 
-// Unmarshal is msgpack.Unmarshal that returns an error where msgpack
-// panics: a value that meets a nil interface field with methods (a
-// fmt.Stringer, an error) which its type does not implement makes msgpack
-// call reflect.Set with it. Anyone who can write a value or answer a call
-// could otherwise crash every process that decodes it into such a type
-// (found by FuzzRemoteReply). Use DecodeValue for bytes off the network;
-// this for bytes already validated, such as stored values.
+// Unmarshal validates b as ValidateValue does and decodes it into v, as
+// msgpack.Unmarshal does but for two things msgpack gets wrong with
+// hostile bytes:
+//   - A value that meets a nil interface field with methods (a
+//     fmt.Stringer, an error) which its type does not implement makes
+//     msgpack call reflect.Set with it and panic. Anyone who can write a
+//     value or answer a call could crash every process that decodes it
+//     into such a type (found by FuzzRemoteReply). Unmarshal returns an
+//     error instead.
+//   - Asked for a map where it meets an extension, msgpack reads a map
+//     header from the extension's data (skipExt). A timestamp's data can
+//     begin with the map32 code and still be a valid time, so Unmarshal
+//     hands msgpack those timestamps in their 12-byte form, the same time
+//     in data that starts with a byte below 0x3c.
 func Unmarshal(b []byte, v any) (err error) {
+	d := decoder{b: b, keepStamps: true}
+	d.skipValue(0)
+	switch {
+	case d.err != nil:
+		return d.err
+	case d.off != len(b):
+		return fmt.Errorf("%w: %d trailing bytes after the value", ErrMalformed, len(b)-d.off)
+	case len(d.stamps) > 0:
+		b = longStamps(b, d.stamps)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: cannot decode into %T: %v", ErrMalformed, v, p)
 		}
 	}()
 	return msgpack.Unmarshal(b, v)
+}
+
+// longStamps returns a copy of b with the timestamps at offsets (fixext 4
+// or 8) in their 12-byte form: nanoseconds as a uint32, then seconds as an
+// int64 (the msgpack spec's timestamp 96).
+func longStamps(b []byte, offsets []int) []byte {
+	out := make([]byte, 0, len(b)+9*len(offsets))
+	from := 0
+	for _, at := range offsets {
+		out = append(out, b[from:at]...)
+		var nsec uint32
+		var sec int64
+		switch data := b[at+2:]; b[at] {
+		case 0xd6: // fixext 4: seconds as a uint32
+			sec = int64(binary.BigEndian.Uint32(data))
+			from = at + 6
+		default: // fixext 8: nanoseconds in the top 30 bits, seconds in the low 34
+			x := binary.BigEndian.Uint64(data)
+			nsec, sec = uint32(x>>34), int64(x&(1<<34-1))
+			from = at + 10
+		}
+		out = append(out, 0xc7, 12, 0xff)
+		out = binary.BigEndian.AppendUint32(out, nsec)
+		out = binary.BigEndian.AppendUint64(out, uint64(sec))
+	}
+	return append(out, b[from:]...)
 }
 
 func (d *decoder) skipBytes(n uint64) {
@@ -93,6 +134,7 @@ func (d *decoder) skipValue(depth int) {
 		d.fail("value nests deeper than %d", MaxValueDepth)
 		return
 	}
+	at := d.off
 	c := d.byte1()
 	if d.err != nil {
 		return
@@ -120,7 +162,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeBin32, codeStr32:
 		d.skipBytes(d.be(4))
 	case 0xc7, 0xc8, 0xc9: // ext 8/16/32: length, type byte, data
-		d.skipExt(d.be(1 << (c - 0xc7)))
+		d.skipExt(at, d.be(1<<(c-0xc7)))
 	case 0xca: // float32
 		d.skipBytes(4)
 	case 0xcb: // float64
@@ -134,7 +176,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeUint64, codeInt64:
 		d.skipBytes(8)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16: type byte, data
-		d.skipExt(1 << (c - 0xd4))
+		d.skipExt(at, 1<<(c-0xd4))
 	case codeArray16:
 		d.skipItems(d.be(2), depth)
 	case codeArray32:
@@ -148,40 +190,38 @@ func (d *decoder) skipValue(depth int) {
 	}
 }
 
-// skipExt skips an extension's type byte and its n bytes of data, which
-// are opaque, except for one thing. msgpack's decoder, asked for a map
-// where it meets an extension, reads a map header from the extension's
-// data (Decoder.DecodeMapLen) and, decoding into a map[string]any or a
-// map[any]any, allocates room for every pair the header declares before it
-// reads one: ten bytes declaring 808 million pairs took a process past 24
-// GB and the kernel killed it (FuzzRemoteReply). So data that starts with
-// a map header must hold the pairs it declares, two bytes or more each.
-func (d *decoder) skipExt(n uint64) {
-	start := d.off + 1 // after the type byte
+// skipExt skips an extension (its code at offset at) of n bytes of data
+// after its type byte. The data is opaque, with one exception. msgpack's
+// decoder, asked for a map where it meets an extension, reads a map header
+// from the extension's data (Decoder.DecodeMapLen), and decoding into a
+// map[string]any or a map[any]any (at any depth of the target type)
+// allocates room for every pair a map32 header declares before it reads
+// one: ten bytes declaring 808 million pairs took a process past 24 GB
+// (FuzzRemoteReply). Other map types and map16 headers preallocate at most
+// a million and 65,535 pairs. So data that starts with the map32 code must
+// hold the pairs it declares, two bytes or more each; except a timestamp
+// (type -1) of 4 or 8 bytes, which may start with that code and be a valid
+// time: its offset is kept, for Unmarshal to rewrite.
+func (d *decoder) skipExt(at int, n uint64) {
+	typAt := d.off
 	d.skipBytes(1 + n)
-	if d.err != nil || n == 0 {
+	if d.err != nil || n == 0 || d.b[typAt+1] != 0xdf {
 		return
 	}
-	data := d.b[start : start+int(n)]
-	var pairs uint64
-	hdr := 1
-	switch c := data[0]; {
-	case c >= 0x80 && c <= 0x8f: // fixmap
-		pairs = uint64(c & 0x0f)
-	case c == 0xde || c == 0xdf: // map16, map32
-		hdr += 2 << (c - 0xde)
-		if len(data) < hdr {
-			d.fail("extension data holds a truncated map header")
-			return
+	if int8(d.b[typAt]) == -1 && (n == 4 || n == 8) {
+		if d.keepStamps {
+			d.stamps = append(d.stamps, at)
 		}
-		for _, b := range data[1:hdr] {
-			pairs = pairs<<8 | uint64(b)
-		}
-	default:
 		return
 	}
-	if 2*pairs > uint64(len(data)-hdr) {
-		d.fail("extension data declares a map of %d pairs in %d bytes", pairs, len(data)-hdr)
+	data := d.b[typAt+1 : typAt+1+int(n)]
+	if len(data) < 5 {
+		d.fail("extension data holds a truncated map header")
+		return
+	}
+	pairs := uint64(binary.BigEndian.Uint32(data[1:5]))
+	if 2*pairs > uint64(len(data)-5) {
+		d.fail("extension data declares a map of %d pairs in %d bytes", pairs, len(data)-5)
 	}
 }
 

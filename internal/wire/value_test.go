@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"math"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,8 +58,8 @@ func TestValidateValueRefusesHostileValues(t *testing.T) {
 		// Ten bytes that made msgpack allocate for 808 million pairs
 		// decoding into a map[string]any (FuzzRemoteReply).
 		"an extension declaring a map32 it cannot hold": []byte("\xd70\xdf000\xa3001"),
-		"an extension declaring a map16 it cannot hold": {0xc7, 0x03, 0x30, 0xde, 0xff, 0xff},
 		"an extension with half a map header":           {0xd5, 0x30, 0xdf, 0xff},
+		"a 16-byte timestamp declaring a map32":         append([]byte{0xd8, 0xff, 0xdf, 0x7f, 0xff, 0xff, 0xff}, make([]byte, 11)...),
 	} {
 		assert.ErrorIsf(t, ValidateValue(b), ErrMalformed, "%s", name)
 		var v any
@@ -83,4 +85,48 @@ func FuzzValidateValue(f *testing.F) {
 		var u map[any]any
 		_ = msgpack.Unmarshal(b, &u)
 	})
+}
+
+// TestTimestampsThatLookLikeMapsDecode: a timestamp's data may start with
+// msgpack's map32 code and be a valid time (nanoseconds from 935,329,792
+// to 939,524,095 in the 8-byte form; seconds in 2088-89 in the 4-byte
+// one). Such a value is accepted and decodes to its time; decoded where a
+// map is expected it fails without msgpack allocating for the pairs its
+// bytes seem to declare (2^20 in the first: about 50 MB before Unmarshal
+// rewrote them).
+func TestTimestampsThatLookLikeMapsDecode(t *testing.T) {
+	for _, when := range []time.Time{
+		time.Unix(1_700_000_000, 0xdf<<22|1<<10).UTC(), // fixext 8; its bytes 1-4 read 2^20
+		time.Unix(0xdf000001, 0).UTC(),                 // fixext 4
+	} {
+		b, err := msgpack.Marshal(when)
+		require.NoError(t, err)
+		require.Equal(t, byte(0xdf), b[2], "% x: the data starts with the map32 code", b)
+		require.NoError(t, ValidateValue(b))
+
+		var got time.Time
+		require.NoError(t, DecodeValue(b, &got))
+		require.True(t, when.Equal(got), "%v decoded as %v", when, got)
+		var anyV any
+		require.NoError(t, DecodeValue(b, &anyV))
+		require.True(t, when.Equal(anyV.(time.Time)), "%v decoded into any as %v", when, anyV)
+		doc, err := msgpack.Marshal(map[string]any{"At": when})
+		require.NoError(t, err)
+		var st struct{ At time.Time }
+		require.NoError(t, Unmarshal(doc, &st))
+		require.True(t, when.Equal(st.At), "%v decoded in a struct as %v", when, st.At)
+
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var m map[string]any
+		require.Error(t, DecodeValue(b, &m))
+		var u map[any]any
+		require.Error(t, DecodeValue(b, &u))
+		inMap, err := msgpack.Marshal(map[string]any{"M": when})
+		require.NoError(t, err)
+		var nested struct{ M map[string]any }
+		require.Error(t, DecodeValue(inMap, &nested))
+		runtime.ReadMemStats(&after)
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated decoding % x as maps", b)
+	}
 }
