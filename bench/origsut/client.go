@@ -224,13 +224,26 @@ func (c *nodeClient) expect(ctx context.Context, want string) error {
 	return nil
 }
 
-// usage is this process's usage plus client.js's.
+// usage is this process's usage plus client.js's. client.js may exit
+// once it has sent its result, and once reaped it is gone from /proc
+// (UsageOf counts it as nothing, which made the result's CPU negative on a
+// loaded machine); its totals are then in its ProcessState.
 func (c *nodeClient) usage() (bench.Usage, error) {
 	u, err := bench.SelfUsage()
 	if err != nil {
 		return u, err
 	}
 	n := bench.UsageOf([]int{c.p.cmd.Process.Pid})
+	if n == (bench.Usage{}) {
+		<-c.p.exited // not in /proc: reaped, or being reaped
+	}
+	select {
+	case <-c.p.exited:
+		if ps := c.p.cmd.ProcessState; ps != nil {
+			n.CPU.User, n.CPU.Sys = ps.UserTime(), ps.SystemTime()
+		}
+	default:
+	}
 	u.CPU.User += n.CPU.User
 	u.CPU.Sys += n.CPU.Sys
 	return u, nil

@@ -251,3 +251,19 @@ func TestWriteIfChanged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left)
 }
+
+// TestUsageCountsAReapedScript: client.js may exit once it has sent its
+// result, and be reaped before the client reads its usage; its CPU still
+// counts (it was left out, and a result's CPU came out negative).
+func TestUsageCountsAReapedScript(t *testing.T) {
+	p, err := startNode("/bin/sh", t.TempDir(), "-c", []byte(`i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done`), false)
+	require.NoError(t, err)
+	<-p.exited
+	script := p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+	require.Positive(t, script)
+	self, err := bench.SelfUsage()
+	require.NoError(t, err)
+	u, err := (&nodeClient{p: p}).usage()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, u.CPU.Total(), self.CPU.Total()+script)
+}
