@@ -428,7 +428,9 @@ func TestStatsCountBackpressure(t *testing.T) {
 	// is checked exactly below, without a socket.)
 	require.GreaterOrEqual(t, st.BackpressureWaits.Load(), uint64(1))
 	require.Positive(t, st.BackpressureNanos.Load())
-	require.Greater(t, c.Queued(), 0)
+	// The outbox stays within its limit. (It may be empty by now: the
+	// socket's buffers grow, and the writer can move all of it there
+	// after the send gave up, as it did once under a loaded CI run.)
 	require.LessOrEqual(t, c.Queued(), limit+1100)
 
 	// A send into a full outbox that nothing drains waits its whole
