@@ -75,7 +75,8 @@ func DecodeValue(b []byte, v any) error {
 //     header from the extension's data (skipExt). A timestamp's data can
 //     begin with the map32 code and still be a valid time, so Unmarshal
 //     hands msgpack those timestamps in their 12-byte form, the same time
-//     in data that starts with a byte below 0x3c.
+//     in data that starts with a byte below 0x40 (nanoseconds take 30
+//     bits of the 8-byte form).
 func Unmarshal(b []byte, v any) (err error) {
 	d := decoder{b: b, keepStamps: true}
 	d.skipValue(0)
