@@ -97,10 +97,10 @@ func gcPercent() int {
 // tuner re-arms a finalizer on a fresh sentinel after every collection,
 // the runtime's only hook that runs once per cycle.
 type tuner struct {
-	base    int // the GC percent the headroom is scaled by
-	stopped atomic.Bool
-	samples [5]metrics.Sample
-	last    int // the percent last set (or found, at the start)
+	base        int // the GC percent the headroom is scaled by
+	stopped     atomic.Bool
+	samples     [5]metrics.Sample
+	last        int          // the percent last set (or found, at the start)
 	adjustments atomic.Int64 // percents set, for tests
 }
 
