@@ -304,6 +304,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if dk != nil {
 		engOpts = append(engOpts, partition.WithDurable())
 	}
+	// Ids above any an earlier process under this node id handed out: a
+	// peer's reply to that process may reach this one.
+	engOpts = append(engOpts, partition.WithFirstID(uint64(time.Now().UnixNano())))
 	if n.eng, err = partition.New(n.id, docState{store: n.store, logger: n.logger}, engOpts...); err != nil {
 		return nil, err
 	}

@@ -298,3 +298,48 @@ func TestWholeClusterRestartsFromDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestARestartDoesNotTakeItsPredecessorsReplies: a server forwards a
+// write to its owner and restarts from its disk before the owner's reply
+// comes. The reply, sent to the server's id, reaches the new incarnation
+// (a peer sends to whichever process holds the id now), which must not
+// take it for the answer to a forward of its own: with ids counted from 1
+// in every incarnation it did, and told a caller its write had committed
+// when the owner had not seen it. FuzzSchedules found the same collision
+// in fetch ids (a reply entries from the wrong offset).
+func TestARestartDoesNotTakeItsPredecessorsReplies(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	n := newNetwork(t, 4, ids, WithDurable())
+	n.settle()
+	p := slices.IndexFunc([]int{0, 1, 2, 3}, func(p int) bool { return n.owner(p) != "b" })
+	owner := n.owner(p)
+	if _, err := n.propose("b", p, "k", "old", WaitMajority); err != nil {
+		t.Fatal(err)
+	}
+	staleReply := func(env envelope) bool {
+		_, ok := env.msg.(*ForwardReply)
+		return ok && env.to == "b"
+	}
+	n.deliverWhere(func(env envelope) bool { return !staleReply(env) })
+	if !slices.ContainsFunc(n.queue, staleReply) {
+		t.Fatalf("the owner %s sent b no reply to its forward", owner)
+	}
+	b := n.restartDurable("b")
+	n.setMap(ids, ids...)
+	tok, err := n.propose("b", p, "k", "new", WaitMajority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old reply arrives before the new forward is even delivered.
+	n.deliver(slices.IndexFunc(n.queue, staleReply))
+	if c, ok := b.done[tok]; ok {
+		t.Fatalf("the new incarnation's write completed by its predecessor's reply: %+v", c)
+	}
+	n.deliverAll()
+	if c := mustDone(t, b, tok); c.Err != nil {
+		t.Fatalf("the new write: %v", c.Err)
+	}
+	if got := b.st.kv[p]["k"]; got != "new" {
+		t.Fatalf("k is %q, want new", got)
+	}
+}

@@ -150,13 +150,16 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil State", ErrInvalidOption)
 	}
-	return &Engine{
+	e := &Engine{
 		cfg:   cfg,
 		id:    id,
 		st:    st,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
 		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1, liveInc: map[string]uint64{},
-	}, nil
+		nextID: cfg.firstID, nextSnap: cfg.firstID,
+	}
+	e.fwd.StartAfter(cfg.firstID)
+	return e, nil
 }
 
 // ID returns the node id.

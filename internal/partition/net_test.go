@@ -257,6 +257,9 @@ func (n *network) add(id string, client bool, opts ...Option) *node {
 	if client {
 		o = append(o, WithClient())
 	}
+	// As a driver does: ids above those of the node's earlier
+	// incarnations (restartDurable raises inc).
+	o = append(o, WithFirstID(max(n.inc[id], 1)<<40))
 	e, err := New(id, st, append(o, opts...)...)
 	if err != nil {
 		n.t.Fatal(err)

@@ -158,9 +158,21 @@ func WithSettleDelay(d time.Duration) Option {
 // cluster's when they meet (rule 9).
 func WithJoining() Option { return optionFunc(func(c *config) { c.joining = true }) }
 
+// WithFirstID makes the ids this engine hands out (its fetches, forwarded
+// writes and snapshot streams) start after n. Peers answer by node id, so
+// a reply meant for an earlier incarnation of this node can reach this
+// one; counted from 1 in every incarnation, the ids collided, and a
+// restarted node took its predecessor's reply to a forward for the answer
+// to its own (a caller told its write had committed when the owner had not
+// seen it). A driver passes a number above any id an earlier incarnation
+// handed out: the node's start time in nanoseconds is, since a process
+// hands out fewer ids than the nanoseconds it lives.
+func WithFirstID(n uint64) Option { return optionFunc(func(c *config) { c.firstID = n }) }
+
 type config struct {
 	durable       bool
 	joining       bool
+	firstID       uint64
 	settle        time.Duration
 	maxEntry      int
 	maxMessage    int

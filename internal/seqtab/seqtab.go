@@ -12,7 +12,8 @@ package seqtab
 
 import "iter"
 
-// Table is a set of values keyed by the ids Add returns, 1, 2, 3, …
+// Table is a set of values keyed by the ids Add returns, 1, 2, 3, … (or
+// n+1, n+2, … after StartAfter(n)).
 // Its zero value is empty and ready. It is not safe for concurrent use.
 type Table[T any] struct {
 	slots []slot[T] // a ring; len is a power of two or 0
@@ -41,6 +42,15 @@ func (t *Table[T]) Add(v T) uint64 {
 	t.n++
 	t.live++
 	return t.next
+}
+
+// StartAfter makes the next id Add hands out id+1. It panics unless the
+// table is empty and has never handed out an id.
+func (t *Table[T]) StartAfter(id uint64) {
+	if t.next != 0 || t.n != 0 {
+		panic("seqtab: StartAfter on a table in use")
+	}
+	t.next = id
 }
 
 func (t *Table[T]) grow() {

@@ -86,3 +86,16 @@ func TestTableAgainstMap(t *testing.T) {
 		}
 	}
 }
+
+func TestStartAfter(t *testing.T) {
+	var tab Table[string]
+	tab.StartAfter(1 << 40)
+	id := tab.Add("a")
+	require.Equal(t, uint64(1<<40+1), id)
+	v, ok := tab.Get(id)
+	require.True(t, ok)
+	require.Equal(t, "a", v)
+	_, ok = tab.Get(1)
+	require.False(t, ok)
+	require.Panics(t, func() { tab.StartAfter(5) })
+}
