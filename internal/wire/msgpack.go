@@ -141,6 +141,7 @@ type decoder struct {
 	// to rewrite.
 	stamps     []int
 	keepStamps bool
+	inExt      bool // walking an extension's data (skipExt)
 }
 
 func (d *decoder) fail(format string, args ...any) {

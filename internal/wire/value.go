@@ -72,11 +72,10 @@ func DecodeValue(b []byte, v any) error {
 //     into such a type (found by FuzzRemoteReply). Unmarshal returns an
 //     error instead.
 //   - Asked for a map where it meets an extension, msgpack reads a map
-//     header from the extension's data (skipExt). A timestamp's data can
-//     begin with the map32 code and still be a valid time, so Unmarshal
-//     hands msgpack those timestamps in their 12-byte form, the same time
-//     in data that starts with a byte below 0x40 (nanoseconds take 30
-//     bits of the 8-byte form).
+//     from the extension's data (skipExt). A timestamp's data can begin
+//     with a map code and still be a valid time, so Unmarshal hands
+//     msgpack those timestamps in their 12-byte form, the same time in
+//     data that starts with a byte below 0x40.
 func Unmarshal(b []byte, v any) (err error) {
 	d := decoder{b: b, keepStamps: true}
 	d.skipValue(0)
@@ -163,7 +162,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeBin32, codeStr32:
 		d.skipBytes(d.be(4))
 	case 0xc7, 0xc8, 0xc9: // ext 8/16/32: length, type byte, data
-		d.skipExt(at, d.be(1<<(c-0xc7)))
+		d.skipExt(at, d.be(1<<(c-0xc7)), depth)
 	case 0xca: // float32
 		d.skipBytes(4)
 	case 0xcb: // float64
@@ -177,7 +176,7 @@ func (d *decoder) skipValue(depth int) {
 	case codeUint64, codeInt64:
 		d.skipBytes(8)
 	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16: type byte, data
-		d.skipExt(at, 1<<(c-0xd4))
+		d.skipExt(at, 1<<(c-0xd4), depth)
 	case codeArray16:
 		d.skipItems(d.be(2), depth)
 	case codeArray32:
@@ -192,37 +191,51 @@ func (d *decoder) skipValue(depth int) {
 }
 
 // skipExt skips an extension (its code at offset at) of n bytes of data
-// after its type byte. The data is opaque, with one exception. msgpack's
-// decoder, asked for a map where it meets an extension, reads a map header
-// from the extension's data (Decoder.DecodeMapLen), and decoding into a
-// map[string]any or a map[any]any (at any depth of the target type)
-// allocates room for every pair a map32 header declares before it reads
-// one: ten bytes declaring 808 million pairs took a process past 24 GB
-// (FuzzRemoteReply). Other map types and map16 headers preallocate at most
-// a million and 65,535 pairs. So data that starts with the map32 code must
-// hold the pairs it declares, two bytes or more each; except a timestamp
-// (type -1) of 4 or 8 bytes, which may start with that code and be a valid
-// time: its offset is kept, for Unmarshal to rewrite.
-func (d *decoder) skipExt(at int, n uint64) {
+// after its type byte. The data is opaque to msgpack but for one thing:
+// asked for a map where it meets an extension, msgpack's decoder reads a
+// map header from the extension's data (Decoder.DecodeMapLen) and then
+// the pairs that follow, as msgpack, past the data's end if the header
+// says so. Decoding into a map[string]any or a map[any]any it allocates
+// room for every pair a header declares before it reads one: ten bytes
+// declaring 808 million pairs took a process past 24 GB (FuzzRemoteReply),
+// and a fixmap in the data can carry an unvalidated map32 inside
+// (FuzzValidateValue). So data that starts with a map code must be one
+// well-formed map, wholly inside the data; except a timestamp (type -1)
+// of 4 or 8 bytes, which may start with such a byte and be a valid time
+// (nanoseconds from 536,870,912 in the 8-byte form, seconds from 2038 in
+// the 4-byte one): its offset is kept, for Unmarshal to hand msgpack the
+// same time in its 12-byte form, whose data starts below 0x40.
+func (d *decoder) skipExt(at int, n uint64, depth int) {
 	typAt := d.off
 	d.skipBytes(1 + n)
-	if d.err != nil || n == 0 || d.b[typAt+1] != 0xdf {
+	if d.err != nil || n == 0 {
+		return
+	}
+	data := d.b[typAt+1 : typAt+1+int(n)]
+	if c := data[0]; !(c >= 0x80 && c <= 0x8f) && c != 0xde && c != 0xdf {
 		return
 	}
 	if int8(d.b[typAt]) == -1 && (n == 4 || n == 8) {
-		if d.keepStamps {
+		if d.inExt {
+			// Unmarshal could not rewrite it without rewriting the
+			// extension around it.
+			d.fail("a timestamp that starts as a map, inside extension data")
+		} else if d.keepStamps {
 			d.stamps = append(d.stamps, at)
 		}
 		return
 	}
-	data := d.b[typAt+1 : typAt+1+int(n)]
-	if len(data) < 5 {
-		d.fail("extension data holds a truncated map header")
-		return
-	}
-	pairs := uint64(binary.BigEndian.Uint32(data[1:5]))
-	if 2*pairs > uint64(len(data)-5) {
-		d.fail("extension data declares a map of %d pairs in %d bytes", pairs, len(data)-5)
+	// The data is walked at the extension's depth, as msgpack would
+	// decode it, but it stays a scalar to the value around it: its level
+	// is not the value's, nor do a document's rules for keys apply to it
+	// (the store keeps an extension as the bytes that came).
+	inner := decoder{b: data, inExt: true}
+	inner.skipValue(depth + 1)
+	switch {
+	case inner.err != nil:
+		d.fail("extension data that starts as a map: %v", inner.err)
+	case inner.off != len(data):
+		d.fail("extension data holds a map and %d bytes more", len(data)-inner.off)
 	}
 }
 

@@ -60,6 +60,11 @@ func TestValidateValueRefusesHostileValues(t *testing.T) {
 		"an extension declaring a map32 it cannot hold": []byte("\xd70\xdf000\xa3001"),
 		"an extension with half a map header":           {0xd5, 0x30, 0xdf, 0xff},
 		"a 16-byte timestamp declaring a map32":         append([]byte{0xd8, 0xff, 0xdf, 0x7f, 0xff, 0xff, 0xff}, make([]byte, 11)...),
+		// A fixmap in extension data, carrying a map32 of 3 billion pairs
+		// as its second key (FuzzValidateValue, with map targets).
+		"an extension whose map carries a map32": []byte("\xd70\x8d00\xdf\xb2000"),
+		"an extension whose map ends early":      {0xd6, 0x30, 0x82, 0xa1, 'a', 0x01},
+		"an extension with a map and more":       {0xd6, 0x30, 0x80, 0x01, 0x02, 0x03},
 	} {
 		assert.ErrorIsf(t, ValidateValue(b), ErrMalformed, "%s", name)
 		var v any
@@ -76,31 +81,36 @@ func FuzzValidateValue(f *testing.F) {
 		if ValidateValue(b) != nil {
 			return
 		}
-		// What passes decodes without blowing up memory or the stack.
-		// Decoding into map[string]any and map[any]any (whose decoders
-		// read a map inside an extension) is left out until the second
-		// shape of that crash is fixed (docs/security.md, "Still open"):
-		// it runs a worker out of memory, in make test's short pass too.
+		// What passes decodes without blowing up memory or the stack:
+		// into any with msgpack itself, and through Unmarshal (which
+		// turns msgpack's panics into errors, and rewrites timestamps)
+		// into the types whose decoders read a map inside an extension.
 		var v any
 		_ = msgpack.Unmarshal(b, &v)
+		var m map[string]any
+		_ = Unmarshal(b, &m)
+		var u map[any]any
+		_ = Unmarshal(b, &u)
 	})
 }
 
 // TestTimestampsThatLookLikeMapsDecode: a timestamp's data may start with
-// msgpack's map32 code and be a valid time (nanoseconds from 935,329,792
-// to 939,524,095 in the 8-byte form; seconds in 2088-89 in the 4-byte
-// one). Such a value is accepted and decodes to its time; decoded where a
-// map is expected it fails without msgpack allocating for the pairs its
-// bytes seem to declare (2^20 in the first: about 50 MB before Unmarshal
-// rewrote them).
+// a msgpack map code and be a valid time (in the 8-byte form, nanoseconds
+// from 536,870,912, and 935,329,792 to 939,524,095 for map32; in the
+// 4-byte one, seconds from 2038). Such a value is accepted and decodes to
+// its time; decoded where a map is expected it fails without msgpack
+// allocating for the pairs its bytes seem to declare (2^20 in the first:
+// 252 MB allocated before Unmarshal rewrote them).
 func TestTimestampsThatLookLikeMapsDecode(t *testing.T) {
 	for _, when := range []time.Time{
 		time.Unix(1_700_000_000, 0xdf<<22|1<<10).UTC(), // fixext 8; its bytes 1-4 read 2^20
 		time.Unix(0xdf000001, 0).UTC(),                 // fixext 4
+		time.Unix(1_700_000_000, 0x8f<<22|1<<10).UTC(), // fixext 8 that starts as a fixmap
+		time.Unix(0x80000001, 0).UTC(),                 // fixext 4 in 2038 that starts as a fixmap
 	} {
 		b, err := msgpack.Marshal(when)
 		require.NoError(t, err)
-		require.Equal(t, byte(0xdf), b[2], "% x: the data starts with the map32 code", b)
+		require.True(t, b[2] == 0xdf || b[2]&0xf0 == 0x80, "% x: the data starts with a map code", b)
 		require.NoError(t, ValidateValue(b))
 
 		var got time.Time
