@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/pkg/fero"
 )
@@ -247,7 +246,7 @@ for a slow reader and then drops them; "missed" counts them.`,
 				}
 				if len(ch.Value) > 0 {
 					var v any
-					if err := msgpack.Unmarshal(ch.Value, &v); err == nil {
+					if err := ch.Decode(&v); err == nil {
 						line["value"] = jsonable(v)
 					}
 				}
