@@ -187,6 +187,9 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 			assert.Contains(t, []any{"UPDATE", "ADD", "REMOVE"}, ch["type"], l)
 			assert.True(t, strings.HasPrefix(fmt.Sprint(ch["key"]), "user"), l)
 			assert.NotZero(t, ch["offset"], l)
+			if ch["type"] == "UPDATE" {
+				assert.NotNil(t, ch["value"], "an update's value, decoded: %s", l)
+			}
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("tail printed nothing")
