@@ -17,6 +17,10 @@ type chaos struct {
 	rng     interface{ IntN(int) int }
 	servers []string
 	crashed bool
+	// emptied: a server restarted with nothing (restartEmpty). With a
+	// crash as well, a Majority write held by the two could be lost: two
+	// faults in a replica group of three, beyond what it tolerates.
+	emptied bool
 	joined  bool
 	// accepted are the proposals that asked for a completion and were not
 	// refused at once: each must complete, within the write timeout.
@@ -130,8 +134,10 @@ func (c *chaos) op(r int) {
 		}
 	case r < 98 && c.n.nodes["s0"].disk != nil:
 		c.restart()
+	case r < 98 && c.rng.IntN(2) == 0:
+		c.restartEmpty()
 	case r < 98:
-		if !c.crashed && len(c.liveServers()) > 3 {
+		if !c.crashed && !c.emptied && len(c.liveServers()) > 3 {
 			c.crashed = true
 			n.crash(c.pick(c.liveServers()))
 			n.setMap(c.liveServers(), c.live()...)
@@ -156,23 +162,8 @@ func (c *chaos) op(r int) {
 // a restart during formation heals the network and lets it form first.
 func (c *chaos) restart() {
 	n := c.n
-	formed := func() bool {
-		for _, id := range c.liveServers() {
-			e := n.nodes[id].e
-			if v, ok := e.voters[id]; !ok || !v.confirmed() || v.Inc != e.inc {
-				return false
-			}
-		}
-		return true
-	}
-	if !formed() {
-		// Let it form: heal, and run until every server votes.
-		n.heal()
-		n.setMap(c.liveServers(), c.live()...)
-		n.settle()
-		if !formed() {
-			return
-		}
+	if !c.formed() {
+		return
 	}
 	ids := []string{c.pick(c.liveServers())}
 	if c.rng.IntN(4) == 0 {
@@ -184,6 +175,52 @@ func (c *chaos) restart() {
 		// Its callers lost their connection with the process.
 		c.accepted = slices.DeleteFunc(c.accepted, func(p proposed) bool { return p.node == id })
 	}
+	n.setMap(c.liveServers(), c.live()...)
+}
+
+// formed reports whether every live server votes in its current
+// incarnation; if not, it heals the network and runs until they do, and
+// reports whether they then do.
+func (c *chaos) formed() bool {
+	n := c.n
+	formed := func() bool {
+		for _, id := range c.liveServers() {
+			e := n.nodes[id].e
+			if v, ok := e.voters[id]; !ok || !v.confirmed() || v.Inc != e.inc {
+				return false
+			}
+		}
+		return true
+	}
+	if formed() {
+		return true
+	}
+	n.heal()
+	n.setMap(c.liveServers(), c.live()...)
+	n.settle()
+	return formed()
+}
+
+// restartEmpty restarts a server of a memory-only cluster with nothing,
+// as a process killed and started again under its id: a new incarnation
+// with an empty copy, which is a learner until it has caught up (rule 9).
+// Only while every live server votes, so that one server at a time is
+// without its copy (two at once in one replica group is a loss beyond
+// what the group tolerates), and never in a schedule with a crash.
+func (c *chaos) restartEmpty() {
+	n := c.n
+	if c.crashed || n.nodes["s0"].disk != nil || !c.formed() {
+		return
+	}
+	id := c.pick(c.liveServers())
+	n.queue = slices.DeleteFunc(n.queue, func(e envelope) bool { return e.to == id })
+	if n.inc == nil {
+		n.inc = map[string]uint64{}
+	}
+	n.inc[id] = max(n.inc[id], 1) + 1
+	n.add(id, false)
+	c.accepted = slices.DeleteFunc(c.accepted, func(p proposed) bool { return p.node == id })
+	c.emptied = true
 	n.setMap(c.liveServers(), c.live()...)
 }
 
