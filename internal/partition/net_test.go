@@ -482,9 +482,16 @@ func (n *network) step(env envelope) {
 	if err := to.e.Step(env.from, env.cluster, msg); err != nil {
 		n.t.Fatalf("%s stepping %T from %s: %v", env.to, msg, env.from, err)
 	}
-	for i := range wireBytes {
-		wireBytes[i] = 0xff
-	}
+	// The bytes are scribbled over once the round that stepped them has
+	// ended: the engine may hold a restored snapshot's state until the
+	// next Ready hands it to the disk (Decoder.DecodeShared), and nothing
+	// past that. (Scribbled before that Ready, a durable server caught
+	// up by a whole snapshot wrote 0xff bytes to its disk.)
+	defer func() {
+		for i := range wireBytes {
+			wireBytes[i] = 0xff
+		}
+	}()
 	if _, ok := msg.(*Heartbeat); ok && !to.e.HasReady() {
 		// A heartbeat changes no partition: the invariant walk after it
 		// (most of the messages of a long schedule) would find nothing new.

@@ -132,6 +132,8 @@ func (c *chaos) op(r int) {
 		if len(sub) > 0 {
 			n.setMap(sub, c.pick(c.live()))
 		}
+	case r < 98 && c.n.nodes["s0"].disk != nil && c.rng.IntN(4) == 0:
+		c.restartEmpty() // its disk lost, or replaced
 	case r < 98 && c.n.nodes["s0"].disk != nil:
 		c.restart()
 	case r < 98 && c.rng.IntN(2) == 0:
@@ -201,15 +203,16 @@ func (c *chaos) formed() bool {
 	return formed()
 }
 
-// restartEmpty restarts a server of a memory-only cluster with nothing,
-// as a process killed and started again under its id: a new incarnation
-// with an empty copy, which is a learner until it has caught up (rule 9).
+// restartEmpty restarts a server with nothing, as a process killed and
+// started again under its id without a data directory (or with a new
+// disk): a new incarnation with an empty copy, which is a learner until it
+// has caught up (rule 9).
 // Only while every live server votes, so that one server at a time is
 // without its copy (two at once in one replica group is a loss beyond
 // what the group tolerates), and never in a schedule with a crash.
 func (c *chaos) restartEmpty() {
 	n := c.n
-	if c.crashed || n.nodes["s0"].disk != nil || !c.formed() {
+	if c.crashed || !c.formed() {
 		return
 	}
 	id := c.pick(c.liveServers())
