@@ -16,7 +16,8 @@ type chaos struct {
 	n       *network
 	rng     interface{ IntN(int) int }
 	servers []string
-	crashed bool
+	crashed string // the server crashed for good, if any
+	forgot  bool   // an operator has forgotten it
 	// emptied: a server restarted with nothing (restartEmpty). With a
 	// crash as well, a Majority write held by the two could be lost: two
 	// faults in a replica group of three, beyond what it tolerates.
@@ -139,10 +140,20 @@ func (c *chaos) op(r int) {
 	case r < 98 && c.rng.IntN(2) == 0:
 		c.restartEmpty()
 	case r < 98:
-		if !c.crashed && !c.emptied && len(c.liveServers()) > 3 {
-			c.crashed = true
-			n.crash(c.pick(c.liveServers()))
+		switch {
+		case c.crashed == "" && !c.emptied && len(c.liveServers()) > 3:
+			c.crashed = c.pick(c.liveServers())
+			n.crash(c.crashed)
 			n.setMap(c.liveServers(), c.live()...)
+		case c.crashed != "" && !c.forgot:
+			// An operator forgets the crashed server through any server
+			// (fero forget), whatever that server's map says.
+			c.forgot = true
+			nd := n.nodes[c.pick(c.liveServers())]
+			if err := nd.e.Forget(c.crashed); err != nil {
+				n.t.Fatalf("%s forgetting %s: %v", nd.id, c.crashed, err)
+			}
+			n.collect(nd)
 		}
 	default:
 		if !c.joined {
@@ -212,7 +223,7 @@ func (c *chaos) formed() bool {
 // what the group tolerates), and never in a schedule with a crash.
 func (c *chaos) restartEmpty() {
 	n := c.n
-	if c.crashed || !c.formed() {
+	if c.crashed != "" || !c.formed() {
 		return
 	}
 	id := c.pick(c.liveServers())
@@ -231,7 +242,7 @@ func (c *chaos) finish() {
 	c.n.heal()
 	c.n.setMap(c.liveServers(), c.live()...)
 	c.n.settle()
-	if c.crashed {
+	if c.crashed != "" {
 		// A previous replica group that lost its majority to the crash
 		// blocks its partition's sync until the departed member ages out
 		// of the quorum window (the price of rule 5 across splits).
