@@ -230,6 +230,10 @@ type network struct {
 	// inc is each server's incarnation in the maps setMap builds (1 when
 	// unset); restartDurable raises it.
 	inc map[string]uint64
+	// tokenValues says every write's value is its token, as the random
+	// schedules write them: a completion's position must then hold the
+	// write it completes.
+	tokenValues bool
 }
 
 func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
@@ -328,6 +332,17 @@ func (n *network) collect(nd *node) {
 	}
 	for _, c := range rd.Completions {
 		nd.done[c.Token] = c
+		if n.tokenValues && c.Err == nil && c.Position.Offset != 0 {
+			// The position a caller is told is its own write's.
+			k := commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset}
+			rec, ok := n.commits[k]
+			switch {
+			case !ok:
+				n.t.Fatalf("%s: write %d completed at %+v, where no owner has committed", nd.id, c.Token, k)
+			case !bytes.Equal(rec.ent.Value, val(fmt.Sprint(c.Token))):
+				n.t.Fatalf("%s: write %d completed at %+v, which holds another write: %q", nd.id, c.Token, k, rec.ent.Value)
+			}
+		}
 		if c.Err == nil && c.Position.Offset != 0 {
 			if w, ok := n.waits[c.Token]; ok && w == WaitMajority {
 				n.durable = append(n.durable, commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset})
@@ -350,7 +365,9 @@ func (n *network) recordCommit(nd *node, ev Event) {
 	if n.shared && (strings.IndexByte(ev.Entry.Key, 0xff) >= 0 || bytes.IndexByte(ev.Entry.Value, 0xff) >= 0) {
 		n.t.Fatalf("%s committed bytes of a message stepped before: %q = %q", nd.id, ev.Entry.Key, ev.Entry.Value)
 	}
-	rec := commitRec{ent: ev.Entry}
+	ent := ev.Entry
+	ent.Key, ent.Value = strings.Clone(ent.Key), bytes.Clone(ent.Value) // the log may reuse its blocks
+	rec := commitRec{ent: ent}
 	rec.prev, rec.ok = nd.e.parts[ev.Partition].log.epochAt(ev.Entry.Offset - 1)
 	n.commits[k] = rec
 }

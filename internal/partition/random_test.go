@@ -18,6 +18,8 @@ type chaos struct {
 	servers []string
 	crashed string // the server crashed for good, if any
 	forgot  bool   // an operator has forgotten it
+	// clientRestarts counts the client's restarts with nothing.
+	clientRestarts int
 	// emptied: a server restarted with nothing (restartEmpty). With a
 	// crash as well, a Majority write held by the two could be lost: two
 	// faults in a replica group of three, beyond what it tolerates.
@@ -51,6 +53,7 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)
 	n.roundTrip, n.shared = seed%3 == 1, seed%3 == 2
+	n.tokenValues = true
 	return &chaos{n: n, rng: newRand(seed), servers: servers}
 }
 
@@ -221,16 +224,28 @@ func (c *chaos) formed() bool {
 // Only while every live server votes, so that one server at a time is
 // without its copy (two at once in one replica group is a loss beyond
 // what the group tolerates), and never in a schedule with a crash.
+//
+// Or, one time in three, the client restarts: it owns nothing and holds
+// no vote, so it may, any time; its copy catches up from the owners.
 func (c *chaos) restartEmpty() {
 	n := c.n
+	if n.inc == nil {
+		n.inc = map[string]uint64{}
+	}
+	if c.rng.IntN(3) == 0 {
+		n.queue = slices.DeleteFunc(n.queue, func(e envelope) bool { return e.to == "x" })
+		n.inc["x"] = max(n.inc["x"], 1) + 1 // a new process: ids above the old one's
+		n.add("x", true)
+		c.accepted = slices.DeleteFunc(c.accepted, func(p proposed) bool { return p.node == "x" })
+		c.clientRestarts++
+		n.setMap(c.liveServers(), c.live()...)
+		return
+	}
 	if c.crashed != "" || !c.formed() {
 		return
 	}
 	id := c.pick(c.liveServers())
 	n.queue = slices.DeleteFunc(n.queue, func(e envelope) bool { return e.to == id })
-	if n.inc == nil {
-		n.inc = map[string]uint64{}
-	}
 	n.inc[id] = max(n.inc[id], 1) + 1
 	n.add(id, false)
 	c.accepted = slices.DeleteFunc(c.accepted, func(p proposed) bool { return p.node == id })
