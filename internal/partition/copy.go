@@ -36,6 +36,12 @@ type part struct {
 	gapStale  bool
 	knownLast uint64     // last offset accepted's owner told of
 	fetch     fetchState // the one outstanding fetch, if any
+	// fetchIdle: no fetch before this time. A reply that left the copy
+	// where it was (its server had nothing past it, or is behind it) is
+	// not asked again at once: a client and an owner restarted with
+	// nothing traded empty fetches and replies without end, with no
+	// clock tick between them (FuzzSchedules).
+	fetchIdle time.Time
 	restore   restoring  // a snapshot arriving in pieces, if any
 	ackDirty  bool
 	dirty     bool
@@ -326,7 +332,7 @@ func (e *Engine) stepPosRequest(pt *part, from string, m *PosRequest) {
 // the best position; otherwise from the accepted epoch's owner when the
 // copy is not aligned with it, has a gap, or was told of later entries.
 func (e *Engine) maybeFetch(pt *part) {
-	if pt.fetch.id != 0 || pt.active {
+	if pt.fetch.id != 0 || pt.active || e.now.Before(pt.fetchIdle) {
 		return
 	}
 	var to string
@@ -461,7 +467,11 @@ func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
 		}
 		return nil
 	}
+	answered := pt.fetch.id != 0 && m.ID == pt.fetch.id && from == pt.fetch.to
 	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
+		if answered && m.Position.Compare(pt.position()) < 0 {
+			pt.fetchIdle = e.now.Add(e.cfg.fetchRetry / busyRetry) // its server is behind this copy
+		}
 		e.maybeFetch(pt)
 		return nil
 	}
@@ -471,9 +481,13 @@ func (e *Engine) stepFetchReply(pt *part, from string, m *FetchReply) error {
 	if len(m.Entries) > 0 && m.Position.Epoch.Less(m.Entries[len(m.Entries)-1].Epoch) {
 		return errs.New(errs.InvalidArgument, "fetch reply entries newer than its position")
 	}
+	before := pt.position()
 	e.adopt(pt, m.Position.Epoch)
 	for _, ent := range m.Entries {
 		e.apply(pt, ent)
+	}
+	if len(m.Entries) == 0 && m.Position.Compare(before) <= 0 {
+		pt.fetchIdle = e.now.Add(e.cfg.fetchRetry / busyRetry) // its server has nothing past this copy
 	}
 	e.afterCatchUp(pt, m.Position, m.Start)
 	return nil
