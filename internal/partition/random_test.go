@@ -151,11 +151,9 @@ func (c *chaos) op(r int) {
 		case c.crashed != "" && !c.forgot && c.formed():
 			// An operator forgets the crashed server through any server
 			// (fero forget), whatever that server's map says, once the
-			// cluster has formed. (Forgotten while it still formed, at
-			// step 36 of one input, a server that had missed the new
-			// epochs of every partition kept its old ones to the end:
-			// its copies held the same entries, but converged() wants
-			// the same positions: docs/engine.md, "Known open".)
+			// cluster has formed. (Forgotten while a split let two
+			// clusters form, the forgotten server's cluster never gave
+			// way to the other: docs/engine.md, "Known open".)
 			c.forgot = true
 			nd := n.nodes[c.pick(c.liveServers())]
 			if err := nd.e.Forget(c.crashed); err != nil {
