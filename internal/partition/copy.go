@@ -42,7 +42,7 @@ type part struct {
 	// nothing traded empty fetches and replies without end, with no
 	// clock tick between them (FuzzSchedules).
 	fetchIdle time.Time
-	restore   restoring  // a snapshot arriving in pieces, if any
+	restore   restoring // a snapshot arriving in pieces, if any
 	ackDirty  bool
 	dirty     bool
 
