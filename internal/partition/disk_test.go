@@ -107,10 +107,7 @@ func (n *network) restartDurable(id string) *node {
 	nd := n.add(id, old.client)
 	nd.disk = old.disk
 	for p := range n.parts {
-		var ents []Entry
-		for _, e := range old.disk.entries[p] {
-			ents = append(ents, e)
-		}
+		ents := append([]Entry(nil), old.disk.entries[p]...)
 		if err := nd.e.Restore(n.parts, p, old.disk.snaps[p], ents, old.disk.metas[p]); err != nil {
 			n.t.Fatalf("%s: restore partition %d: %v", id, p, err)
 		}

@@ -73,10 +73,7 @@ func (c *testCluster) settle(servers int) {
 		for i, r := range c.all {
 			nodes[i] = r.node()
 		}
-		if !node.Synced(context.Background(), nodes...) {
-			return false
-		}
-		return true
+		return node.Synced(context.Background(), nodes...)
 	}, 20*time.Second, 10*time.Millisecond)
 }
 

@@ -49,7 +49,7 @@ func (tn *tracedNode) span(t *testing.T, tid trace.TraceID, name string) tracete
 func attr(s tracetest.SpanStub, k string) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == attribute.Key(k) {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
