@@ -157,7 +157,7 @@ func (e *Engine) adopt(pt *part, ep Epoch) {
 	pt.knownLast = 0
 	e.touch(pt)
 	clear(pt.gap)
-	pt.fetch = fetchState{}
+	pt.fetch, pt.fetchIdle = fetchState{}, time.Time{} // a new epoch: ask anew
 	e.dropRestore(pt)
 	if _, seen := e.seen[ep.Owner]; ep.Owner != e.id && (e.alive[ep.Owner] || !seen) {
 		// Let a live rival finish; a dead one is no reason to wait. A rival

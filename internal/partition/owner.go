@@ -83,7 +83,9 @@ func (e *Engine) startSync(pt *part) {
 	pt.accepted, pt.started, pt.knownLast = ep, false, 0
 	e.touch(pt)
 	clear(pt.gap)
-	pt.fetch = fetchState{}
+	// The sync fetches from its target as soon as it has one: an empty
+	// reply from the previous owner does not hold it back.
+	pt.fetch, pt.fetchIdle = fetchState{}, time.Time{}
 	s := &syncState{
 		epoch:   ep,
 		started: e.now,
