@@ -497,11 +497,16 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	f := pt.fetch
 	e.catchUp.Pieces++
 	e.catchUp.PieceBytes += uint64(len(m.State))
+	answered := f.id != 0 && m.ID == f.id && from == f.to
 	if !e.fetchReplyUsable(pt, from, m.ID, m.Position) {
 		e.catchUp.Stale++
+		if answered && m.Position.Compare(pt.position()) < 0 {
+			pt.fetchIdle = e.now.Add(e.cfg.fetchRetry / busyRetry) // its server is behind this copy
+		}
 		e.maybeFetch(pt)
 		return
 	}
+	before := pt.position()
 	if m.Snap != 0 {
 		done, ok := e.stagePiece(pt, from, m, f)
 		if !ok {
@@ -534,8 +539,16 @@ func (e *Engine) stepSnapshotReply(pt *part, from string, m *SnapshotReply) {
 	e.event(Event{Kind: EventRestored, Partition: pt.p, Position: m.Position})
 	e.catchUp.Restored++
 	pt.ackDirty = true
+	if m.Position.Compare(before) <= 0 {
+		// A snapshot that brought the copy no further (its server has
+		// nothing past it, restarted empty, say): asking again at once
+		// would be answered the same, without end (FuzzSchedules, in
+		// make test's short pass). The next fetch, after the hold, lets
+		// the server's snapshot slot go.
+		pt.fetchIdle = e.now.Add(e.cfg.fetchRetry / busyRetry)
+	}
 	e.afterCatchUp(pt, m.Position, m.Start)
-	if pt.fetch.id == 0 {
+	if pt.fetch.id == 0 && !e.now.Before(pt.fetchIdle) {
 		// Tell the server the snapshot arrived, so that it sends the next
 		// (MaxSnapshotsInFlight): a fetch, for whatever came after it.
 		e.fetchFrom(pt, from)
