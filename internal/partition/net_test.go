@@ -230,10 +230,17 @@ type network struct {
 	// inc is each server's incarnation in the maps setMap builds (1 when
 	// unset); restartDurable raises it.
 	inc map[string]uint64
-	// tokenValues says every write's value is its token, as the random
-	// schedules write them: a completion's position must then hold the
-	// write it completes.
-	tokenValues bool
+	// proposals is every write proposed through propose (or written
+	// down with record): a completion of one must name a position that
+	// holds that very write, never another one's (a false ack).
+	proposals map[uint64]proposal
+}
+
+// proposal is a write as its node proposed it.
+type proposal struct {
+	node  string
+	req   Request
+	value []byte // req.Value's bytes as proposed
 }
 
 func newNetwork(t testing.TB, parts int, ids []string, opts ...Option) *network {
@@ -332,15 +339,16 @@ func (n *network) collect(nd *node) {
 	}
 	for _, c := range rd.Completions {
 		nd.done[c.Token] = c
-		if n.tokenValues && c.Err == nil && c.Position.Offset != 0 {
+		if w, ok := n.proposals[c.Token]; ok && w.node == nd.id && c.Err == nil && c.Position.Offset != 0 {
 			// The position a caller is told is its own write's.
 			k := commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset}
 			rec, ok := n.commits[k]
 			switch {
 			case !ok:
 				n.t.Fatalf("%s: write %d completed at %+v, where no owner has committed", nd.id, c.Token, k)
-			case !bytes.Equal(rec.ent.Value, val(fmt.Sprint(c.Token))):
-				n.t.Fatalf("%s: write %d completed at %+v, which holds another write: %q", nd.id, c.Token, k, rec.ent.Value)
+			case c.Partition != w.req.Partition || rec.ent.Key != w.req.Key || !bytes.Equal(rec.ent.Value, w.value):
+				n.t.Fatalf("%s: write %d (%s=%q in partition %d) completed at %+v, which holds another write: %s=%q",
+					nd.id, c.Token, w.req.Key, w.value, w.req.Partition, k, rec.ent.Key, rec.ent.Value)
 			}
 		}
 		if c.Err == nil && c.Position.Offset != 0 {
@@ -587,13 +595,24 @@ func (n *network) propose(id string, p int, key, value string, w Wait) (uint64, 
 	n.t.Helper()
 	n.token++
 	nd := n.nodes[id]
-	err := nd.e.Propose(Request{Partition: p, Type: wire.RecordUpdate, Key: key, Value: val(value), Token: n.token, Wait: w})
+	req := Request{Partition: p, Type: wire.RecordUpdate, Key: key, Value: val(value), Token: n.token, Wait: w}
+	n.record(id, req)
+	err := nd.e.Propose(req)
+	n.collect(nd)
+	return n.token, err
+}
+
+// record writes down a write that node id is about to propose, for the
+// checks of its completion.
+func (n *network) record(id string, req Request) {
 	if n.waits == nil {
 		n.waits = map[uint64]Wait{}
 	}
-	n.waits[n.token] = w
-	n.collect(nd)
-	return n.token, err
+	n.waits[req.Token] = req.Wait
+	if n.proposals == nil {
+		n.proposals = map[uint64]proposal{}
+	}
+	n.proposals[req.Token] = proposal{node: id, req: req, value: bytes.Clone(req.Value)}
 }
 
 func (n *network) owner(p int) string {

@@ -53,7 +53,6 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)
 	n.roundTrip, n.shared = seed%3 == 1, seed%3 == 2
-	n.tokenValues = true
 	return &chaos{n: n, rng: newRand(seed), servers: servers}
 }
 
@@ -90,12 +89,13 @@ func (c *chaos) op(r int) {
 		waits := []Wait{WaitNone, WaitAck, WaitMajority, WaitReplicas}
 		w := waits[c.rng.IntN(len(waits))]
 		n.token++
-		n.waits[n.token] = w
 		nd := n.nodes[id]
-		err := nd.e.Propose(Request{
+		req := Request{
 			Partition: c.rng.IntN(n.parts), Type: 2, Key: fmt.Sprintf("k%d", c.rng.IntN(6)),
 			Value: val(fmt.Sprint(n.token)), Token: n.token, Wait: w, K: 1,
-		})
+		}
+		n.record(id, req)
+		err := nd.e.Propose(req)
 		if err == nil && w != WaitNone {
 			c.accepted = append(c.accepted, proposed{node: id, token: n.token})
 		}
