@@ -230,10 +230,14 @@ func (e *Engine) meet(c ClusterID, m *Voters) meeting {
 	// servers of one forming cluster that took their votes at the same
 	// time, each naming it. (A server's map alone does not make it one
 	// of a cluster: a seedless server found just after it named its own
-	// guessed the server that found it.)
-	if v, ok := e.voters[c.Founder]; ok && !v.Left && v.Inc == c.Inc {
+	// guessed the server that found it.) A founder forgotten since
+	// counts: a server that had not yet heard the removal of a seed lost
+	// before the cluster formed named the cluster after it, while the
+	// others, which had, named it after another (FuzzSchedules, servers
+	// given seeds: the two names refused each other for good).
+	if v, ok := e.voters[c.Founder]; ok && v.Inc == c.Inc {
 		for _, v := range vs {
-			if v.ID == mine.Founder && !v.Left && v.Inc == mine.Inc {
+			if v.ID == mine.Founder && v.Inc == mine.Inc {
 				return meetSame
 			}
 		}

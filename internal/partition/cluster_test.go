@@ -244,3 +244,47 @@ func TestStaleNameConverges(t *testing.T) {
 		t.Fatal("the lost name is not kept as the cluster's")
 	}
 }
+
+// TestForgottenFounderNamesOneCluster (rule 9, cluster identity, 3):
+// servers given each other as seeds lose one, a, before they form. The
+// operator forgets a and gives every server seeds without it. A server
+// that had not heard the removal when it took its vote named the cluster
+// after a, the configuration's earliest-started server as it knew it; the
+// others, which had, named it after b. Both names are the one cluster's:
+// each list holds the other's founder in the life that named it, a
+// forgotten since. Before, the two names refused each other for good and
+// the late server kept its first epochs (TestRandomSchedules' seed 1349,
+// servers given seeds).
+func TestForgottenFounderNamesOneCluster(t *testing.T) {
+	byA, byB := ClusterID{Founder: "a", Inc: 1}, ClusterID{Founder: "b", Inc: 1}
+	list := func(aLeft bool) []Voter {
+		return []Voter{{ID: "a", Inc: 1, Left: aLeft}, {ID: "b", Inc: 1}, {ID: "c", Inc: 1}, {ID: "d", Inc: 1}}
+	}
+	for _, tc := range []struct {
+		name        string
+		mine, heard ClusterID
+		myList      []Voter // this server's configuration
+		theirList   []Voter
+	}{
+		{"the forgetting side hears the late name", byB, byA, list(true), list(false)},
+		{"the late side hears the forgetting name", byA, byB, list(false), list(true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNetwork(t, 4, []string{"c", "d"}, WithJoining())
+			x := n.nodes["c"].e
+			for _, v := range tc.myList {
+				x.voters[v.ID] = v
+			}
+			x.setCluster(tc.mine)
+			if err := x.Step("d", tc.heard, &Voters{List: tc.theirList}); err != nil {
+				t.Fatal(err)
+			}
+			if x.Cluster() != byA || len(x.Foreign()) > 0 || x.Yields() != 0 {
+				t.Fatalf("cluster %v (want %v, the lower), foreign %v, yields %d", x.Cluster(), byA, x.Foreign(), x.Yields())
+			}
+			if _, ok := x.kin[byB]; !ok {
+				t.Fatalf("%v is not kept as the cluster's other name", byB)
+			}
+		})
+	}
+}

@@ -230,6 +230,11 @@ type network struct {
 	// inc is each server's incarnation in the maps setMap builds (1 when
 	// unset); restartDurable raises it.
 	inc map[string]uint64
+	// seeds, when set, are the servers every node was given as seeds (the
+	// configuration docs/engine.md tells operators to run): each map
+	// setMap gives a node comes with the seeds it lacks, as a driver
+	// passes them (SetUnseenSeeds). The nodes need WithJoining.
+	seeds []string
 	// proposals is every write proposed through propose (or written
 	// down with record): a completion of one must name a position that
 	// holds that very write, never another one's (a false ack).
@@ -313,6 +318,11 @@ func (n *network) setMap(members []string, on ...string) {
 		nd := n.nodes[id]
 		if nd.dead {
 			continue
+		}
+		if n.seeds != nil {
+			nd.e.SetUnseenSeeds(slices.DeleteFunc(slices.Clone(n.seeds), func(s string) bool {
+				return s == id || slices.Contains(members, s)
+			}))
 		}
 		if err := nd.e.SetMap(m, clients); err != nil {
 			n.t.Fatal(err)
@@ -600,6 +610,22 @@ func (n *network) propose(id string, p int, key, value string, w Wait) (uint64, 
 	err := nd.e.Propose(req)
 	n.collect(nd)
 	return n.token, err
+}
+
+// dropSeed removes id from the seeds every node was given, as an
+// operator who restarts them with new seeds (a driver passes the unseen
+// ones with each map; here the live nodes learn at once).
+func (n *network) dropSeed(id string) {
+	n.seeds = slices.DeleteFunc(n.seeds, func(s string) bool { return s == id })
+	for _, nid := range n.ids() {
+		nd := n.nodes[nid]
+		if nd.dead || nd.e.m == nil {
+			continue
+		}
+		nd.e.SetUnseenSeeds(slices.DeleteFunc(slices.Clone(n.seeds), func(s string) bool {
+			return s == nid || slices.ContainsFunc(nd.e.m.Members(), func(m ring.Member) bool { return m.ID == s })
+		}))
+	}
 }
 
 // record writes down a write that node id is about to propose, for the

@@ -25,6 +25,10 @@ type chaos struct {
 	// faults in a replica group of three, beyond what it tolerates.
 	emptied bool
 	joined  bool
+	// seeded: every node was given the first five servers as seeds (a
+	// fresh cluster forms only once it sees them all); otherwise none
+	// was, as the quick start's servers.
+	seeded bool
 	// accepted are the proposals that asked for a completion and were not
 	// refused at once: each must complete, within the write timeout.
 	accepted []proposed
@@ -49,11 +53,21 @@ func newChaos(t testing.TB, seed uint64) *chaos {
 		// history of 16, no schedule ever sent a snapshot).
 		opts = append(opts, WithHistoryMax(2), WithMaxEntry(16), WithMaxMessage(48))
 	}
+	// Two schedules in five run the configuration operators are told to
+	// run: every node given every server as a seed. (Not seeds 295 and
+	// 263, whose kept inputs found the fetch loops without seeds.)
+	seeded := seed%5 == 1 || seed%5 == 4
+	if seeded {
+		opts = append(opts, WithJoining())
+	}
 	n := newNetwork(t, 4, servers, opts...)
+	if seeded {
+		n.seeds = slices.Clone(servers)
+	}
 	n.add("x", true)
 	n.setMap(servers, append(slices.Clone(servers), "x")...)
 	n.roundTrip, n.shared = seed%3 == 1, seed%3 == 2
-	return &chaos{n: n, rng: newRand(seed), servers: servers}
+	return &chaos{n: n, rng: newRand(seed), servers: servers, seeded: seeded}
 }
 
 func (c *chaos) live() []string {
@@ -148,18 +162,16 @@ func (c *chaos) op(r int) {
 			c.crashed = c.pick(c.liveServers())
 			n.crash(c.crashed)
 			n.setMap(c.liveServers(), c.live()...)
-		case c.crashed != "" && !c.forgot && c.formed():
+		case c.crashed != "" && !c.forgot && (c.seeded || c.formed()):
 			// An operator forgets the crashed server through any server
-			// (fero forget), whatever that server's map says, once the
-			// cluster has formed. (Forgotten while a split let two
-			// clusters form, the forgotten server's cluster never gave
-			// way to the other: docs/engine.md, "Known open".)
-			c.forgot = true
-			nd := n.nodes[c.pick(c.liveServers())]
-			if err := nd.e.Forget(c.crashed); err != nil {
-				n.t.Fatalf("%s forgetting %s: %v", nd.id, c.crashed, err)
-			}
-			n.collect(nd)
+			// (fero forget), whatever that server's map says: at any
+			// time when the servers were given seeds, and without seeds
+			// once the cluster has formed. (Seedless servers split while
+			// they formed can form two clusters, and after a forget
+			// neither gave way to the other: docs/engine.md, "Known
+			// open". Servers given seeds form nothing before they see
+			// every seed.)
+			c.forget()
 		}
 	default:
 		if !c.joined {
@@ -168,6 +180,24 @@ func (c *chaos) op(r int) {
 			c.servers = append(c.servers, "s5")
 			n.setMap(c.liveServers(), c.live()...)
 		}
+	}
+}
+
+// forget has an operator forget the crashed server through any live
+// server (fero forget).
+func (c *chaos) forget() {
+	n := c.n
+	c.forgot = true
+	nd := n.nodes[c.pick(c.liveServers())]
+	if err := nd.e.Forget(c.crashed); err != nil {
+		n.t.Fatalf("%s forgetting %s: %v", nd.id, c.crashed, err)
+	}
+	n.collect(nd)
+	if n.seeds != nil {
+		// And drops it from every node's seeds: servers given seeds form
+		// a cluster only once they see every one, so one lost before
+		// they formed would hold them for good.
+		n.dropSeed(c.crashed)
 	}
 }
 
@@ -257,6 +287,12 @@ func (c *chaos) restartEmpty() {
 }
 
 func (c *chaos) finish() {
+	if c.seeded && c.crashed != "" && !c.forgot {
+		// Servers given seeds that lost one before they formed wait for
+		// it for good ("seeds not seen" in fero status): the operator
+		// forgets it and drops it from the seeds.
+		c.forget()
+	}
 	c.n.heal()
 	c.n.setMap(c.liveServers(), c.live()...)
 	c.n.settle()
@@ -289,7 +325,14 @@ func TestRandomSchedules(t *testing.T) {
 	if testing.Short() {
 		seeds = 10
 	}
-	for seed := range seeds {
+	// Seeds that found a fault beyond the first ones, kept: 1349 (servers
+	// given seeds) named one cluster twice after a forget
+	// (TestForgottenFounderNamesOneCluster).
+	list := make([]uint64, 0, seeds+1)
+	for s := range seeds {
+		list = append(list, s)
+	}
+	for _, seed := range append(list, 1349) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			c := newChaos(t, seed)
 			c.n.waits = map[uint64]Wait{}
