@@ -167,10 +167,10 @@ func (c *chaos) op(r int) {
 			// (fero forget), whatever that server's map says: at any
 			// time when the servers were given seeds, and without seeds
 			// once the cluster has formed. (Seedless servers split while
-			// they formed can form two clusters, and after a forget
-			// neither gave way to the other: docs/engine.md, "Known
-			// open". Servers given seeds form nothing before they see
-			// every seed.)
+			// they formed can form two clusters whose majorities may not
+			// meet, which rule 3 may then take for one: docs/engine.md,
+			// "Known open". Servers given seeds form nothing before they
+			// see every seed.)
 			c.forget()
 		}
 	default:
