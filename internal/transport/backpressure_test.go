@@ -349,14 +349,15 @@ func TestBatchedAnswerLeavesWithTheDispatch(t *testing.T) {
 	release := make(chan struct{})
 	var sent atomic.Bool
 	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // never leave the handler waiting
 	mux := NewMux()
 	mux.HandleFunc(opEcho, func(r *Request) { _ = r.Reply(r.Payload()) })
 	mux.HandleFunc(opBatched, func(r *Request) {
-		require.NoError(t, r.TryReplyBatched([]byte("answer")))
+		// On the connection's reader: assert, never require (FailNow
+		// there would end the reader, not the test).
+		assert.NoError(t, r.TryReplyBatched([]byte("answer")))
 		<-release
 		sent.Store(true)
-		require.NoError(t, r.Conn().Send(context.Background(), opNote, []byte("after"), FailFast))
+		assert.NoError(t, r.Conn().Send(context.Background(), opNote, []byte("after"), FailFast))
 	})
 	s, err := Listen("127.0.0.1:0", mux)
 	require.NoError(t, err)
@@ -368,6 +369,10 @@ func TestBatchedAnswerLeavesWithTheDispatch(t *testing.T) {
 	c, err := DialConn(ctx, s.Addr().String(), WithHandler(back))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	// Cleanups run last first: the handler is released before the server
+	// closes, which waits for it. (Registered first, a failure below hung
+	// the test until go test's timeout: CI, a loaded machine.)
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
 	// A call first: what each end writes when a connection opens has
 	// gone. (An answer batched behind a write still under way leaves
 	// with that write: batching saves writes, it does not add any.)

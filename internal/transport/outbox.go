@@ -207,8 +207,13 @@ func (o *outbox) take(free []byte) (batch []byte, last bool) {
 		o.busy, o.writerOwns = false, false
 	}
 	// A direct write under way finishes first, even on close: the frames
-	// it holds were queued before anything still here.
-	for o.busy || (len(o.buf) == 0 && o.err == nil) {
+	// it holds were queued before anything still here. Frames held back
+	// while the reader dispatches wait for the hold to end (setHold) or
+	// for the outbox to fill (lock), even if the writer wakes for an
+	// earlier signal: a stale wake let a held answer leave alone, one
+	// write early (TestBatchedAnswerLeavesWithTheDispatch, a loaded
+	// machine).
+	for o.busy || (o.err == nil && (len(o.buf) == 0 || o.held)) {
 		if cap(free) > o.keep {
 			free = nil
 		}
