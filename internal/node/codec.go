@@ -3,7 +3,7 @@ package node
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/wire"
@@ -83,19 +83,65 @@ func (w *batchWriter) take() []byte {
 	return b
 }
 
-// decoders keeps partition.Decoders between batches: the chunks one batch
-// left partly used serve the next, so a batch of one message allocates a
-// share of a chunk, not a whole chunk of each kind it holds. A decoder
-// only ever hands out fresh slots, so what earlier batches returned stays
-// valid.
-var decoders = sync.Pool{New: func() any { return new(partition.Decoder) }}
+// freeDecoders keeps partition.Decoders between batches. Each batch has
+// one of its own until the round that stepped it has been acted on (see
+// Node.release); Reset then makes its messages' memory serve a later
+// batch, so a steady stream of batches allocates nothing for messages. It
+// is a bounded free list rather than a sync.Pool, which the garbage
+// collector empties: under load it runs every few dozen milliseconds.
+type freeDecoders struct {
+	c    chan *partition.Decoder
+	kept atomic.Int64 // the slots the decoders in c keep (Decoder.Kept)
+}
+
+// maxFreeDecoders bounds the decoders a node keeps free: as many as the
+// batches a busy round steps (Config.Inbox's default, and maxBatch).
+// Together they keep the memory of up to keptSlots messages and entries
+// (about 100 bytes each); past that, a decoder keeps one small chunk of
+// each kind. Each keeps up to decoderKeep of each kind.
+const (
+	maxFreeDecoders = 256
+	keptSlots       = 1 << 16
+	decoderKeep     = 2048
+	smallKeep       = 32
+)
+
+func newFreeDecoders() *freeDecoders {
+	return &freeDecoders{c: make(chan *partition.Decoder, maxFreeDecoders)}
+}
+
+func (f *freeDecoders) get() *partition.Decoder {
+	select {
+	case d := <-f.c:
+		f.kept.Add(-int64(d.Kept()))
+		return d
+	default:
+		return new(partition.Decoder)
+	}
+}
+
+// put resets d and keeps it, unless enough are kept.
+func (f *freeDecoders) put(d *partition.Decoder) {
+	d.Reset(decoderKeep)
+	if f.kept.Load()+int64(d.Kept()) > keptSlots {
+		d.Reset(smallKeep)
+	}
+	k := int64(d.Kept())
+	f.kept.Add(k)
+	select {
+	case f.c <- d:
+	default:
+		f.kept.Add(-k)
+	}
+}
 
 // decodeBatch reads every message of an OpEngine payload, and the
-// sender's cluster. The messages' keys and values alias b, which must not
-// change afterwards (partition.Decoder.DecodeShared). last is the cluster
-// the sender's previous batch named: when this one names the same, its
-// founder string is reused rather than allocated.
-func decodeBatch(b []byte, last partition.ClusterID) (partition.ClusterID, []partition.Message, error) {
+// sender's cluster, with dec. The messages' keys and values alias b,
+// which must not change afterwards (partition.Decoder.DecodeShared), and
+// the messages are valid until dec.Reset. last is the cluster the sender's
+// previous batch named: when this one names the same, its founder string
+// is reused rather than allocated.
+func decodeBatch(dec *partition.Decoder, b []byte, last partition.ClusterID) (partition.ClusterID, []partition.Message, error) {
 	var c partition.ClusterID
 	if len(b) == 0 {
 		return c, nil, fmt.Errorf("%w: empty engine batch", wire.ErrMalformed)
@@ -130,9 +176,7 @@ func decodeBatch(b []byte, last partition.ClusterID) (partition.ClusterID, []par
 		}
 		rest = rest[k+int(n):]
 	}
-	out := make([]partition.Message, 0, count)
-	dec := decoders.Get().(*partition.Decoder)
-	defer decoders.Put(dec)
+	out := dec.Messages(count)
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		m, err := dec.DecodeShared(b[k : k+int(n)])

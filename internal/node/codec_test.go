@@ -137,7 +137,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	batch := w.take()
 	assert.True(t, mustDeliver(batch), "a batch with a Forward must be delivered")
-	c, got, err := decodeBatch(batch, partition.ClusterID{})
+	c, got, err := decodeBatch(new(partition.Decoder), batch, partition.ClusterID{})
 	require.NoError(t, err)
 	assert.Equal(t, msgs, got)
 	assert.True(t, c.IsZero())
@@ -152,11 +152,11 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 	batch = w.take()
 	assert.True(t, mustDeliver(batch))
-	c, got, err = decodeBatch(batch, partition.ClusterID{})
+	c, got, err = decodeBatch(new(partition.Decoder), batch, partition.ClusterID{})
 	require.NoError(t, err)
 	assert.Equal(t, msgs, got)
 	assert.Equal(t, named, c)
-	c2, _, err := decodeBatch(batch, c)
+	c2, _, err := decodeBatch(new(partition.Decoder), batch, c)
 	require.NoError(t, err)
 	assert.Equal(t, named, c2)
 
@@ -174,7 +174,7 @@ func TestBatchRoundTrip(t *testing.T) {
 		"short founder": {flagCluster, 5, 'a'},
 		"no inc":        {flagCluster, 1, 'a'},
 	} {
-		_, _, err := decodeBatch(bad, partition.ClusterID{})
+		_, _, err := decodeBatch(new(partition.Decoder), bad, partition.ClusterID{})
 		assert.ErrorIs(t, err, wire.ErrMalformed, name)
 	}
 }
@@ -194,6 +194,6 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	f.Add(w.take())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _, _ = decodeBatch(b, partition.ClusterID{}) // must not panic or allocate without bound
+		_, _, _ = decodeBatch(new(partition.Decoder), b, partition.ClusterID{}) // must not panic or allocate without bound
 	})
 }

@@ -143,12 +143,14 @@ type Node struct {
 	// waiters holds the callbacks of proposals, by token, under engMu. The
 	// engine completes every proposal it accepts within its write timeout,
 	// which bounds how far the table's window spans.
-	waiters seqtab.Table[waiter]
-	early   []inbound               // messages before the engine's first map; under engMu
-	out     map[string]*batchWriter // per peer, reused each round; under engMu
-	hdr     []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
-	hdrFor  partition.ClusterID
-	seen    struct{ foreign, yields uint64 } // what noteClusters last logged; under engMu
+	waiters  seqtab.Table[waiter]
+	early    []inbound               // messages before the engine's first map; under engMu
+	stepped  []*partition.Decoder    // the decoders of the batches stepped this round (release); under engMu
+	decoders *freeDecoders           // decoders free for the next batches
+	out      map[string]*batchWriter // per peer, reused each round; under engMu
+	hdr      []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
+	hdrFor   partition.ClusterID
+	seen     struct{ foreign, yields uint64 } // what noteClusters last logged; under engMu
 	// learnerSince is when this server was last seen not voting, while it
 	// catches up (zero once it votes); under engMu. catchUps counts the
 	// catch-ups that ended with its vote counting, catchUpNanos their
@@ -195,6 +197,7 @@ type inbound struct {
 	from    string
 	cluster partition.ClusterID // the sender's (rule 9, cluster identity)
 	msgs    []partition.Message
+	dec     *partition.Decoder // msgs' memory, reused once they are stepped (release)
 }
 
 type proposal struct {
@@ -275,7 +278,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
-		inbox: make(chan inbound, cfg.Inbox), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
+		inbox: make(chan inbound, cfg.Inbox), decoders: newFreeDecoders(), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
 		dialing: make(map[string][][]byte),
 		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
@@ -626,15 +629,17 @@ func (n *Node) serveEngine(r *transport.Request) {
 	if v, ok := n.peerCluster.Load(from); ok {
 		last = v.(partition.ClusterID)
 	}
-	cluster, msgs, err := decodeBatch(r.Payload(), last)
+	dec := n.decoders.get()
+	cluster, msgs, err := decodeBatch(dec, r.Payload(), last)
 	if err != nil {
+		n.decoders.put(dec)
 		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)
 		return
 	}
 	if cluster != last {
 		n.peerCluster.Store(from, cluster)
 	}
-	in := inbound{from: from, cluster: cluster, msgs: msgs}
+	in := inbound{from: from, cluster: cluster, msgs: msgs, dec: dec}
 	if !n.cfg.Client && !r.More() && n.stepInline(in) {
 		return
 	}
@@ -751,12 +756,27 @@ func (n *Node) drive() {
 	}
 }
 
-// output handles what the engine has for the driver; engMu is held.
+// output handles what the engine has for the driver, then releases the
+// batches stepped since the last output; engMu is held.
 func (n *Node) output() {
 	if n.eng.HasReady() {
 		n.process(n.eng.Ready())
 		n.eng.Advance()
 	}
+	n.release()
+}
+
+// release hands the decoders of the batches stepped this round back for
+// reuse. Every step is followed by an output under the same hold of
+// engMu, and the engine keeps nothing of a message past its step but
+// what reaches the round's Ready (a snapshot's state for the disk), which
+// output has acted on by now.
+func (n *Node) release() {
+	for i, dec := range n.stepped {
+		n.decoders.put(dec)
+		n.stepped[i] = nil
+	}
+	n.stepped = n.stepped[:0]
 }
 
 // maxBatch bounds the inputs the driver takes before it acts on the
@@ -853,6 +873,9 @@ func (n *Node) step(in inbound) {
 			}
 		}
 		msgs = msgs[k:]
+	}
+	if in.dec != nil {
+		n.stepped = append(n.stepped, in.dec)
 	}
 }
 

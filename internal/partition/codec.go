@@ -201,34 +201,146 @@ func DecodeMessage(b []byte) (Message, error) {
 
 // Decoder decodes many messages, such as one batch from a peer, sharing
 // allocations between them: the hot messages and commit entries come from
-// chunks of a few dozen, and epoch owners already seen are reused. A
-// message it returns stays valid for good (a chunk lives as long as any
-// message in it).
+// chunks, and epoch owners already seen are reused. A message it returns
+// stays valid until Reset.
 type Decoder struct {
 	owner string // the last epoch owner read
 	chunks
+	msgs []Message // Messages' room, reused after Reset
 }
 
-// chunks allocates the hot messages and commit entries a few dozen at a
-// time. Nothing is reused: each message stays valid for whoever holds it,
-// and a chunk lives as long as any message in it.
-type chunks struct {
-	commits  []Commit
-	acks     []CommitAck
-	forwards []Forward
-	replies  []ForwardReply
-	entries  []Entry
-}
-
-// chunk is how many messages or entries one allocation holds.
-const chunk = 32
-
-func take[T any](c *[]T) *T {
-	if len(*c) == cap(*c) {
-		*c = make([]T, 0, chunk)
+// Messages returns room for n messages, to hold what the decoder decodes
+// until Reset.
+func (dec *Decoder) Messages(n int) []Message {
+	if cap(dec.msgs) < n {
+		dec.msgs = make([]Message, 0, n)
 	}
-	*c = (*c)[:len(*c)+1]
-	return &(*c)[len(*c)-1]
+	return dec.msgs[:0]
+}
+
+// Reset lets the decoder hand out again the messages and entries it has
+// returned, zeroed: call it only once nothing refers to any of them (the
+// node calls it once the round that stepped them has been acted on; the
+// engine keeps nothing of a message past its step). It keeps the memory
+// of up to keep messages of each kind, and of keep entries, for what it
+// decodes next; the zeroed slots hold no reference to the bytes their
+// messages aliased.
+func (dec *Decoder) Reset(keep int) {
+	dec.chunks.reset(keep)
+	clear(dec.msgs[:cap(dec.msgs)])
+	if cap(dec.msgs) > keep {
+		dec.msgs = nil
+	}
+}
+
+// Kept returns how many slots of messages and entries the decoder keeps
+// spare since its last Reset.
+func (dec *Decoder) Kept() int { return dec.chunks.kept() + cap(dec.msgs) }
+
+// chunks allocates the hot messages and commit entries many at a time.
+type chunks struct {
+	commits  slab[Commit]
+	acks     slab[CommitAck]
+	forwards slab[Forward]
+	replies  slab[ForwardReply]
+	entries  slab[Entry]
+}
+
+// reset zeroes every slot handed out and hands them out again (see slab).
+func (d *chunks) reset(keep int) {
+	d.commits.reset(keep)
+	d.acks.reset(keep)
+	d.forwards.reset(keep)
+	d.replies.reset(keep)
+	d.entries.reset(keep)
+}
+
+// chunk is how many slots the first chunk of a slab holds; each next one
+// holds twice as many as the one before, up to maxChunk.
+const (
+	chunk    = 32
+	maxChunk = 1024
+)
+
+// engineKeep is how many slots of each kind the engine keeps between
+// rounds for the messages it sends: a round sends up to maxRound-ish
+// messages (the node bounds a round by Pending).
+const engineKeep = 8192
+
+// slab hands out slots of T from chunks, one at a time or a few side by
+// side. A slot is handed out once until reset, which zeroes every slot
+// handed out and makes the chunks spare for what comes next, up to a
+// number of slots; so a driver that resets every round soon allocates
+// nothing for its messages.
+type slab[T any] struct {
+	cur   []T   // the chunk slots are taken from
+	used  [][]T // the chunks filled since reset
+	spare [][]T // zeroed chunks to take from next
+}
+
+func take[T any](s *slab[T]) *T { return &s.slice(1)[0] }
+
+// slice returns n zero slots side by side.
+func (s *slab[T]) slice(n int) []T {
+	if cap(s.cur)-len(s.cur) < n {
+		s.next(n)
+	}
+	l := len(s.cur)
+	s.cur = s.cur[:l+n]
+	return s.cur[l : l+n : l+n]
+}
+
+// next makes a chunk with room for n the current one.
+func (s *slab[T]) next(n int) {
+	size := min(max(chunk, 2*cap(s.cur)), maxChunk)
+	if s.cur != nil {
+		s.used = append(s.used, s.cur)
+	}
+	if k := len(s.spare); k > 0 && cap(s.spare[k-1]) >= n {
+		s.cur, s.spare[k-1] = s.spare[k-1], nil
+		s.spare = s.spare[:k-1]
+		return
+	}
+	s.cur = make([]T, 0, max(size, n))
+}
+
+// kept returns the slots of its spare chunks.
+func (s *slab[T]) kept() int {
+	n := 0
+	for _, c := range s.spare {
+		n += cap(c)
+	}
+	return n
+}
+
+// reset zeroes what was handed out and keeps chunks of up to keep slots
+// in all as spares: the last made, which are the largest.
+func (s *slab[T]) reset(keep int) {
+	for i, c := range s.used {
+		clear(c)
+		s.spare = append(s.spare, c[:0])
+		s.used[i] = nil
+	}
+	s.used = s.used[:0]
+	if s.cur != nil {
+		clear(s.cur)
+		s.spare = append(s.spare, s.cur[:0])
+		s.cur = nil
+	}
+	i, kept := len(s.spare), 0
+	for i > 0 && kept+cap(s.spare[i-1]) <= keep {
+		i--
+		kept += cap(s.spare[i])
+	}
+	if i > 0 {
+		n := copy(s.spare, s.spare[i:])
+		clear(s.spare[n:])
+		s.spare = s.spare[:n]
+	}
+}
+
+func (d *chunks) kept() int {
+	return d.commits.kept() + d.acks.kept() + d.forwards.kept() + d.replies.kept() + d.entries.kept()
 }
 
 func (d *chunks) newMessage(kind MsgKind) Message {
@@ -245,18 +357,8 @@ func (d *chunks) newMessage(kind MsgKind) Message {
 	return NewMessage(kind)
 }
 
-// entrySlice returns n zero entries, from the current chunk when they fit.
-func (d *chunks) entrySlice(n int) []Entry {
-	if n > chunk {
-		return make([]Entry, n)
-	}
-	if cap(d.entries)-len(d.entries) < n {
-		d.entries = make([]Entry, 0, chunk)
-	}
-	l := len(d.entries)
-	d.entries = d.entries[:l+n]
-	return d.entries[l : l+n : l+n]
-}
+// entrySlice returns n zero entries side by side.
+func (d *chunks) entrySlice(n int) []Entry { return d.entries.slice(n) }
 
 // Decode reads one message, as DecodeMessage does.
 func (dec *Decoder) Decode(b []byte) (Message, error) { return dec.decode(b, false) }

@@ -851,7 +851,8 @@ func (e *Engine) sendAck(pt *part) {
 	}
 }
 
-// Advance releases the last Ready's slices for reuse.
+// Advance releases the last Ready's slices and messages for reuse: a
+// driver keeps no message of a Ready past its Advance.
 func (e *Engine) Advance() {
 	clear(e.rd.Messages)
 	clear(e.rd.Events)
@@ -862,6 +863,7 @@ func (e *Engine) Advance() {
 	clear(e.rd.Durable)
 	e.rd.Durable = e.rd.Durable[:0]
 	e.rd.Config = nil
+	e.out.reset(engineKeep)
 }
 
 // ackTarget is the node a copy reports its position to: the owner of the

@@ -165,6 +165,28 @@ func val(s string) []byte {
 	return b
 }
 
+// heldCopy copies a message the engine sent for holding past the Ready's
+// Advance, which zeroes the engine's own (chunks.reset). Keys and values
+// alias the log or the proposer's request, which do not change.
+func heldCopy(m Message) Message {
+	switch m := m.(type) {
+	case *Commit:
+		c := *m
+		c.Entries = slices.Clone(m.Entries)
+		return &c
+	case *CommitAck:
+		c := *m
+		return &c
+	case *Forward:
+		c := *m
+		return &c
+	case *ForwardReply:
+		c := *m
+		return &c
+	}
+	return m
+}
+
 type envelope struct {
 	from, to string
 	cluster  ClusterID // the sender's (Ready.Cluster)
@@ -339,7 +361,9 @@ func (n *network) collect(nd *node) {
 		nd.disk.write(n.t, rd)
 	}
 	for _, env := range rd.Messages {
-		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, cluster: rd.Cluster, msg: env.Msg})
+		// The engine reuses its messages after Advance (Ready): what the
+		// network holds longer is a copy, as the node's batch bytes are.
+		n.queue = append(n.queue, envelope{from: nd.id, to: env.To, cluster: rd.Cluster, msg: heldCopy(env.Msg)})
 	}
 	for _, ev := range rd.Events {
 		nd.events = append(nd.events, ev)

@@ -245,8 +245,9 @@ type Status struct {
 	Why string
 }
 
-// Ready is the output of the engine since the last Advance. Its slices
-// belong to the engine and are reused after Advance.
+// Ready is the output of the engine since the last Advance. Its slices,
+// and the messages in Messages, belong to the engine and are reused after
+// Advance: a driver that holds a message longer keeps a copy.
 type Ready struct {
 	// Messages to send, in order per destination.
 	Messages []Envelope
