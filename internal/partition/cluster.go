@@ -235,9 +235,12 @@ func (e *Engine) meet(c ClusterID, m *Voters) meeting {
 	// before the cluster formed named the cluster after it, while the
 	// others, which had, named it after another (FuzzSchedules, servers
 	// given seeds: the two names refused each other for good).
-	if v, ok := e.voters[c.Founder]; ok && v.Inc == c.Inc {
+	// A removal counts for every life it covers: forgotten through a
+	// server that had no entry for it, the founder's removal carries
+	// that server's clock as its incarnation (Forget).
+	if v, ok := e.voters[c.Founder]; ok && namedIn(v, c.Inc) {
 		for _, v := range vs {
-			if v.ID == mine.Founder && v.Inc == mine.Inc {
+			if v.ID == mine.Founder && namedIn(v, mine.Inc) {
 				return meetSame
 			}
 		}
@@ -252,6 +255,12 @@ func (e *Engine) meet(c ClusterID, m *Voters) meeting {
 		return meetRefuse // it gives way
 	}
 	return meetApart
+}
+
+// namedIn reports whether configuration entry v holds its server in
+// the life inc, or a removal of that life (rule 9, cluster identity, 3).
+func namedIn(v Voter, inc uint64) bool {
+	return v.Inc == inc || (v.Left && v.Inc > inc)
 }
 
 // knowsOnlyItself reports whether the configuration holds no server but

@@ -260,6 +260,12 @@ func TestForgottenFounderNamesOneCluster(t *testing.T) {
 	list := func(aLeft bool) []Voter {
 		return []Voter{{ID: "a", Inc: 1, Left: aLeft}, {ID: "b", Inc: 1}, {ID: "c", Inc: 1}, {ID: "d", Inc: 1}}
 	}
+	// Forgotten through a server that never had a's entry (one that
+	// joined after a was lost): the removal covers every life up to the
+	// time of the forget (Forget), not a's life 1 alone.
+	forgotLater := func() []Voter {
+		return []Voter{{ID: "a", Inc: 1_000_005_360_000_000, Left: true}, {ID: "b", Inc: 1}, {ID: "c", Inc: 1}, {ID: "d", Inc: 1}}
+	}
 	for _, tc := range []struct {
 		name        string
 		mine, heard ClusterID
@@ -268,6 +274,8 @@ func TestForgottenFounderNamesOneCluster(t *testing.T) {
 	}{
 		{"the forgetting side hears the late name", byB, byA, list(true), list(false)},
 		{"the late side hears the forgetting name", byA, byB, list(false), list(true)},
+		{"forgotten by a newcomer: the forgetting side hears the late name", byB, byA, forgotLater(), list(false)},
+		{"forgotten by a newcomer: the late side hears the forgetting name", byA, byB, list(false), forgotLater()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNetwork(t, 4, []string{"c", "d"}, WithJoining())
