@@ -145,7 +145,7 @@ type Node struct {
 	// which bounds how far the table's window spans.
 	waiters  seqtab.Table[waiter]
 	early    []inbound               // messages before the engine's first map; under engMu
-	stepped  []*partition.Decoder    // the decoders of the batches stepped this round (release); under engMu
+	stepped  []inbound               // the batches stepped this round (release); under engMu
 	decoders *freeDecoders           // decoders free for the next batches
 	out      map[string]*batchWriter // per peer, reused each round; under engMu
 	hdr      []byte                  // the batches' cluster header (appendCluster), for hdrFor; under engMu
@@ -198,6 +198,7 @@ type inbound struct {
 	cluster partition.ClusterID // the sender's (rule 9, cluster identity)
 	msgs    []partition.Message
 	dec     *partition.Decoder // msgs' memory, reused once they are stepped (release)
+	hold    transport.Hold     // the bytes msgs alias, released with dec
 }
 
 type proposal struct {
@@ -622,9 +623,10 @@ func (n *Node) serveEngine(r *transport.Request) {
 		return
 	}
 	// The messages alias the batch's bytes, which the connection keeps
-	// for as long as they are referred to: the engine copies what it
-	// holds past the step that takes them (see Decoder.DecodeShared).
-	r.Keep()
+	// until the round that steps them has been acted on (release): the
+	// engine copies what it holds past the step that takes them (see
+	// Decoder.DecodeShared).
+	hold := r.Hold()
 	var last partition.ClusterID
 	if v, ok := n.peerCluster.Load(from); ok {
 		last = v.(partition.ClusterID)
@@ -633,13 +635,14 @@ func (n *Node) serveEngine(r *transport.Request) {
 	cluster, msgs, err := decodeBatch(dec, r.Payload(), last)
 	if err != nil {
 		n.decoders.put(dec)
+		hold.Release()
 		n.logger.Warn("fero: node: bad engine message", "from", from, "err", err)
 		return
 	}
 	if cluster != last {
 		n.peerCluster.Store(from, cluster)
 	}
-	in := inbound{from: from, cluster: cluster, msgs: msgs, dec: dec}
+	in := inbound{from: from, cluster: cluster, msgs: msgs, dec: dec, hold: hold}
 	if !n.cfg.Client && !r.More() && n.stepInline(in) {
 		return
 	}
@@ -766,15 +769,16 @@ func (n *Node) output() {
 	n.release()
 }
 
-// release hands the decoders of the batches stepped this round back for
-// reuse. Every step is followed by an output under the same hold of
-// engMu, and the engine keeps nothing of a message past its step but
-// what reaches the round's Ready (a snapshot's state for the disk), which
-// output has acted on by now.
+// release hands the decoders and the bytes of the batches stepped this
+// round back for reuse. Every step is followed by an output under the
+// same hold of engMu, and the engine keeps nothing of a message past its
+// step but what reaches the round's Ready (a snapshot's state for the
+// disk), which output has acted on by now.
 func (n *Node) release() {
-	for i, dec := range n.stepped {
-		n.decoders.put(dec)
-		n.stepped[i] = nil
+	for i, in := range n.stepped {
+		n.decoders.put(in.dec)
+		in.hold.Release()
+		n.stepped[i] = inbound{}
 	}
 	n.stepped = n.stepped[:0]
 }
@@ -875,7 +879,7 @@ func (n *Node) step(in inbound) {
 		msgs = msgs[k:]
 	}
 	if in.dec != nil {
-		n.stepped = append(n.stepped, in.dec)
+		n.stepped = append(n.stepped, in)
 	}
 }
 

@@ -45,8 +45,14 @@ type Conn struct {
 	openBytes int                // the size of the read blocks they hold (see heldBlock); under omu
 	rd        *wire.Reader       // the reader's; reader goroutine only
 	blk       *heldBlock         // the reader's current block, if open requests hold it; reader goroutine only
-	accepted  bool               // a Server accepted it: its first frame has a deadline
-	trusted   atomic.Bool        // TrustLengths was called
+	// One-way payloads held (Request.Hold; recycle.go): the block the
+	// latest were held in, the last block pinned for anything else (its
+	// id+1), both reader goroutine only, and the blocks released.
+	held        *heldRead
+	pinnedOther uint64
+	freeBlk     freeBlocks
+	accepted    bool        // a Server accepted it: its first frame has a deadline
+	trusted     atomic.Bool // TrustLengths was called
 
 	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
@@ -265,6 +271,7 @@ func (c *Conn) readLoop() {
 		return
 	}
 	r := wire.NewReader(c.nc, c.cfg.maxFrame)
+	r.SetAlloc(c.freeBlk.get)
 	c.rd = r
 	if !c.accepted {
 		by = time.Time{}
@@ -295,6 +302,11 @@ func (c *Conn) readLoop() {
 			c.end(c.lost(err), false)
 			return
 		}
+		if c.held != nil {
+			if id, _ := r.Block(); id != c.held.id {
+				c.leaveHeld() // the reader reads into another block now
+			}
+		}
 		// Answers queue up while the reader dispatches, without waking
 		// the writer; they leave together once no complete frame waits
 		// in memory, written by the reader itself if nobody is writing.
@@ -313,6 +325,9 @@ func (c *Conn) readLoop() {
 		if keep {
 			// The frame's bytes outlive this dispatch: keep the block.
 			r.Pin()
+			if f.Kind != wire.KindSend {
+				c.pinOther()
+			}
 		}
 		if !more && holding {
 			c.out.setHold(false)

@@ -28,7 +28,8 @@
 // goroutine, one request at a time in arrival order, so a stream of
 // one-way messages is handled in the order it was sent. A request's
 // payload is valid until the request is answered (a one-way message's,
-// while its handler runs, or for good if the handler calls Keep), and a
+// while its handler runs, for good if the handler calls Keep, or until
+// it releases the Hold it took), and a
 // reply passed to a Go callback until the
 // callback returns: the reader then refills the same buffer, so traffic
 // that is answered promptly allocates nothing for reading. A handler must not

@@ -129,7 +129,23 @@ func (r *Request) Payload() []byte { return r.payload }
 func (r *Request) Keep() {
 	if r.kind == wire.KindSend {
 		r.kept = true
+		r.conn.pinOther()
 	}
+}
+
+// Hold is Keep for a payload whose user says when it is done with it:
+// the payload stays valid until the returned Hold's Release, after which
+// neither it nor anything aliasing it may be used. Once every payload
+// held in a read block is released, the connection reads into that block
+// again rather than leave it to the garbage collector. Call it from the
+// handler of a one-way request, before it returns; for a call it returns
+// the zero Hold (a call's Payload is valid until it is answered).
+func (r *Request) Hold() Hold {
+	if r.kind != wire.KindSend {
+		return Hold{}
+	}
+	r.kept = true
+	return r.conn.holdRead()
 }
 
 // Mode returns how the caller asked to be answered.

@@ -237,7 +237,21 @@ type Reader struct {
 	// exact: a frame of up to this many bytes gets a block of its
 	// declared size at once (SetExact); 0 for none.
 	exact int
+	// alloc, when set, gives the blocks the reader starts (SetAlloc).
+	alloc func(size int) []byte
 }
+
+// SetAlloc makes the Reader ask alloc for each new block of size bytes
+// it starts; alloc returns a slice of len size, or nil for the Reader to
+// make one. It lets a caller that keeps payloads (Pin) and later lets go
+// of them hand their blocks back for reuse. alloc runs on the goroutine
+// that calls Next.
+func (r *Reader) SetAlloc(alloc func(size int) []byte) { r.alloc = alloc }
+
+// BlockBytes returns the block that the last frame returned by Next was
+// read into (see Block): what a caller that recycles blocks (SetAlloc)
+// hands back once no payload in it is in use.
+func (r *Reader) BlockBytes() []byte { return r.buf }
 
 // SetExact makes the Reader read a frame of up to n bytes into a block of
 // the size its length prefix declares, allocated when the frame starts to
@@ -402,7 +416,13 @@ func (r *Reader) grow(n int) {
 		r.end = copy(r.buf, r.buf[r.start:r.end])
 	} else {
 		// Start a new block; a pinned one stays with its payloads.
-		nb := make([]byte, size)
+		var nb []byte
+		if r.alloc != nil {
+			nb = r.alloc(size)
+		}
+		if len(nb) != size {
+			nb = make([]byte, size)
+		}
 		r.end = copy(nb, r.buf[r.start:r.end])
 		r.buf = nb
 		r.blockID++
