@@ -193,7 +193,21 @@ func FuzzDecodeBatch(f *testing.F) {
 		w.add(appendCluster(nil, partition.ClusterID{Founder: "n1", Inc: 42}), b)
 	}
 	f.Add(w.take())
+	// One decoder across inputs, reset after each, as a node's decoders
+	// are between batches (freeDecoders): what it decodes must be what a
+	// fresh one does, whatever it decoded before.
+	var reused partition.Decoder
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _, _ = decodeBatch(new(partition.Decoder), b, partition.ClusterID{}) // must not panic or allocate without bound
+		_, fresh, err := decodeBatch(new(partition.Decoder), b, partition.ClusterID{}) // must not panic or allocate without bound
+		_, got, err2 := decodeBatch(&reused, b, partition.ClusterID{})
+		keep := decoderKeep
+		if len(b)%2 == 1 {
+			keep = smallKeep
+		}
+		defer reused.Reset(keep)
+		require.Equal(t, err == nil, err2 == nil, "fresh: %v, reused: %v", err, err2)
+		if err == nil {
+			require.Equal(t, fresh, got)
+		}
 	})
 }
