@@ -43,13 +43,20 @@ func TestHeldPayloadsIntactUntilReleased(t *testing.T) {
 	for _, h := range window {
 		require.Equal(t, numbered(h.i), h.p, "held message %d", h.i)
 	}
-	changed := 0
+	// Zeroing (test binaries) changes every released payload; one that
+	// reads neither as itself nor as zeros lies in a block the reader
+	// read later frames into.
+	changed, reread := 0, 0
 	for _, h := range released {
 		if !bytes.Equal(h.p, numbered(h.i)) {
 			changed++
+			if !bytes.Equal(h.p, make([]byte, len(h.p))) {
+				reread++
+			}
 		}
 	}
-	assert.Greater(t, changed, n/4, "released blocks were read into again")
+	assert.Greater(t, changed, n/4, "released blocks were given back")
+	assert.Greater(t, reread, 0, "released blocks were read into again")
 }
 
 // TestHeldBlockPinnedOtherwiseNotReused: a block that also holds a kept
