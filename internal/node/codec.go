@@ -95,7 +95,7 @@ type freeDecoders struct {
 }
 
 // maxFreeDecoders bounds the decoders a node keeps free: as many as the
-// batches a busy round steps (Config.Inbox's default, and maxBatch).
+// batches a busy round steps (maxBatch).
 // Together they keep the memory of up to keptSlots messages and entries
 // (about 100 bytes each); past that, a decoder keeps one small chunk of
 // each kind. Each keeps up to decoderKeep of each kind.

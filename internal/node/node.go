@@ -52,7 +52,9 @@ type Config struct {
 	Tick time.Duration
 	// Inbox bounds the batches of engine messages queued for the engine
 	// (each at most 256 KiB unless one message is larger); a full inbox
-	// makes connections stop reading (default 256).
+	// makes connections stop reading (default 16: a queued batch holds
+	// its read block and its decoded messages, and a deeper queue only
+	// raised a flooded node's peak memory).
 	Inbox int
 	// Handler answers requests for the partitions this node owns (default:
 	// Builtin, which commits ADD, UPDATE and REMOVE and refuses other verbs).
@@ -256,7 +258,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Tick = 100 * time.Millisecond
 	}
 	if cfg.Inbox <= 0 {
-		cfg.Inbox = 256
+		cfg.Inbox = defaultInbox
 	}
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
@@ -782,6 +784,14 @@ func (n *Node) release() {
 	}
 	n.stepped = n.stepped[:0]
 }
+
+// defaultInbox is Config.Inbox's default. Each queued batch keeps its
+// read block (up to 256 KiB) and its decoded messages, so the inbox holds
+// at most about 8 MB. With 256 batches, a server taking a million
+// pipelined writes peaked at 230–307 MB of RSS (median 269) for 100 MB of
+// records; with 16, at 211–217 MB, with no loss of throughput
+// (docs/engine.md, the driver).
+const defaultInbox = 16
 
 // maxBatch bounds the inputs the driver takes before it acts on the
 // engine's output, and maxRound the output it lets pile up meanwhile (an

@@ -71,6 +71,25 @@ func BenchmarkCall(b *testing.B) {
 	}
 }
 
+// BenchmarkSet makes sequential acked UPDATEs from a client node, both
+// nodes in this process: the unloaded round trip of a write that waits
+// for its commit (the engine's path, where BenchmarkCall's request is
+// answered by the owner's handler).
+func BenchmarkSet(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, keys := benchPair(ctx, b)
+	value := wire.AppendBin(nil, make([]byte, 100))
+	b.SetBytes(100)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := cl.Set(ctx, Change{Type: Update, Key: keys[i%len(keys)], Value: value}, Ack); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchPair opens a server node and a client node of it in this process,
 // and writes every hundredth of the keys it returns once, so the owner has
 // synced every partition before the measurement.
