@@ -65,23 +65,30 @@ func newTestPKI(t *testing.T, dir, name string) testPKI {
 }
 
 // TestServeTLS: three fero serve processes with --tls-cert, --tls-key
-// and --tls-ca form a cluster over TLS; the CLI with --tls-ca writes
-// through one and reads through another. The data port speaks nothing
-// but TLS: the CLI without --tls-ca cannot talk to it, a raw frame gets
-// no answer, and a client whose certificate chains to another CA, or
-// that checks the node against another CA, is refused.
+// and --tls-ca, from certificates fero certs made, form a cluster over
+// TLS; the CLI with --tls-ca writes through one and reads through
+// another, with and without a client certificate. The data port speaks
+// nothing but TLS: the CLI without --tls-ca cannot talk to it, a raw
+// frame gets no answer, and a client whose certificate chains to another
+// CA, or that checks the node against another CA, is refused.
 func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
-	pki := newTestPKI(t, dir, "cluster")
-	other := newTestPKI(t, dir, "other")
-	flags := []string{"--tls-cert", pki.cert, "--tls-key", pki.key, "--tls-ca", pki.ca, "--partitions", "31"}
-	first := serve(t, append([]string{"tls"}, flags...)...)
-	ss := []*server{first,
-		serve(t, append([]string{"tls", "--seeds", first.gossip}, flags...)...),
-		serve(t, append([]string{"tls", "--seeds", first.gossip}, flags...)...)}
-
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	pkiDir := filepath.Join(dir, "pki")
+	_, err := run(ctx, "certs", "--dir", pkiDir, "--nodes", "n1,n2,n3", "--clients", "ops")
+	require.NoError(t, err)
+	pki := testPKI{ca: filepath.Join(pkiDir, "ca.pem"), cert: filepath.Join(pkiDir, "ops.pem"), key: filepath.Join(pkiDir, "ops.key")}
+	other := newTestPKI(t, dir, "other")
+	flags := func(node string, args ...string) []string {
+		return append(append([]string{"tls"}, args...), "--partitions", "31", "--tls-ca", pki.ca,
+			"--tls-cert", filepath.Join(pkiDir, node+".pem"), "--tls-key", filepath.Join(pkiDir, node+".key"))
+	}
+	first := serve(t, flags("n1")...)
+	ss := []*server{first,
+		serve(t, flags("n2", "--seeds", first.gossip)...),
+		serve(t, flags("n3", "--seeds", first.gossip)...)}
+
 	withCA := func(args ...string) []string { return append(args, "--tls-ca", pki.ca) }
 	require.Eventually(t, func() bool {
 		out, err := run(ctx, withCA("status", "--addr", ss[2].data)...)
@@ -116,7 +123,7 @@ func TestServeTLS(t *testing.T) {
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	conn, err := tls.DialWithDialer(d, "tcp", ss[0].data, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}) //nolint:gosec // the test reads the certificate
 	require.NoError(t, err)
-	require.Equal(t, "cluster node", conn.ConnectionState().PeerCertificates[0].Subject.CommonName)
+	require.Equal(t, "n1", conn.ConnectionState().PeerCertificates[0].Subject.CommonName)
 	require.NoError(t, conn.Close())
 	// ...and a plain-text fero preface gets no answer but a closed connection.
 	raw, err := d.Dial("tcp", ss[0].data)
