@@ -786,8 +786,8 @@ func (n *Node) release() {
 }
 
 // defaultInbox is Config.Inbox's default. Each queued batch keeps its
-// read block (up to 256 KiB) and its decoded messages, so the inbox holds
-// at most about 8 MB. With 256 batches, a server taking a million
+// read block (up to 256 KiB) and its decoded messages: at most 4 MiB of
+// blocks and what they decode to. With 256 batches, a server taking a million
 // pipelined writes peaked at 230–307 MB of RSS (median 269) for 100 MB of
 // records; with 16, at 211–217 MB, with no loss of throughput
 // (docs/engine.md, the driver).
