@@ -120,6 +120,9 @@ func (m *Membership) Start(ctx context.Context) error {
 	}
 	m.started = true
 	m.mu.Unlock()
+	if m.cfg.feed != nil {
+		return m.startFeed(ctx)
+	}
 
 	ml, err := m.create()
 	if err != nil {
@@ -362,6 +365,8 @@ func (m *Membership) Join(ctx context.Context, addrs ...string) (int, error) {
 	switch {
 	case closed:
 		return 0, ErrClosed
+	case m.cfg.feed != nil:
+		return 0, errFed
 	case ml == nil:
 		return 0, ErrNotStarted
 	}
@@ -539,6 +544,9 @@ func (m *Membership) SetSecretKeys(keys ...[]byte) error {
 	m.mu.Lock()
 	kr := m.keyring
 	m.mu.Unlock()
+	if m.cfg.feed != nil {
+		return errFed
+	}
 	if kr == nil {
 		return fmt.Errorf("%w: gossip is not encrypted; a member started without a key cannot take one", ErrInvalidOption)
 	}

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
@@ -91,6 +92,16 @@ func EncodeMeta(m Meta) ([]byte, error) {
 	return b, nil
 }
 
+// AttachedPrefix begins the ID of every attached client (a client node
+// that proved a client token to the servers, not the cluster secret, and
+// so does not gossip: feed.go) and of no other member. A gossiping member
+// cannot take such an ID, so an attached client cannot take the name of
+// a server that joins later.
+const AttachedPrefix = "~"
+
+// IsAttached reports whether id is an attached client's.
+func IsAttached(id string) bool { return strings.HasPrefix(id, AttachedPrefix) }
+
 // DecodeMeta decodes and validates metadata received from a peer. Input is
 // untrusted: anything longer than memberlist.MetaMaxSize is refused before
 // decoding, which bounds the decoder's work.
@@ -108,6 +119,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 	}
 	if err := m.Validate(); err != nil {
 		return Meta{}, err
+	}
+	if IsAttached(m.ID) {
+		return Meta{}, fmt.Errorf("%w: ID %q: %q begins only an attached client's, which does not gossip", ErrInvalidMeta, m.ID, AttachedPrefix)
 	}
 	return m, nil
 }

@@ -242,6 +242,7 @@ type config struct {
 	forgetAfter  time.Duration
 	leaveTimeout time.Duration
 	tune         func(*memberlist.Config)
+	feed         Feed // an attached client's: no gossip (feed.go)
 	// multicastConns replaces the multicast sockets (tests).
 	multicastConns func(MulticastConfig) (recv, send packetConn, group net.Addr, err error)
 }
@@ -281,7 +282,10 @@ func newConfig(opts []Option) (config, error) {
 	if _, _, err := splitBind(c.bind); err != nil {
 		return c, err
 	}
-	if !c.multicastSet && c.preset == PresetLAN && !testing.Testing() {
+	if err := c.checkFeed(); err != nil {
+		return c, err
+	}
+	if !c.multicastSet && c.preset == PresetLAN && !testing.Testing() && c.feed == nil {
 		c.multicast = &MulticastConfig{}
 	}
 	if mc := c.multicast; mc != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -109,7 +110,7 @@ func (n *Node) roleOf(c *transport.Conn) role {
 	}
 	// A connection this node dialed may carry the peer's requests before
 	// this side has adopted it (see idOfWait).
-	if _, ok := n.pool.idOfWait(n.ctx, c); ok {
+	if id, ok := n.pool.idOfWait(n.ctx, c); ok && !membership.IsAttached(id) {
 		return roleAdmin
 	}
 	n.auth.mu.Lock()

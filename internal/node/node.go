@@ -69,6 +69,15 @@ type Config struct {
 	// running node with SetSecrets. None: peers are trusted on their word,
 	// fit only for loopback.
 	Secrets [][]byte
+	// Servers, for a client node, are data addresses of servers to attach
+	// to (attach.go): the node does not gossip, learns the servers from
+	// one of them, and proves Token to each (the cluster secret is not
+	// needed, and not taken). Its ID begins with membership.AttachedPrefix
+	// (one is made if ID is empty). With Servers, Membership options that
+	// mean gossip are refused.
+	Servers []string
+	// Token is the client token an attached client proves (Servers).
+	Token []byte
 	// Tokens are the client tokens the node accepts from connections that
 	// are not peers' (fero.Dial, the fero CLI): they may make requests,
 	// read the status and tail, but not forget servers (that takes the
@@ -116,15 +125,19 @@ type Node struct {
 	// or accepts.
 	tstats transport.Stats
 
-	srv   *transport.Server
-	pool  *pool
-	auth  auth
-	ms    *membership.Membership
-	ring  *ring.Ring
-	view  *view
-	store *doc.Store
-	eng   *partition.Engine
-	disk  *disk // nil without a data directory
+	srv  *transport.Server
+	pool *pool
+	// attached is a server's attached clients; feed an attached client's
+	// source of the servers (attach.go).
+	attached attachedSet
+	feed     feeder
+	auth     auth
+	ms       *membership.Membership
+	ring     *ring.Ring
+	view     *view
+	store    *doc.Store
+	eng      *partition.Engine
+	disk     *disk // nil without a data directory
 	// diskLogged: the disk's failure has been logged.
 	diskLogged bool
 
@@ -201,6 +214,7 @@ type inbound struct {
 	msgs    []partition.Message
 	dec     *partition.Decoder // msgs' memory, reused once they are stepped (release)
 	hold    transport.Hold     // the bytes msgs alias, released with dec
+	limited bool               // from an attached client (Engine.StepLimited)
 }
 
 type proposal struct {
@@ -262,6 +276,20 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.MaxRequests <= 0 {
 		cfg.MaxRequests = DefaultMaxRequests
+	}
+	if len(cfg.Servers) > 0 {
+		switch {
+		case !cfg.Client:
+			return nil, errs.New(errs.InvalidArgument, "node: only a client node attaches to servers (Servers)")
+		case len(cfg.Secrets) > 0:
+			return nil, errs.New(errs.InvalidArgument, "node: a node with the cluster secret gossips: give it seeds, not Servers to attach to")
+		case cfg.ID == "":
+			cfg.ID = membership.AttachedPrefix + randomID()
+		case !membership.IsAttached(cfg.ID):
+			return nil, errs.Errorf(errs.InvalidArgument, "node: an attached client's ID begins with %q: %q", membership.AttachedPrefix, cfg.ID)
+		}
+	} else if cfg.Token != nil {
+		return nil, errs.New(errs.InvalidArgument, "node: a token proves an attached client: give the servers to attach to (Servers)")
 	}
 	rg, err := ring.New(cfg.Ring...)
 	if err != nil {
@@ -333,7 +361,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool.setSecrets(cfg.Secrets)
 	n.auth.conns, n.auth.proving = make(map[*transport.Conn]role), make(map[*transport.Conn]authProving)
 	n.SetTokens(cfg.Tokens...)
-	mux.HandleFunc(OpHello, n.pool.serveHello)
+	mux.HandleFunc(OpHello, n.serveHello)
 	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
 	mux.HandleFunc(OpAuth, n.serveAuth)
 	mux.HandleFunc(OpAuthProof, n.serveAuthProof)
@@ -342,6 +370,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpStatus, n.allow(roleClient, n.whenStarted(n.serveStatus)))
 	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
 	mux.HandleFunc(OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
+	mux.HandleFunc(OpMembers, n.allow(roleClient, n.whenStarted(n.serveMembers)))
 	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
 		return nil, err
 	}
@@ -356,6 +385,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}, cfg.Membership...)
 	if len(cfg.Secrets) > 0 {
 		mopts = append(mopts, membership.WithSecretKeys(gossipKeys(cfg.Secrets)...))
+	}
+	if len(cfg.Servers) > 0 {
+		n.pool.attach = true
+		if cfg.Token != nil {
+			n.pool.token = TokenKey(cfg.Token)
+		}
+		mopts = append(mopts, membership.WithFeed(n.feedMembers))
 	}
 	if n.ms, err = membership.New(mopts...); err != nil {
 		n.srv.Close()
@@ -375,6 +411,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.warnNoSeed()
 	}
 	n.view = newView(n.ring, n.ms, n.logger)
+	n.view.attached = n.attached.ids
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.view.run(n.ctx) }()
 	go func() { defer n.wg.Done(); n.drive() }()
@@ -645,6 +682,11 @@ func (n *Node) serveEngine(r *transport.Request) {
 		n.peerCluster.Store(from, cluster)
 	}
 	in := inbound{from: from, cluster: cluster, msgs: msgs, dec: dec, hold: hold}
+	if membership.IsAttached(from) {
+		// An attached client proved a token, not the secret: it names no
+		// cluster, and steps only what a client sends for itself.
+		in.cluster, in.limited = partition.ClusterID{}, true
+	}
 	if !n.cfg.Client && !r.More() && n.stepInline(in) {
 		return
 	}
@@ -882,7 +924,13 @@ func (n *Node) step(in inbound) {
 					n.traceForward(in.from, f)
 				}
 			}
-			if err := n.eng.Step(in.from, in.cluster, m); err != nil {
+			var err error
+			if in.limited {
+				err = n.eng.StepLimited(in.from, m)
+			} else {
+				err = n.eng.Step(in.from, in.cluster, m)
+			}
+			if err != nil && (!in.limited || n.pool.refusals.Allow(in.from, time.Now())) {
 				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -36,6 +37,9 @@ type hello struct {
 	ID    string `msgpack:"id"`
 	Nonce []byte `msgpack:"n,omitempty"`
 	MAC   []byte `msgpack:"m,omitempty"`
+	// Attach marks an attached client's hello (attach.go): it comes on a
+	// connection that proved a client token, and carries no nonce.
+	Attach bool `msgpack:"a,omitempty"`
 }
 
 // helloProof is the caller's MAC (OpHelloProof).
@@ -58,6 +62,11 @@ type pool struct {
 	refusals logLimit // refused hellos logged, per remote host
 
 	keys atomic.Pointer[[][]byte] // hello keys (helloKey of each cluster secret); the first proves; nil: none
+	// attach: this node is an attached client (attach.go): it proves token
+	// (a TokenKey; nil: none) on every connection it dials and says hello
+	// marked Attach.
+	attach bool
+	token  []byte
 
 	mu      sync.Mutex
 	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
@@ -148,6 +157,26 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		p.settle(c)
 		c.Close()
 		return nil, err
+	}
+	if p.attach {
+		if p.token != nil {
+			if err := Authenticate(ctx, c, CredToken, p.token); err != nil {
+				return fail(fmt.Errorf("attaching to %s at %s: %w", id, addr, err))
+			}
+		}
+		b, err := msgpack.Marshal(hello{ID: p.self, Attach: true})
+		if err != nil {
+			return fail(err)
+		}
+		reply, err := c.Call(ctx, OpHello, b)
+		if err != nil {
+			return fail(fmt.Errorf("attaching to %s at %s: %w", id, addr, err))
+		}
+		var h hello
+		if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
+			return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
+		}
+		return c, nil
 	}
 	keys := p.keys.Load()
 	out := hello{ID: p.self}
@@ -292,8 +321,10 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 	// Its other end is a member, proved by the cluster secret when there
 	// is one: read its frames into buffers of their declared size (a
 	// snapshot reply of megabytes no longer doubles its buffer as it
-	// arrives).
-	c.TrustLengths()
+	// arrives). Not an attached client's: it proved only a token.
+	if !membership.IsAttached(id) {
+		c.TrustLengths()
+	}
 	// A connection adopted again (its hello came twice) changes nothing.
 	cur, ok := p.conns[id]
 	if ok && cur.c != c && cur.c.Err() == nil {

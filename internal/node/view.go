@@ -20,6 +20,11 @@ type view struct {
 	ring   *ring.Ring
 	ms     *membership.Membership
 	logger *slog.Logger
+	// attached lists a server's attached clients (attach.go), which are
+	// copies while their connections live but are not in its membership.
+	attached func() []string
+
+	refreshing sync.Mutex // one refresh at a time: a later one reads later state
 
 	mu      sync.Mutex
 	cur     *ring.Map
@@ -27,15 +32,19 @@ type view struct {
 	unseen  []string          // seeds no member of cur answers at
 	addrs   map[string]string // live member ID → data address
 	changed chan struct{}     // capacity 1: the map, the client list or the unseen seeds changed
+	watched chan struct{}     // closed and replaced at every refresh (watch)
 }
 
 func newView(r *ring.Ring, ms *membership.Membership, logger *slog.Logger) *view {
-	return &view{ring: r, ms: ms, logger: logger, addrs: map[string]string{}, changed: make(chan struct{}, 1)}
+	return &view{ring: r, ms: ms, logger: logger, addrs: map[string]string{}, changed: make(chan struct{}, 1), watched: make(chan struct{})}
 }
 
 // refresh rebuilds the map from the live members and reports whether it
 // or the client list changed.
 func (v *view) refresh() bool {
+	v.refreshing.Lock()
+	defer v.refreshing.Unlock()
+	defer v.wake()
 	live := v.ms.Members()
 	rms := make([]ring.Member, 0, len(live))
 	var clients []string
@@ -52,6 +61,15 @@ func (v *view) refresh() bool {
 			clients = append(clients, m.ID)
 		}
 		addrs[m.ID] = m.Addr
+	}
+	if v.attached != nil {
+		for _, id := range v.attached() {
+			if _, member := addrs[id]; !member {
+				rms = append(rms, ring.Member{ID: id, Client: true})
+				clients = append(clients, id)
+			}
+		}
+		slices.Sort(clients)
 	}
 	version, err := v.ring.Version(rms)
 	if err != nil {
@@ -82,6 +100,20 @@ func (v *view) refresh() bool {
 	default:
 	}
 	return true
+}
+
+// watch returns a channel closed at the next refresh.
+func (v *view) watch() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.watched
+}
+
+func (v *view) wake() {
+	v.mu.Lock()
+	close(v.watched)
+	v.watched = make(chan struct{})
+	v.mu.Unlock()
 }
 
 // run refreshes on every membership event until ctx ends.

@@ -710,6 +710,26 @@ func (e *Engine) Step(from string, c ClusterID, msg Message) error {
 	return err
 }
 
+// StepLimited steps a message from an attached client: a client node
+// that proved a client token, not the cluster secret (docs/engine.md,
+// "Attached clients"). It may send what a client sends for itself: its
+// writes (Forward), fetches of a partition's log (Fetch), and acks of
+// the epoch this node has accepted (CommitAck). Anything else, and an
+// ack naming another epoch (an ack of a newer one would fence this
+// node's), is refused and changes nothing. It carries no cluster name.
+func (e *Engine) StepLimited(from string, msg Message) error {
+	switch m := msg.(type) {
+	case *Forward, *Fetch:
+	case *CommitAck:
+		if e.m != nil && int64(m.Partition) < int64(len(e.parts)) && m.Position.Epoch != e.parts[m.Partition].accepted {
+			return errs.Errorf(errs.PermissionDenied, "an attached client's ack of epoch %v, not the accepted one", m.Position.Epoch)
+		}
+	default:
+		return errs.Errorf(errs.PermissionDenied, "an attached client may not send %T", msg)
+	}
+	return e.Step(from, ClusterID{}, msg)
+}
+
 func (e *Engine) stepForward(pt *part, from string, m *Forward) error {
 	if err := e.validate(pt.p, m.Type, m.Value, m.Wait, int(m.K)); err != nil {
 		return err

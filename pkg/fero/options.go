@@ -51,7 +51,8 @@ type config struct {
 	tick               time.Duration
 	secrets            [][]byte
 	tokens             [][]byte // accepted from clients (WithClientTokens)
-	token              []byte   // proved by Dial (WithToken)
+	token              []byte   // proved by Dial and an attached client (WithToken)
+	attach             []string // servers' data addresses a client node attaches to (WithAttach)
 	dataDir            string
 	fsync              storage.SyncPolicy
 	metrics            prometheus.Registerer // WithMetrics
@@ -271,12 +272,26 @@ func WithClientTokens(tokens ...[]byte) Option {
 	}
 }
 
-// WithToken makes [Dial] prove a client token on every connection it
-// opens (a node with credentials refuses a connection that proves none).
-// To [Dial] as an operator who may also forget servers, give
-// [WithClusterSecret] instead.
+// WithToken makes [Dial], and a client node that attaches ([WithAttach]),
+// prove a client token on every connection it opens (a node with
+// credentials refuses a connection that proves none). To [Dial] as an
+// operator who may also forget servers, give [WithClusterSecret] instead.
 func WithToken(token []byte) Option {
 	return func(c *config) { c.token = append([]byte(nil), token...) }
+}
+
+// WithAttach makes a [Client] node attach to the servers at these data
+// addresses (what `fero serve` prints as "data", and [Resource.Addr])
+// instead of joining gossip: it needs a client token ([WithToken]) where
+// the servers take tokens, never the cluster secret. It learns the
+// cluster's servers from one of them and keeps a full copy like any
+// client node, but the servers take from it only its own writes, its
+// fetches and its acks (docs/security.md, "Attached clients"). One
+// address is enough; more are tried in turn when one does not answer. Its
+// ID begins with "~" (one is made if [WithID] is not given), and gossip
+// options (seeds, discovery, [WithClusterSecret]) are refused with it.
+func WithAttach(addrs ...string) Option {
+	return func(c *config) { c.attach = append(c.attach, addrs...) }
 }
 
 // MinSecretSize is the shortest cluster secret WithClusterSecret takes.

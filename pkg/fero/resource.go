@@ -85,6 +85,10 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
 		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil, Tracer: cfg.tracer,
+		Servers: cfg.attach,
+	}
+	if len(cfg.attach) > 0 {
+		ncfg.Token = cfg.token
 	}
 	if len(cfg.interceptors) > 0 {
 		h := cfg.handler
@@ -111,7 +115,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		_ = n.Close()
 		return nil, err
 	}
-	if len(cfg.secrets) == 0 {
+	if len(cfg.secrets) == 0 && len(cfg.attach) == 0 {
 		for _, addr := range []string{r.Addr(), r.GossipAddr()} {
 			if !IsLoopback(addr) {
 				r.logger.Warn("fero: no cluster secret, and the node is reachable beyond loopback: any process that reaches it can pose as a peer (see WithClusterSecret)", "addr", addr)

@@ -1,0 +1,311 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Attached clients (docs/engine.md, "Attached clients") are client nodes
+// that proved a client token to the servers rather than the cluster
+// secret. They do not gossip: each learns the servers from one of them
+// (OpMembers), opens a connection to every server, proves its token on it
+// and names itself in a hello marked Attach. A server takes such a
+// connection as a client's, lists the client among its copies while the
+// connection lives (owners push commits on it), and steps its engine
+// messages with Engine.StepLimited: its writes, its fetches and its acks,
+// nothing else.
+
+// OpMembers asks a server for the cluster's live servers (membersAsk),
+// answered (membersReply) once the list differs from the version the
+// caller has, or after the wait it asked for.
+const OpMembers uint32 = 11
+
+// membersWaitMax bounds how long a server holds an OpMembers whose caller
+// has the current list.
+const membersWaitMax = 10 * time.Second
+
+type membersAsk struct {
+	Have uint64 `msgpack:"h"`
+	// Wait is how long the caller lets the server hold the call, in ms.
+	Wait int64 `msgpack:"w"`
+}
+
+type membersReply struct {
+	Servers []membership.Meta `msgpack:"s"`
+	Version uint64            `msgpack:"v"`
+}
+
+// attachedSet is a server's live attached clients: ID → the connection
+// it attached on.
+type attachedSet struct {
+	mu    sync.Mutex
+	conns map[string]*transport.Conn
+}
+
+// ids returns the attached clients' IDs, sorted.
+func (a *attachedSet) ids() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.conns))
+	for id := range a.conns {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// serveHello answers a hello: a peer's (pool.serveHello), or an attached
+// client's.
+func (n *Node) serveHello(r *transport.Request) {
+	var h hello
+	if err := wire.DecodeValue(r.Payload(), &h); err != nil || h.ID == "" {
+		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
+		return
+	}
+	if !h.Attach {
+		n.pool.serveHello(r)
+		return
+	}
+	c := r.Conn()
+	var fail error
+	switch {
+	case !n.started.Load():
+		fail = errs.New(errs.Unavailable, "attach: the node is starting")
+	case n.cfg.Client:
+		fail = errs.New(errs.FailedPrecondition, "attach: this node is a client; attach to a server")
+	case !membership.IsAttached(h.ID) || len(h.ID) > membership.MaxIDLen:
+		fail = errs.Errorf(errs.InvalidArgument, "attach: an attached client's ID begins with %q and has at most %d bytes", membership.AttachedPrefix, membership.MaxIDLen)
+	case n.authRequired() && n.connRole(c) < roleClient:
+		n.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
+		fail = errs.New(errs.PermissionDenied, "attach: prove a client token first (fero.WithToken)")
+	}
+	if fail != nil {
+		_ = r.Fail(fail)
+		return
+	}
+	b, err := msgpack.Marshal(hello{ID: n.id})
+	if err != nil {
+		_ = r.Fail(err)
+		return
+	}
+	n.attached.mu.Lock()
+	if n.attached.conns == nil {
+		n.attached.conns = map[string]*transport.Conn{}
+	}
+	old := n.attached.conns[h.ID]
+	n.attached.conns[h.ID] = c
+	n.attached.mu.Unlock()
+	if old != c {
+		n.logger.Info("fero: node: a client attached", "client", h.ID, "remote", c.RemoteAddr())
+		go func() {
+			<-c.Done()
+			n.attached.mu.Lock()
+			gone := n.attached.conns[h.ID] == c
+			if gone {
+				delete(n.attached.conns, h.ID)
+			}
+			n.attached.mu.Unlock()
+			if gone {
+				n.logger.Info("fero: node: an attached client's connection closed", "client", h.ID)
+				n.view.refresh()
+			}
+		}()
+	}
+	_ = r.Reply(b)
+	// The newer connection of one ID wins (pool.adopt): the client dialed
+	// again because it gave up on the older.
+	n.pool.adopt(h.ID, c, h.ID)
+	n.view.refresh()
+}
+
+// connRole is the role a connection proved with OpAuth.
+func (n *Node) connRole(c *transport.Conn) role {
+	n.auth.mu.Lock()
+	defer n.auth.mu.Unlock()
+	return n.auth.conns[c]
+}
+
+// serverList returns the live servers that publish a data address, as
+// an attached client learns them, and the list's version.
+func (n *Node) serverList() ([]membership.Meta, uint64) {
+	var out []membership.Meta
+	h := fnv.New64a()
+	for _, m := range n.ms.Members() {
+		if m.Role != membership.RoleServer || m.Addr == "" {
+			continue
+		}
+		out = append(out, m.Meta)
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", m.ID, m.Addr, m.Boot)
+	}
+	v := h.Sum64()
+	if v == 0 {
+		v = 1 // 0 is the version of no list
+	}
+	return out, v
+}
+
+// serveMembers answers OpMembers, holding the call while the caller's
+// list is current, up to the wait it asked for.
+func (n *Node) serveMembers(r *transport.Request) {
+	var ask membersAsk
+	if err := wire.DecodeValue(r.Payload(), &ask); err != nil {
+		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed members request"))
+		return
+	}
+	if n.cfg.Client {
+		_ = r.Fail(errs.New(errs.FailedPrecondition, "members: this node is a client; ask a server"))
+		return
+	}
+	wait := min(time.Duration(max(ask.Wait, 0))*time.Millisecond, membersWaitMax)
+	if !n.spawn(func() {
+		deadline := time.NewTimer(wait)
+		defer deadline.Stop()
+		for {
+			changed := n.view.watch()
+			list, v := n.serverList()
+			if v != ask.Have {
+				n.replyMembers(r, list, v)
+				return
+			}
+			select {
+			case <-changed:
+			case <-deadline.C:
+				n.replyMembers(r, list, v)
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}) {
+		_ = r.Fail(ErrClosed)
+	}
+}
+
+func (n *Node) replyMembers(r *transport.Request, list []membership.Meta, v uint64) {
+	b, err := msgpack.Marshal(membersReply{Servers: list, Version: v})
+	if err != nil {
+		_ = r.Fail(errs.Errorf(errs.Internal, "members: %v", err))
+		return
+	}
+	_ = r.Reply(b)
+}
+
+// feeder is an attached client's end of OpMembers: the connection it
+// asks on, and the servers' addresses it may ask at.
+type feeder struct {
+	mu    sync.Mutex
+	c     *transport.Conn
+	known []string // the servers' data addresses of the last list
+	next  int      // where the next round of dials starts
+}
+
+// feedWait is how long an attached client lets a server hold OpMembers.
+const feedWait = 5 * time.Second
+
+// feedMembers is the attached client's membership.Feed.
+func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta, uint64, error) {
+	c, err := n.feedConn(ctx)
+	if err != nil {
+		if errs.CodeOf(err) == errs.PermissionDenied {
+			err = errors.Join(membership.ErrFeedRefused, err)
+		}
+		return nil, 0, err
+	}
+	b, err := msgpack.Marshal(membersAsk{Have: have, Wait: feedWait.Milliseconds()})
+	if err != nil {
+		return nil, 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, feedWait+n.connectTimeout())
+	defer cancel()
+	reply, err := c.Call(cctx, OpMembers, b)
+	if err != nil {
+		n.feed.mu.Lock()
+		if n.feed.c == c {
+			n.feed.c = nil
+		}
+		n.feed.mu.Unlock()
+		c.Close()
+		err = fmt.Errorf("asking %s for the cluster's servers: %w", c.RemoteAddr(), err)
+		if errs.CodeOf(err) == errs.PermissionDenied {
+			err = errors.Join(membership.ErrFeedRefused, err)
+		}
+		return nil, 0, err
+	}
+	var rep membersReply
+	if err := wire.DecodeValue(reply, &rep); err != nil {
+		c.Close()
+		return nil, 0, fmt.Errorf("the cluster's servers from %s: %w", c.RemoteAddr(), err)
+	}
+	known := make([]string, 0, len(rep.Servers))
+	for _, m := range rep.Servers {
+		known = append(known, m.Addr)
+	}
+	n.feed.mu.Lock()
+	n.feed.known = known
+	n.feed.mu.Unlock()
+	return rep.Servers, rep.Version, nil
+}
+
+// feedConn returns the connection OpMembers goes on, dialing the given
+// servers and then the last known ones, in turn, until one answers and
+// takes the client's token.
+func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
+	n.feed.mu.Lock()
+	if c := n.feed.c; c != nil && c.Err() == nil {
+		n.feed.mu.Unlock()
+		return c, nil
+	}
+	addrs := append(slices.Clone(n.cfg.Servers), n.feed.known...)
+	start := n.feed.next
+	n.feed.next++
+	n.feed.mu.Unlock()
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	var errsSeen []error
+	for i := range addrs {
+		addr := addrs[(start+i)%len(addrs)]
+		c, err := n.dialAttached(ctx, addr)
+		if err != nil {
+			errsSeen = append(errsSeen, err)
+			continue
+		}
+		n.feed.mu.Lock()
+		n.feed.c = c
+		n.feed.mu.Unlock()
+		return c, nil
+	}
+	return nil, errors.Join(errsSeen...)
+}
+
+// dialAttached opens a connection to a server and proves the client's
+// token on it (if it has one).
+func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, n.connectTimeout())
+	defer cancel()
+	c, err := transport.DialConn(dctx, addr, n.pool.opts...)
+	if err != nil {
+		return nil, err
+	}
+	if t := n.pool.token; t != nil {
+		if err := Authenticate(dctx, c, CredToken, t); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// connectTimeout bounds a dial and its proof.
+func (n *Node) connectTimeout() time.Duration { return 5 * time.Second }
