@@ -49,6 +49,7 @@ type serveFlags struct {
 	multicast    bool
 	preset       string
 	client       bool
+	attach       []string
 	partitions   int
 	replicas     int
 	vnodes       int
@@ -159,6 +160,7 @@ cluster secret.`,
 	fl.BoolVar(&f.multicast, "multicast", false, "discover peers by UDP multicast (on by default with --preset lan)")
 	fl.StringVar(&f.preset, "preset", "local", "gossip timings: local (one machine) or lan")
 	fl.BoolVar(&f.client, "client", false, "run a client node: it owns nothing and keeps a full copy")
+	fl.StringSliceVar(&f.attach, "attach", nil, "with --client: attach to the servers at these data addresses (comma-separated) instead of joining gossip, proving the first token of --token-file rather than the cluster secret (docs/security.md, Attached clients)")
 	fl.IntVar(&f.partitions, "partitions", 271, "partition count")
 	fl.IntVar(&f.replicas, "replicas", 2, "servers besides the owner whose acks make a write durable")
 	fl.IntVar(&f.vnodes, "vnodes", 200, "virtual nodes per member on the ring (the original's dht.vnodes)")
@@ -274,7 +276,26 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		opts = append(opts, fero.Client())
 	}
 	var secrets [][]byte
-	if f.secretFile != "" {
+	if len(f.attach) > 0 {
+		switch {
+		case !f.client:
+			return errors.New("--attach needs --client: only a client node attaches to servers")
+		case f.secretFile != "":
+			return errors.New("--attach: an attached client proves a client token (--token-file), never the cluster secret; a node with the secret joins gossip (--seeds) instead")
+		case len(f.seeds) > 0:
+			return errors.New("--attach replaces --seeds: an attached client learns the servers from those it attaches to")
+		}
+		opts = append(opts, fero.WithAttach(f.attach...))
+		if f.tokenFile != "" {
+			tokens, err := fero.ReadSecretFile(f.tokenFile)
+			if err != nil {
+				return fmt.Errorf("--token-file: %w", err)
+			}
+			opts = append(opts, fero.WithToken(tokens[0]))
+		}
+		// No loopback check: it gossips nothing, and the servers decide
+		// what its token allows.
+	} else if f.secretFile != "" {
 		var err error
 		if secrets, err = readSecrets(f.secretFile); err != nil {
 			return err
@@ -293,7 +314,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 			}
 		}
 	}
-	if f.tokenFile != "" {
+	if f.tokenFile != "" && len(f.attach) == 0 {
 		tokens, err := fero.ReadSecretFile(f.tokenFile)
 		if err != nil {
 			return fmt.Errorf("--token-file: %w", err)
@@ -364,11 +385,15 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	if f.secretFile != "" {
 		stop := reloadSecretsOnHUP(r, f.secretFile, f.tokenFile, cmd.OutOrStdout(), logger)
 		defer stop()
-	} else {
+	} else if len(f.attach) == 0 {
 		logger.Warn("fero: serving without a cluster secret: any process that reaches this node can pose as a peer (development only)")
 	}
 	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
+	if len(f.attach) > 0 {
+		fmt.Fprintf(out, "fero: node %s of %q: attached %s data %s\n", r.ID(), resource, strings.Join(f.attach, ","), r.Addr())
+	} else {
+		fmt.Fprintf(out, "fero: node %s of %q: gossip %s data %s\n", r.ID(), resource, r.GossipAddr(), r.Addr())
+	}
 	if hs != nil {
 		fmt.Fprintf(out, "fero: http %s (/metrics, /healthz, /readyz, /api/v1/, /dashboard/)\n", hs.addr)
 	}

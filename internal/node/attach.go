@@ -74,6 +74,14 @@ func (n *Node) serveHello(r *transport.Request) {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
 		return
 	}
+	if n.pool.attach {
+		// No node dials an attached client; one that says hello to it
+		// (without the secret it cannot prove anything) could pose as
+		// an owner and have its copy apply forged commits.
+		n.pool.refused(r.Conn(), h.ID, "an attached client takes no peers")
+		_ = r.Fail(errs.New(errs.PermissionDenied, "this node is an attached client: it takes no peers"))
+		return
+	}
 	if !h.Attach {
 		n.pool.serveHello(r)
 		return

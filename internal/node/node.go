@@ -72,7 +72,8 @@ type Config struct {
 	// Servers, for a client node, are data addresses of servers to attach
 	// to (attach.go): the node does not gossip, learns the servers from
 	// one of them, and proves Token to each (the cluster secret is not
-	// needed, and not taken). Its ID begins with membership.AttachedPrefix
+	// needed, and not taken). Its own data port takes no peers, and asks
+	// for Token (unless Tokens says otherwise). Its ID begins with membership.AttachedPrefix
 	// (one is made if ID is empty). With Servers, Membership options that
 	// mean gossip are refused.
 	Servers []string
@@ -287,6 +288,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			cfg.ID = membership.AttachedPrefix + randomID()
 		case !membership.IsAttached(cfg.ID):
 			return nil, errs.Errorf(errs.InvalidArgument, "node: an attached client's ID begins with %q: %q", membership.AttachedPrefix, cfg.ID)
+		}
+		if cfg.Token != nil && len(cfg.Tokens) == 0 {
+			// Its data port asks for the token it proves to the servers,
+			// or anyone who reached it would write with its rights.
+			cfg.Tokens = [][]byte{cfg.Token}
 		}
 	} else if cfg.Token != nil {
 		return nil, errs.New(errs.InvalidArgument, "node: a token proves an attached client: give the servers to attach to (Servers)")
