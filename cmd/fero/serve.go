@@ -108,6 +108,13 @@ and serves no writes, says so in a warning, and keeps trying them. With
 Every node of a resource must use the same --partitions, --replicas and
 --vnodes.
 
+A client node (--client) given --attach <data address>,... does not gossip
+and needs no cluster secret: it learns the servers from the first address
+that answers, proves the first token of --token-file to each server, and
+its first line says "attached <addresses>" where others say "gossip
+<address>". The servers take from it only its own writes, fetches and acks
+(docs/security.md, Attached clients).
+
 A server keeps its partitions on disk and loads them when it starts again:
 in --data-dir, or by default in fero-data/RESOURCE/ID with --id, else the
 first of fero-data/RESOURCE/0, 1, ... that no other server holds (so

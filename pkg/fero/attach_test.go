@@ -2,6 +2,7 @@ package fero
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,6 +20,10 @@ func TestAttachedClient(t *testing.T) {
 	b := c.open("b", creds...)
 	c.settle(2)
 	ctx := ctxT(t)
+	// Written before the client attaches: it catches up.
+	for i := range 20 {
+		require.NoError(t, retry(ctx, func() error { return a.Update(ctx, fmt.Sprint("before", i), i, Majority) }))
+	}
 	open := func(opts ...Option) (*Resource, error) {
 		return Open(ctx, "test", append([]Option{
 			Client(), WithLogger(testLogger(t)), WithPartitions(32), WithSyncTimeout(500 * time.Millisecond),
@@ -51,5 +56,5 @@ func TestAttachedClient(t *testing.T) {
 	}
 	require.NoError(t, retry(ctx, func() error { return b.Update(ctx, "from-b", "hi", Majority) }))
 	require.Eventually(t, func() bool { v, ok := cl.Get("from-b"); return ok && v == "hi" }, 10*time.Second, 5*time.Millisecond)
-	c.converged([]*Resource{a, b, cl}, 3)
+	c.converged([]*Resource{a, b, cl}, 23)
 }
