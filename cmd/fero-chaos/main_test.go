@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -26,20 +28,30 @@ func TestParseSeeds(t *testing.T) {
 // the ones the workload command reads, with the same values.
 func TestWorkloadFlags(t *testing.T) {
 	cfg := chaos.Config{Seed: 7, Servers: 5, Keys: 3, Rate: 12.5, Out: "/tmp/x"}
-	args := chaos.WorkloadArgs(cfg, []string{"10.201.1.1:7946", "10.201.1.2:7946"}, "c2", "10.201.1.8", 2, 25*time.Second)
-	cmd := newWorkload()
-	if err := cmd.ParseFlags(args); err != nil {
-		t.Fatalf("workload flags %q: %v", args, err)
+	seeds, data := []string{"10.201.1.1:7946", "10.201.1.2:7946"}, []string{"10.201.1.1:7400", "10.201.1.2:7400"}
+	common := map[string]string{
+		"resource": "chaos", "listen": "10.201.1.8:7400",
+		"keys": "[k0,k1,k2]", "rate": "12.5", "duration": "25s", "servers": "5",
 	}
-	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
-	for name, want := range map[string]string{
-		"resource": "chaos", "seeds": "[10.201.1.1:7946,10.201.1.2:7946]",
-		"bind": "10.201.1.8:7946", "listen": "10.201.1.8:7400", "id": "c2", "proc": "2",
-		"keys": "[k0,k1,k2]", "rate": "12.5", "duration": "25s", "seed": "7002", "servers": "5",
-		"out": "/tmp/x/c2.history.jsonl",
+	for proc, want := range map[int]map[string]string{
+		// An odd client gossips with the secret, an even one attaches.
+		1: {"seeds": "[10.201.1.1:7946,10.201.1.2:7946]", "bind": "10.201.1.8:7946", "id": "c1", "proc": "1", "seed": "7001",
+			"cluster-secret-file": "/tmp/x/cluster.secret", "attach": "[]", "out": "/tmp/x/c1.history.jsonl"},
+		2: {"seeds": "[]", "bind": "", "id": "~c2", "proc": "2", "seed": "7002", "attach": "[10.201.1.1:7400,10.201.1.2:7400]",
+			"token-file": "/tmp/x/client.token", "cluster-secret-file": "", "out": "/tmp/x/c2.history.jsonl"},
 	} {
-		if got := get(name); got != want {
-			t.Errorf("--%s = %q, want %q", name, got, want)
+		node := fmt.Sprint("c", proc)
+		args := chaos.WorkloadArgs(cfg, seeds, data, node, "10.201.1.8", proc, 25*time.Second)
+		cmd := newWorkload()
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatalf("workload flags %q: %v", args, err)
+		}
+		get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+		maps.Copy(want, common)
+		for name, w := range want {
+			if got := get(name); got != w {
+				t.Errorf("%s: --%s = %q, want %q", node, name, got, w)
+			}
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // ones chaos.Config's runner passes.
 func newWorkload() *cobra.Command {
 	var cfg workload.Config
-	var logLevel, secretFile string
+	var logLevel, secretFile, tokenFile string
 	cmd := &cobra.Command{
 		Use:    "workload",
 		Short:  "Run one workload client process (started by fero-chaos run)",
@@ -35,6 +35,13 @@ func newWorkload() *cobra.Command {
 				if cfg.Secrets, err = fero.ReadSecretFile(secretFile); err != nil {
 					return err
 				}
+			}
+			if tokenFile != "" {
+				tokens, err := fero.ReadSecretFile(tokenFile)
+				if err != nil {
+					return err
+				}
+				cfg.Token = tokens[0]
 			}
 			// The runner waits for every client's op phase to end before
 			// it asks for the final lines (chaos.OpsDoneFile).
@@ -61,5 +68,7 @@ func newWorkload() *cobra.Command {
 	fl.IntVar(&cfg.Servers, "servers", 1, "servers to wait for before the first operation")
 	fl.StringVar(&logLevel, "log-level", "info", "the client node's log level on stderr")
 	fl.StringVar(&secretFile, "cluster-secret-file", "", "the cluster's secret file (fero serve's)")
+	fl.StringSliceVar(&cfg.Attach, "attach", nil, "attach to the servers at these data addresses instead of gossiping (with --token-file)")
+	fl.StringVar(&tokenFile, "token-file", "", "the client token an attached client proves")
 	return cmd
 }

@@ -60,16 +60,26 @@ type ClusterConfig struct {
 // without one).
 func SecretFile(dir string) string { return filepath.Join(dir, "cluster.secret") }
 
-// writeSecret writes a fresh random secret to SecretFile(dir), unless one
-// is there (a replayed seed keeps its own).
+// TokenFile is the client token file in a cluster's Dir: the servers
+// take it (--token-file), and the attached workload clients prove it
+// (WorkloadArgs).
+func TokenFile(dir string) string { return filepath.Join(dir, "client.token") }
+
+// writeSecret writes a fresh random secret to SecretFile(dir) and a
+// token to TokenFile(dir), unless they are there (a replayed seed keeps
+// its own).
 func writeSecret(dir string) error {
-	path := SecretFile(dir)
-	if _, err := os.Stat(path); err == nil {
-		return nil
+	for _, path := range []string{SecretFile(dir), TokenFile(dir)} {
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+			return err
+		}
 	}
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
+	return nil
 }
 
 // Cluster runs `fero serve` in the servers' namespaces. It knows the PID
@@ -155,6 +165,16 @@ func (c *Cluster) Gossip(node string) string {
 	return fmt.Sprintf("%s:%d", c.net.IP(node), GossipPort)
 }
 
+// DataAddrs returns the data addresses of every server, the spare
+// included: what an attached client is given.
+func (c *Cluster) DataAddrs() []string {
+	var out []string
+	for _, s := range c.servers() {
+		out = append(out, c.Addr(s))
+	}
+	return out
+}
+
 // Seeds returns the gossip addresses of every server, the spare included.
 func (c *Cluster) Seeds() []string {
 	var out []string
@@ -189,7 +209,7 @@ func (c *Cluster) ServeArgs(node string, waitServers int) []string {
 		"serve", c.cfg.Resource, "--id", node,
 		"--listen", c.Addr(node), "--bind", c.Gossip(node),
 		"--seeds", strings.Join(seeds, ","),
-		"--cluster-secret-file", SecretFile(c.cfg.Dir),
+		"--cluster-secret-file", SecretFile(c.cfg.Dir), "--token-file", TokenFile(c.cfg.Dir),
 		// lan's timings, without multicast: there is no multicast route in
 		// the namespaces, and the seeds are known.
 		"--preset", "lan", "--multicast=false", "--log-level", "info",

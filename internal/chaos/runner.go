@@ -492,8 +492,11 @@ type workload struct {
 // WorkloadArgs are the flags the runner gives the workload process of
 // client node (number proc, address ip) that writes for d; the
 // `fero-chaos workload` command reads them. seeds are the servers' gossip
-// addresses.
-func WorkloadArgs(cfg Config, seeds []string, node, ip string, proc int, d time.Duration) []string {
+// addresses, data their data addresses. Every second client (even proc)
+// is an attached client (docs/engine.md, "Attached clients"): it proves
+// the cluster's client token to the servers at data and joins no gossip;
+// the others hold the cluster secret and gossip.
+func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d time.Duration) []string {
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
@@ -502,13 +505,18 @@ func WorkloadArgs(cfg Config, seeds []string, node, ip string, proc int, d time.
 			keys[i] = fmt.Sprintf("s%d-k%d", cfg.Seed, i)
 		}
 	}
-	return []string{
-		"--resource", "chaos",
+	join := []string{
 		"--seeds", strings.Join(seeds, ","),
 		"--cluster-secret-file", SecretFile(cfg.Out),
 		"--bind", fmt.Sprintf("%s:%d", ip, GossipPort),
-		"--listen", fmt.Sprintf("%s:%d", ip, DataPort),
 		"--id", node,
+	}
+	if Attached(proc) {
+		join = []string{"--attach", strings.Join(data, ","), "--token-file", TokenFile(cfg.Out), "--id", "~" + node}
+	}
+	return append(join,
+		"--resource", "chaos",
+		"--listen", fmt.Sprintf("%s:%d", ip, DataPort),
 		"--proc", strconv.Itoa(proc),
 		"--keys", strings.Join(keys, ","),
 		"--rate", strconv.FormatFloat(cfg.Rate, 'f', -1, 64),
@@ -517,13 +525,17 @@ func WorkloadArgs(cfg Config, seeds []string, node, ip string, proc int, d time.
 		"--seed", strconv.FormatUint(cfg.Seed*1000+uint64(proc), 10),
 		"--servers", strconv.Itoa(cfg.Servers),
 		"--out", filepath.Join(cfg.Out, node+".history.jsonl"),
-	}
+	)
 }
+
+// Attached reports whether workload client proc attaches with a token
+// rather than gossip with the secret (WorkloadArgs).
+func Attached(proc int) bool { return proc%2 == 0 }
 
 func (r *runner) startWorkloads(ctx context.Context, nt *Net, cl *Cluster, clients []string, d time.Duration) ([]*workload, error) {
 	var wls []*workload
 	for i, node := range clients {
-		argv := append(slices.Clone(r.cfg.Workload), WorkloadArgs(r.cfg, cl.Seeds(), node, nt.IP(node), i+1, d)...)
+		argv := append(slices.Clone(r.cfg.Workload), WorkloadArgs(r.cfg, cl.Seeds(), cl.DataAddrs(), node, nt.IP(node), i+1, d)...)
 		logf, err := os.Create(filepath.Join(r.cfg.Out, node+".log"))
 		if err != nil {
 			return wls, fmt.Errorf("chaos: %w", err)

@@ -131,7 +131,7 @@ func TestScenarioUnknown(t *testing.T) {
 // schedules keep k0… (their recorded seeds replay with them).
 func TestScenarioKeysRotate(t *testing.T) {
 	keys := func(cfg Config) string {
-		args := WorkloadArgs(cfg, nil, "c1", "10.0.0.1", 1, time.Second)
+		args := WorkloadArgs(cfg, nil, nil, "c1", "10.0.0.1", 1, time.Second)
 		return args[slices.Index(args, "--keys")+1]
 	}
 	a := Config{Seed: 1, Servers: 3, Keys: 3, Scenario: ScenarioPausedOwner}

@@ -57,6 +57,10 @@ type Config struct {
 	Out string
 	// Secrets are the cluster secrets (fero.WithClusterSecret).
 	Secrets [][]byte
+	// Attach, instead of Seeds, Bind and Secrets, are the servers' data
+	// addresses the node attaches to, proving Token (fero.WithAttach).
+	Attach []string
+	Token  []byte
 
 	// Optional.
 
@@ -116,9 +120,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer func() { err = errors.Join(err, trace.Close()) }()
 
-	opts := []fero.Option{
-		fero.Client(), fero.WithPreset(fero.PresetLAN), fero.WithoutMulticast(),
-		fero.WithSeeds(cfg.Seeds...),
+	opts := []fero.Option{fero.Client(), fero.WithPreset(fero.PresetLAN), fero.WithoutMulticast()}
+	if len(cfg.Attach) > 0 {
+		opts = append(opts, fero.WithAttach(cfg.Attach...), fero.WithToken(cfg.Token))
+	} else {
+		opts = append(opts, fero.WithSeeds(cfg.Seeds...))
 	}
 	if len(cfg.Secrets) > 0 {
 		opts = append(opts, fero.WithClusterSecret(cfg.Secrets...))
