@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,12 @@ func TestAttachedClient(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the attached client's copy has b's write")
 	_, err = run(ctx, "get", "--addr", cl.data, "k")
 	require.ErrorContains(t, err, "permission_denied", "the attached client's own port asks for the token")
+	// The servers list it in their status.
+	clID := strings.Fields(cl.first)[2]
+	require.True(t, strings.HasPrefix(clID, "~"), clID)
+	out, err = run(ctx, append([]string{"status", "--addr", a.data}, tok...)...)
+	require.NoError(t, err)
+	require.Regexp(t, regexp.QuoteMeta(clID)+`\s+client\s+attached`, out)
 
 	// Raw connections that prove the token and attach to each server as
 	// ~evil send every server message a client may not, for every

@@ -212,6 +212,18 @@ func (n *Node) report(ctx context.Context, req StatusRequest) (*StatusReport, er
 		}
 		rep.Members = append(rep.Members, mr)
 	}
+	// Attached clients (attach.go) are copies but not members: listed
+	// with the address they attached from.
+	n.attached.mu.Lock()
+	attached := make([]MemberReport, 0, len(n.attached.conns))
+	for id, c := range n.attached.conns {
+		attached = append(attached, MemberReport{ID: id, Addr: c.RemoteAddr().String(), Client: true, Status: "attached"})
+	}
+	n.attached.mu.Unlock()
+	for _, mr := range attached {
+		mr.Conn = n.connReport(mr.ID)
+		rep.Members = append(rep.Members, mr)
+	}
 	slices.SortFunc(rep.Members, func(a, b MemberReport) int {
 		switch {
 		case a.ID < b.ID:
