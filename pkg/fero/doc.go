@@ -22,7 +22,10 @@
 // form: top-level keys to values of one Go type, encoded with msgpack.
 //
 // A [Client] node owns no partition; it receives every commit and sends its
-// writes straight to the owners.
+// writes straight to the owners. Given the cluster secret it gossips like a
+// server; given [WithAttach] and a client token ([WithToken]) it attaches
+// to the servers without the secret, and they take from it only its own
+// writes, fetches and acks.
 //
 // # Writes and what they wait for
 //
