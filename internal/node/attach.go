@@ -66,41 +66,20 @@ func (a *attachedSet) ids() []string {
 	return out
 }
 
-// serveHello answers a hello: a peer's (pool.serveHello), or an attached
-// client's.
-func (n *Node) serveHello(r *transport.Request) {
-	var h hello
-	if err := wire.DecodeValue(r.Payload(), &h); err != nil || h.ID == "" {
-		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
-		return
-	}
-	if n.pool.attach {
-		// No node dials an attached client; one that says hello to it
-		// (without the secret it cannot prove anything) could pose as
-		// an owner and have its copy apply forged commits.
-		n.pool.refused(r.Conn(), h.ID, "an attached client takes no peers")
-		_ = r.Fail(errs.New(errs.PermissionDenied, "this node is an attached client: it takes no peers"))
-		return
-	}
-	if !h.Attach {
-		n.pool.serveHello(r)
-		return
-	}
+// serveAttach answers an attached client's hello (pool.serveHello hands
+// it over): it takes the connection as the client's if it proved a
+// token, or the node takes no credentials.
+func (n *Node) serveAttach(r *transport.Request, h hello) {
 	c := r.Conn()
-	var fail error
-	switch {
-	case !n.started.Load():
-		fail = errs.New(errs.Unavailable, "attach: the node is starting")
-	case n.cfg.Client:
-		fail = errs.New(errs.FailedPrecondition, "attach: this node is a client; attach to a server")
-	case !membership.IsAttached(h.ID) || len(h.ID) > membership.MaxIDLen:
-		fail = errs.Errorf(errs.InvalidArgument, "attach: an attached client's ID begins with %q and has at most %d bytes", membership.AttachedPrefix, membership.MaxIDLen)
-	case n.authRequired() && n.connRole(c) < roleClient:
-		n.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
-		fail = errs.New(errs.PermissionDenied, "attach: prove a client token first (fero.WithToken)")
+	if !n.started.Load() {
+		_ = r.Fail(errs.New(errs.Unavailable, "attach: the node is starting"))
+		return
 	}
-	if fail != nil {
-		_ = r.Fail(fail)
+	if err := attachRefusal(h.ID, n.cfg.Client, n.authRequired(), n.connRole(c)); err != nil {
+		if errs.CodeOf(err) == errs.PermissionDenied {
+			n.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
+		}
+		_ = r.Fail(err)
 		return
 	}
 	b, err := msgpack.Marshal(hello{ID: n.id})
@@ -136,6 +115,21 @@ func (n *Node) serveHello(r *transport.Request) {
 	// again because it gave up on the older.
 	n.pool.adopt(h.ID, c, h.ID)
 	n.view.refresh()
+}
+
+// attachRefusal says why a node refuses an attached client's hello that
+// names id: nil if it takes it. client: the node is a client; needToken:
+// the node takes credentials; proved: what the connection proved.
+func attachRefusal(id string, client, needToken bool, proved role) error {
+	switch {
+	case client:
+		return errs.New(errs.FailedPrecondition, "attach: this node is a client; attach to a server")
+	case !membership.IsAttached(id) || len(id) > membership.MaxIDLen:
+		return errs.Errorf(errs.InvalidArgument, "attach: an attached client's ID begins with %q and has at most %d bytes", membership.AttachedPrefix, membership.MaxIDLen)
+	case needToken && proved < roleClient:
+		return errs.New(errs.PermissionDenied, "attach: prove a client token first (fero.WithToken)")
+	}
+	return nil
 }
 
 // connRole is the role a connection proved with OpAuth.

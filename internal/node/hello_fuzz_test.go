@@ -74,6 +74,9 @@ func validHello(f *testing.F, id string, nonce bool) []byte {
 // hello is refused with a coded error, or answered (with the pool's MAC
 // under a secret); a connection is adopted at once without a secret, and
 // with one only after the right proof, which fuzzed bytes cannot forge.
+// A hello marked Attach is an attached client's: taken at once, without a
+// MAC, only under an ID beginning with "~" and, with a secret, on a
+// connection that proved a token (prove stands for that).
 // Each input meets a fresh pool behind one long-lived server.
 func FuzzHello(f *testing.F) {
 	var cur atomic.Pointer[pool]
@@ -99,6 +102,12 @@ func FuzzHello(f *testing.F) {
 		f.Add(validHello(f, "b", true), proof, secret, false)
 		f.Add(validHello(f, "b", true), proof, secret, true)
 		f.Add([]byte{0x81, 0xa2, 'i', 'd', 0xa0}, []byte{0x80}, secret, false) // an empty ID
+		for _, id := range []string{"~c", "c"} {
+			b, err := msgpack.Marshal(hello{ID: id, Attach: true})
+			require.NoError(f, err)
+			f.Add(b, proof, secret, false)
+			f.Add(b, proof, secret, true)
+		}
 	}
 
 	f.Fuzz(func(t *testing.T, helloB, proofB []byte, secret, prove bool) {
@@ -107,6 +116,26 @@ func FuzzHello(f *testing.F) {
 		p := newPool("a")
 		if secret {
 			p.setSecrets([][]byte{fuzzSecret})
+		}
+		// An attached client's hello: as a server decides it
+		// (Node.serveAttach), prove standing for a token proved on the
+		// connection, which a node with a secret asks for.
+		proved := roleNone
+		if prove {
+			proved = roleClient
+		}
+		p.onAttach = func(r *transport.Request, h hello) {
+			if err := attachRefusal(h.ID, false, secret, proved); err != nil {
+				_ = r.Fail(err)
+				return
+			}
+			b, err := msgpack.Marshal(hello{ID: "a"})
+			if err != nil {
+				_ = r.Fail(err)
+				return
+			}
+			_ = r.Reply(b)
+			p.adopt(h.ID, r.Conn(), h.ID)
 		}
 		cur.Store(p)
 		c := client.get(ctx, t)
@@ -127,6 +156,16 @@ func FuzzHello(f *testing.F) {
 		switch {
 		case !valid:
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed hello: %v", err)
+		case want.Attach:
+			if refusal := attachRefusal(want.ID, false, secret, proved); refusal != nil {
+				require.Equal(t, errs.CodeOf(refusal), errs.CodeOf(err), "an attached client's hello: %v", err)
+				break
+			}
+			require.NoError(t, err, "an attached client's hello with its token proved")
+			var got hello
+			require.NoError(t, wire.DecodeValue(reply, &got))
+			require.Equal(t, "a", got.ID)
+			require.Empty(t, got.MAC, "an attached client is proved by its token, not a MAC")
 		case secret && len(want.Nonce) != nonceSize:
 			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a hello without a nonce to a pool with a secret: %v", err)
 		default:
@@ -142,7 +181,7 @@ func FuzzHello(f *testing.F) {
 		}
 		answered = err == nil
 
-		right := secret && answered && prove
+		right := secret && answered && prove && !want.Attach
 		if right {
 			var got hello
 			require.NoError(t, wire.DecodeValue(reply, &got))
@@ -157,7 +196,7 @@ func FuzzHello(f *testing.F) {
 			// a call behind it on the same connection is served after.
 			_, err := c.Call(ctx, 0xfffe, nil)
 			require.Equal(t, errs.Unimplemented, errs.CodeOf(err), "%v", err)
-		case secret && answered:
+		case secret && answered && !want.Attach:
 			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a proof of fuzzed bytes: %v", err)
 		default:
 			require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "a proof with no hello to prove: %v", err)
@@ -166,7 +205,7 @@ func FuzzHello(f *testing.F) {
 		// Without a secret the answered hello's connection is the
 		// caller's at once; with one, only after the right proof.
 		switch peers := p.peers(); {
-		case answered && (!secret || right):
+		case answered && (!secret || right || want.Attach):
 			require.Equal(t, []string{want.ID}, peers)
 		default:
 			require.Empty(t, peers, "a connection adopted without the proof")

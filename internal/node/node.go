@@ -367,7 +367,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.pool.setSecrets(cfg.Secrets)
 	n.auth.conns, n.auth.proving = make(map[*transport.Conn]role), make(map[*transport.Conn]authProving)
 	n.SetTokens(cfg.Tokens...)
-	mux.HandleFunc(OpHello, n.serveHello)
+	n.pool.onAttach = n.serveAttach
+	if len(cfg.Servers) > 0 {
+		n.pool.attach = true
+		if cfg.Token != nil {
+			n.pool.token = TokenKey(cfg.Token)
+		}
+	}
+	mux.HandleFunc(OpHello, n.pool.serveHello)
 	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
 	mux.HandleFunc(OpAuth, n.serveAuth)
 	mux.HandleFunc(OpAuthProof, n.serveAuthProof)
@@ -393,10 +400,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		mopts = append(mopts, membership.WithSecretKeys(gossipKeys(cfg.Secrets)...))
 	}
 	if len(cfg.Servers) > 0 {
-		n.pool.attach = true
-		if cfg.Token != nil {
-			n.pool.token = TokenKey(cfg.Token)
-		}
 		mopts = append(mopts, membership.WithFeed(n.feedMembers))
 	}
 	if n.ms, err = membership.New(mopts...); err != nil {

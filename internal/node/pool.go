@@ -67,6 +67,9 @@ type pool struct {
 	// marked Attach.
 	attach bool
 	token  []byte
+	// onAttach answers a hello marked Attach (a server's: attach.go);
+	// nil refuses them.
+	onAttach func(r *transport.Request, h hello)
 
 	mu      sync.Mutex
 	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
@@ -230,6 +233,22 @@ func (p *pool) serveHello(r *transport.Request) {
 	// decoder's stack and ended the process.
 	if err := wire.DecodeValue(r.Payload(), &h); err != nil || h.ID == "" {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
+		return
+	}
+	if p.attach {
+		// No node dials an attached client; one that says hello to it
+		// (without the secret it cannot prove anything) could pose as
+		// an owner and have its copy apply forged commits.
+		p.refused(r.Conn(), h.ID, "an attached client takes no peers")
+		_ = r.Fail(errs.New(errs.PermissionDenied, "this node is an attached client: it takes no peers"))
+		return
+	}
+	if h.Attach {
+		if p.onAttach == nil {
+			_ = r.Fail(errs.New(errs.FailedPrecondition, "attach: this node takes no attached clients"))
+			return
+		}
+		p.onAttach(r, h)
 		return
 	}
 	keys := p.keys.Load()
