@@ -33,11 +33,7 @@ func TestAttachedClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	gen := func() string {
-		out, err := run(ctx, "secret")
-		require.NoError(t, err)
-		return strings.TrimSpace(out)
-	}
+	gen := func() string { return genSecret(ctx, t) }
 	secretFile, tokenFile, wrongFile := filepath.Join(dir, "s"), filepath.Join(dir, "t"), filepath.Join(dir, "w")
 	token := gen()
 	writeSecrets(t, secretFile, gen())

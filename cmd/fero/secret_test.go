@@ -42,6 +42,14 @@ func memberIDs(ctx context.Context, addr string, cred ...string) []string {
 	return ids
 }
 
+// genSecret runs `fero secret` and returns the secret it prints.
+func genSecret(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	out, err := run(ctx, "secret")
+	require.NoError(t, err)
+	return strings.TrimSpace(out)
+}
+
 func writeSecrets(t *testing.T, path string, secrets ...string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(strings.Join(secrets, "\n")+"\n"), 0o600))
@@ -171,11 +179,7 @@ func TestClientTokens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	gen := func() string {
-		out, err := run(ctx, "secret")
-		require.NoError(t, err)
-		return strings.TrimSpace(out)
-	}
+	gen := func() string { return genSecret(ctx, t) }
 	secretFile, tokenFile, newTokenFile := filepath.Join(dir, "s"), filepath.Join(dir, "t"), filepath.Join(dir, "t2")
 	tok1, tok2 := gen(), gen()
 	writeSecrets(t, secretFile, gen())
