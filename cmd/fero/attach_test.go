@@ -154,6 +154,9 @@ func TestAttachedClient(t *testing.T) {
 	}
 	for _, raw := range raws {
 		require.Nil(t, raw.Err(), "the attached connection serves on")
+		// Adopted as a copy, it is still a token's connection: no forget.
+		_, err := raw.Call(ctx, node.OpForget, nil)
+		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "forget on an attached connection: %v", err)
 	}
 
 	// A client of the cluster without the token cannot attach.
