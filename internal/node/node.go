@@ -933,13 +933,9 @@ func (n *Node) step(in inbound) {
 					n.traceForward(in.from, f)
 				}
 			}
-			var err error
 			if in.limited {
-				err = n.eng.StepLimited(in.from, m)
-			} else {
-				err = n.eng.Step(in.from, in.cluster, m)
-			}
-			if err != nil && (!in.limited || n.pool.refusals.Allow(in.from, time.Now())) {
+				n.stepLimited(in.from, m)
+			} else if err := n.eng.Step(in.from, in.cluster, m); err != nil {
 				n.logger.Warn("fero: node: engine refused a message", "from", in.from, "err", err)
 			}
 		}
@@ -947,6 +943,27 @@ func (n *Node) step(in inbound) {
 	}
 	if in.dec != nil {
 		n.stepped = append(n.stepped, in)
+	}
+}
+
+// stepLimited steps an attached client's message (Engine.StepLimited).
+// What a client's engine sends in the course of things and a server does
+// not take from an attached one (a fence for a stale commit, an ack of
+// an epoch other than the accepted one, as when ownership moves) is
+// logged at DEBUG; anything else it refuses at WARN, at most once a
+// second per client: no client sends it.
+func (n *Node) stepLimited(from string, m partition.Message) {
+	err := n.eng.StepLimited(from, m)
+	if err == nil {
+		return
+	}
+	switch m.(type) {
+	case *partition.Fenced, *partition.CommitAck:
+		n.logger.Debug("fero: node: engine refused an attached client's message", "from", from, "err", err)
+	default:
+		if n.pool.refusals.Allow(from, time.Now()) {
+			n.logger.Warn("fero: node: engine refused an attached client's message", "from", from, "err", err)
+		}
 	}
 }
 
