@@ -106,6 +106,17 @@ func TestServeTLS(t *testing.T) {
 	_, err = run(ctx, withCA("get", "--addr", ss[1].data, "--tls-cert", pki.cert, "--tls-key", pki.key, "ada")...)
 	require.NoError(t, err)
 
+	// An attached client node over TLS, on the client certificate: it
+	// learns the three servers and its copy has the write.
+	cl := serve(t, "tls", "--partitions", "31", "--client", "--attach", ss[0].data, "--tls-ca", pki.ca,
+		"--tls-cert", pki.cert, "--tls-key", pki.key, "--wait-servers", "3")
+	require.True(t, cl.out.Scan())
+	require.Contains(t, cl.out.Text(), "sees 3 servers")
+	require.Eventually(t, func() bool {
+		out, err := run(ctx, withCA("get", "--addr", cl.data, "ada")...)
+		return err == nil && strings.Contains(out, `"name":"Ada"`)
+	}, 10*time.Second, 20*time.Millisecond, "the attached client's copy over TLS")
+
 	// Without TLS the CLI gets nowhere.
 	short := func(args ...string) error {
 		_, err := run(ctx, append(args, "--timeout", "2s")...)
