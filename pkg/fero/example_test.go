@@ -1,8 +1,10 @@
 package fero_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log"
 
 	"github.com/fero-go/fero/pkg/fero"
 )
@@ -23,4 +25,25 @@ func ExampleCodeOf() {
 	// code_403
 	// true
 	// user not approved
+}
+
+// A client node that holds a client token but not the cluster secret
+// attaches to the servers (fero serve prints their data addresses): it
+// keeps a full copy and writes straight to the owners, and the servers
+// take nothing else from it.
+func ExampleWithAttach() {
+	ctx := context.Background()
+	token, err := fero.ReadSecretFile("client.token") // the servers' --token-file holds it too
+	if err != nil {
+		log.Fatal(err)
+	}
+	users, err := fero.Open(ctx, "users", fero.Client(),
+		fero.WithAttach("10.0.0.5:7400", "10.0.0.6:7400"), fero.WithToken(token[0]))
+	if err != nil {
+		log.Fatal(err) // a token the servers refuse fails here, permission denied
+	}
+	defer users.Close()
+	if err := users.Update(ctx, "ada", map[string]any{"name": "Ada"}, fero.Majority); err != nil {
+		log.Fatal(err)
+	}
 }
