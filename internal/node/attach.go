@@ -213,6 +213,18 @@ type feeder struct {
 	next  int      // where the next round of dials starts
 }
 
+// close closes the connection OpMembers goes on; the feed has stopped
+// (Node.Close closes the membership first).
+func (f *feeder) close() {
+	f.mu.Lock()
+	c := f.c
+	f.c = nil
+	f.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
 // feedWait is how long an attached client lets a server hold OpMembers.
 const feedWait = 5 * time.Second
 
@@ -229,7 +241,7 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 	if err != nil {
 		return nil, 0, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, feedWait+n.connectTimeout())
+	cctx, cancel := context.WithTimeout(ctx, feedWait+attachDialTimeout)
 	defer cancel()
 	reply, err := c.Call(cctx, OpMembers, b)
 	if err != nil {
@@ -294,7 +306,7 @@ func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
 // dialAttached opens a connection to a server and proves the client's
 // token on it (if it has one).
 func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, n.connectTimeout())
+	dctx, cancel := context.WithTimeout(ctx, attachDialTimeout)
 	defer cancel()
 	c, err := transport.DialConn(dctx, addr, n.pool.opts...)
 	if err != nil {
@@ -309,5 +321,6 @@ func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, 
 	return c, nil
 }
 
-// connectTimeout bounds a dial and its proof.
-func (n *Node) connectTimeout() time.Duration { return 5 * time.Second }
+// attachDialTimeout bounds an attached client's dial of a server for
+// OpMembers, and its proof of the token.
+const attachDialTimeout = 5 * time.Second

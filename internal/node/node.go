@@ -1420,6 +1420,7 @@ func (n *Node) Close() error {
 		// Closing the connections first ends every request's context, so
 		// handlers that wait on theirs return before wg.Wait.
 		n.pool.close()
+		n.feed.close()
 		if cerr := n.srv.Close(); err == nil {
 			err = cerr
 		}
