@@ -73,9 +73,9 @@ type Config struct {
 	// to (attach.go): the node does not gossip, learns the servers from
 	// one of them, and proves Token to each (the cluster secret is not
 	// needed, and not taken). Its own data port takes no peers, and asks
-	// for Token (unless Tokens says otherwise). Its ID begins with membership.AttachedPrefix
-	// (one is made if ID is empty). With Servers, Membership options that
-	// mean gossip are refused.
+	// for Token (unless Tokens says otherwise). Its ID begins with
+	// membership.AttachedPrefix (one is made if ID is empty). With
+	// Servers, Membership options that mean gossip are refused.
 	Servers []string
 	// Token is the client token an attached client proves (Servers).
 	Token []byte
