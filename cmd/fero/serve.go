@@ -109,7 +109,7 @@ Every node of a resource must use the same --partitions, --replicas and
 --vnodes.
 
 A client node (--client) given --attach <data address>,... does not gossip
-and needs no cluster secret: it learns the servers from the first address
+and needs no cluster secret: it learns the servers from one of the addresses
 that answers, proves the first token of --token-file to each server, and
 its first line says "attached <addresses>" where others say "gossip
 <address>". The servers take from it only its own writes, fetches and acks
