@@ -105,7 +105,8 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 // builtinAsync is Builtin without waiting: done is called exactly once,
 // from the driver for a write. It reports false (and does not call done)
 // when the node is closed. owned says that req.Payload stays valid until
-// done is called, so the write need not copy it: true for a call that
+// done is called, so a write answered at its commit need not copy it
+// (one that waits for nothing is answered before): true for a call that
 // arrived on a connection, whose bytes the transport keeps until it is
 // answered (the engine's events carry the log's copy, not the payload).
 func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done func([]byte, error)) bool {
@@ -134,10 +135,13 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 	switch {
 	case t == wire.RecordRemove:
 		value = nil
-	case !owned:
+	case !owned, req.Wait.Set && req.Wait.Kind == partition.WaitNone:
 		// The engine keeps the value without copying until it commits the
 		// write, and the caller's buffer may change before (a local caller
-		// whose context ended, a one-way message's reused buffer).
+		// whose context ended, a one-way message's reused buffer). A write
+		// that waits for nothing is answered once it is queued, before the
+		// commit, and an answered call's bytes are the reader's again
+		// (TestNoWaitCallsKeepTheirValues).
 		value = append([]byte(nil), value...)
 	}
 	change := doc.Change{Type: t, Key: req.Key, Value: value}

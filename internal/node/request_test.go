@@ -382,3 +382,52 @@ func TestChangesOutliveTheRequestBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestNoWaitCallsKeepTheirValues pipelines built-in UPDATEs that wait for
+// nothing (fero.NoWait from a Remote) to a server. Each is answered as
+// soon as it is queued, on the reader that read it, so the reader may
+// read the next frames into the same block at once: the queued write
+// must hold its own value by then, not the block's later contents.
+func TestNoWaitCallsKeepTheirValues(t *testing.T) {
+	server, client := serverAndClient(t, 23)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.connTo(ctx, server.ID())
+	require.NoError(t, err)
+	const n = 3000 // about 300 B each: many frames to a read block, many blocks
+	want := make([][]byte, n)
+	errc := make(chan error, n)
+	for i := range n {
+		v, err := msgpack.Marshal(bytes.Repeat([]byte{byte(i), byte(i >> 8)}, 150))
+		require.NoError(t, err)
+		want[i] = v
+		key := fmt.Sprintf("nowait%d", i)
+		require.NoError(t, CallNodeAsync(ctx, c, VerbUpdate, key, v, WaitSpec{Set: true, Kind: partition.WaitNone}, func(_ []byte, err error) { errc <- err }))
+	}
+	for range n {
+		select {
+		case err := <-errc:
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("calls unanswered")
+		}
+	}
+	// The writes were only queued when answered: wait for each to commit.
+	for i := range n {
+		key := fmt.Sprintf("nowait%d", i)
+		var got []byte
+		for {
+			if b, ok := server.Store().GetBytes(key); ok {
+				got = b
+				if bytes.Equal(b, want[i]) {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("key %s: got %x, want %x", key, got, want[i])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
