@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"testing"
 	"time"
 )
 
@@ -362,6 +363,7 @@ func (r *Reader) read(n int) error {
 	if r.end == r.start && !r.pinned {
 		// Nothing buffered and nothing in use: read from the block's
 		// start, which gives the read the whole block.
+		poison(r.buf[:r.end])
 		r.start, r.end = 0, 0
 	}
 	for r.end-r.start < n {
@@ -399,6 +401,27 @@ func (r *Reader) read(n int) error {
 	return nil
 }
 
+// poisonReused fills the bytes of earlier frames with poisonByte when the
+// Reader reads into their block again, in test binaries: a payload used
+// after it stopped being valid (a call used after its answer, a one-way
+// request after its handler returned, without Pin) then reads bytes no
+// msgpack value starts with, at once, rather than whatever later frames
+// happen to bring. A built-in write that waits for nothing kept its
+// call's bytes past the answer, and only a pipelined burst showed it
+// (internal/node, TestNoWaitCallsKeepTheirValues).
+var poisonReused = testing.Testing()
+
+// poisonByte is a byte msgpack never uses.
+const poisonByte = 0xc1
+
+func poison(b []byte) {
+	if poisonReused {
+		for i := range b {
+			b[i] = poisonByte
+		}
+	}
+}
+
 // grow makes room for more of a frame of n bytes (length prefix included),
 // of which r.end-r.start have arrived. The new buffer is at most twice what
 // has arrived (or a block), never the n the frame declares, so memory
@@ -413,7 +436,10 @@ func (r *Reader) grow(n int) {
 		// Nothing cut from this block is in use: refill it. A block
 		// grown for a large frame is kept (up to maxKeptBlock), so a
 		// stream of large frames does not allocate one each.
+		old := r.end
+		poison(r.buf[:r.start])
 		r.end = copy(r.buf, r.buf[r.start:r.end])
+		poison(r.buf[r.end:old])
 	} else {
 		// Start a new block; a pinned one stays with its payloads.
 		var nb []byte

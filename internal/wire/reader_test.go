@@ -329,3 +329,45 @@ func TestSetExact(t *testing.T) {
 		t.Logf("exact %v: %d new blocks, the last of %d bytes", exact, last-first, size)
 	}
 }
+
+// TestReaderPoisonsReusedBytes: in a test binary, a payload the reader no
+// longer keeps valid reads poisonByte once its block is read into again
+// (where no later frame lies over it yet), and a pinned one keeps its
+// bytes.
+func TestReaderPoisonsReusedBytes(t *testing.T) {
+	require.True(t, poisonReused, "test binaries poison reused blocks")
+	frame := func(i int) []byte { return AppendFrame(nil, KindSend, 0, 1, bytes.Repeat([]byte{byte(i)}, 40)) }
+	var six []byte
+	for i := range 6 {
+		six = append(six, frame(i)...)
+	}
+	require.Less(t, len(six), 512)
+
+	conn := newScriptedConn()
+	r := NewReader(conn, 0)
+	setBlock(r, 512)
+	conn.feed(six, frame(6))
+	var f Frame
+	var stale []byte
+	for i := range 6 {
+		require.NoError(t, r.Next(&f))
+		if i == 4 {
+			stale = f.Payload
+		}
+	}
+	require.Equal(t, bytes.Repeat([]byte{4}, 40), stale)
+	require.NoError(t, r.Next(&f)) // the block, drained, is read into from its start
+	assert.Equal(t, bytes.Repeat([]byte{6}, 40), f.Payload)
+	assert.Equal(t, bytes.Repeat([]byte{poisonByte}, 40), stale, "a payload of the block read into again")
+
+	conn.feed(six, frame(6))
+	for i := range 6 {
+		require.NoError(t, r.Next(&f))
+		if i == 4 {
+			r.Pin()
+			stale = f.Payload
+		}
+	}
+	require.NoError(t, r.Next(&f))
+	assert.Equal(t, bytes.Repeat([]byte{4}, 40), stale, "a pinned payload")
+}
