@@ -866,7 +866,8 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 // request could not be queued. A "retry" answer is rare (the owner moved):
 // the request is made again the blocking way on a goroutine of its own, so
 // a reader never waits; that goroutine ends with the request, when ctx
-// ends, or when c is closed (its calls then fail at once).
+// ends, or when c is closed (its calls then fail at once). The caller may
+// reuse payload once it returns: a retry sends the request as encoded.
 func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
 	w.Trace = trace.SpanContextFromContext(ctx)
@@ -877,17 +878,37 @@ func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, pa
 	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		reply, retry, err := readAnswer(ctx, reply, err)
 		if retry {
-			payload := bytes.Clone(payload)
+			payload, err := sentPayload(b)
+			putRequestBuf(bp, b)
+			if err != nil {
+				done(nil, err)
+				return
+			}
 			go func() {
 				reply, err := CallNodeWait(ctx, c, verb, key, payload, wait)
 				done(reply, err)
 			}()
 			return
 		}
+		putRequestBuf(bp, b)
 		done(reply, err)
 	})
-	putRequestBuf(bp, b)
+	if err != nil {
+		putRequestBuf(bp, b) // done is not called
+	}
 	return err
+}
+
+// sentPayload returns a copy of the payload of the request encoded in b,
+// for a retry: the caller's buffer may hold another request by then. (A
+// request sent with Go keeps its encoding until it is answered, which
+// costs no copy on the way out, and a retry is rare.)
+func sentPayload(b []byte) ([]byte, error) {
+	var w wireRequest
+	if err := w.decode(b); err != nil {
+		return nil, errs.Errorf(errs.Internal, "fero: re-read a request to retry it: %w", err)
+	}
+	return bytes.Clone(w.Payload), nil
 }
 
 // encodeAsync checks w's headers, sets what is left of ctx's deadline,
@@ -990,7 +1011,8 @@ func pause(ctx, node context.Context, backoff *time.Duration) error {
 // called exactly once with the handler's reply (valid only until done
 // returns) or an error. It returns an error, and never calls done, if the
 // request could not be sent. done may run on a connection's reader
-// goroutine or on a goroutine of its own: it must return promptly.
+// goroutine or on a goroutine of its own: it must return promptly. The
+// caller may reuse payload once it returns.
 func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
 	var began int64
 	if n.hot != nil {
@@ -1018,11 +1040,13 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	}
 	if c == nil {
 		// No map yet, this node owns the key (the handler runs here), or
-		// no connection to the owner yet.
+		// no connection to the owner yet. The request runs after this
+		// returns, when the caller may have reused its buffer: it gets a
+		// copy.
 		if began != 0 {
 			done = n.timedCall(began, done)
 		}
-		if !n.requestSlow(ctx, verb, key, payload, done) {
+		if !n.requestSlow(ctx, verb, key, bytes.Clone(payload), done) {
 			return ErrClosed
 		}
 		return nil
@@ -1035,21 +1059,29 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
 		reply, retry, err := readAnswer(ctx, reply, err)
 		if retry {
-			// The owner moved: retry the slow way, off the reader.
+			// The owner moved: retry the slow way, off the reader, with
+			// the payload as sent (the caller may have reused its buffer).
 			if began != 0 {
 				done = n.timedCall(began, done)
 			}
-			if !n.requestSlow(ctx, verb, key, payload, done) {
+			payload, err := sentPayload(b)
+			putRequestBuf(bp, b)
+			if err != nil {
+				done(nil, err)
+			} else if !n.requestSlow(ctx, verb, key, payload, done) {
 				done(nil, ErrClosed)
 			}
 			return
 		}
+		putRequestBuf(bp, b)
 		if began != 0 {
 			n.hot.called(err, time.Duration(n.since()-began))
 		}
 		done(reply, err)
 	})
-	putRequestBuf(bp, b)
+	if err != nil {
+		putRequestBuf(bp, b) // done is not called
+	}
 	return err
 }
 

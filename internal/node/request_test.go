@@ -431,3 +431,83 @@ func TestNoWaitCallsKeepTheirValues(t *testing.T) {
 		}
 	}
 }
+
+// retryingCaller answers the first request sent with Go "retry" once the
+// test lets it (release), and records the requests sent with Call.
+type retryingCaller struct {
+	transport.Caller
+	release chan struct{}
+	called  chan wireRequest
+}
+
+func (c *retryingCaller) Go(_ context.Context, _ uint32, _ []byte, done func([]byte, error), _ ...transport.CallOption) error {
+	go func() {
+		<-c.release
+		done([]byte{replyRetry}, nil)
+	}()
+	return nil
+}
+
+func (c *retryingCaller) Call(_ context.Context, _ uint32, payload []byte, _ ...transport.CallOption) ([]byte, error) {
+	var w wireRequest
+	if err := w.decode(bytes.Clone(payload)); err != nil {
+		return nil, err
+	}
+	c.called <- w
+	return []byte{replyOK}, nil
+}
+
+// TestAsyncCallRetriesWithThePayloadItSent: a caller may reuse its payload
+// buffer once CallNodeAsync has returned (it has encoded the request). A
+// "retry" answer (the owner moved) comes later: the retry must send the
+// payload as it was, not what the buffer holds by then.
+func TestAsyncCallRetriesWithThePayloadItSent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &retryingCaller{release: make(chan struct{}), called: make(chan wireRequest, 1)}
+	buf, err := msgpack.Marshal("the value sent")
+	require.NoError(t, err)
+	want := bytes.Clone(buf)
+	done := make(chan error, 1)
+	require.NoError(t, CallNodeAsync(ctx, c, VerbUpdate, "k", buf, WaitSpec{}, func(_ []byte, err error) { done <- err }))
+	copy(buf, bytes.Repeat([]byte{'x'}, len(buf))) // the caller's next request
+	close(c.release)
+	select {
+	case w := <-c.called:
+		assert.Equal(t, "k", w.Key)
+		assert.Equal(t, want, w.Payload, "the retried request's payload")
+	case <-ctx.Done():
+		t.Fatal("no retry")
+	}
+	require.NoError(t, <-done)
+}
+
+// TestAsyncRequestOnTheOwnerKeepsItsPayload: RequestAsync on the node
+// that owns the key runs the request on a goroutine of its own, after it
+// has returned and the caller may have reused its buffer. The write must
+// commit the payload as it was.
+func TestAsyncRequestOnTheOwnerKeepsItsPayload(t *testing.T) {
+	nw := memnet.New(29)
+	server := startNode(t, nw, "s", false)
+	require.Eventually(t, func() bool { return settled([]*Node{server}, 1) }, 20*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 200
+	buf := make([]byte, 0, 64)
+	errc := make(chan error, n)
+	for i := range n {
+		v, err := msgpack.Marshal(fmt.Sprintf("value %03d", i))
+		require.NoError(t, err)
+		buf = append(buf[:0], v...)
+		require.NoError(t, server.RequestAsync(ctx, VerbUpdate, fmt.Sprintf("own%d", i), buf, func(_ []byte, err error) { errc <- err }))
+	}
+	for range n {
+		require.NoError(t, <-errc)
+	}
+	for i := range n {
+		want, err := msgpack.Marshal(fmt.Sprintf("value %03d", i))
+		require.NoError(t, err)
+		got, _ := server.Store().GetBytes(fmt.Sprintf("own%d", i))
+		require.Equal(t, want, got, "own%d", i)
+	}
+}

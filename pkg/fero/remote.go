@@ -140,7 +140,9 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 // must return promptly and must not block on this Remote. The call
 // interceptors ([WithCallInterceptors]) and tracing, which wrap a whole
 // blocking call, do not apply; the caller's deadline and headers do, as
-// for [Resource.CallAsync].
+// for [Resource.CallAsync]. The request keeps nothing of payload once
+// CallAsync returns: a [msgpack.RawMessage] buffer may be reused for the
+// next call.
 func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
 	b, err := encodePayload(payload)
 	if err != nil {

@@ -600,7 +600,9 @@ func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(err
 // called exactly once with the reply's msgpack encoding (valid only until
 // done returns) or the error. It returns an error, and never calls done,
 // if the request could not be sent. done may run on a connection's
-// goroutine: it must return promptly and must not call the resource.
+// goroutine: it must return promptly and must not call the resource. The
+// request keeps nothing of payload once CallAsync returns: a
+// [msgpack.RawMessage] buffer may be reused for the next call.
 func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
 	b, err := encodePayload(payload)
 	if err != nil {
