@@ -296,7 +296,7 @@ type conn struct {
 	base    []uint64 // what each server had applied when this conn opened
 	keys    []string
 	next    uint64
-	scratch []byte // Send's encoding of a value
+	scratch []byte // Send's and Go's encoding of a value
 
 	mu      sync.Mutex   // orders the done callbacks (bench.Conn's contract)
 	writes  atomic.Int64 // every write this conn made, for Replicated
@@ -402,7 +402,10 @@ func (c *conn) Go(ctx context.Context, payload []byte, done func([]byte, error))
 		defer c.mu.Unlock()
 		done(reply, err)
 	}
-	return c.api.CallAsync(ctx, fero.VerbUpdate, c.key(), value(payload), cb)
+	// CallAsync keeps nothing of the payload once it returns, so one
+	// buffer serves every request, as in Send.
+	c.scratch = wire.AppendBin(c.scratch[:0], payload)
+	return c.api.CallAsync(ctx, fero.VerbUpdate, c.key(), msgpack.RawMessage(c.scratch), cb)
 }
 
 func (c *conn) Call(ctx context.Context, payload []byte) ([]byte, error) {
