@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -871,15 +872,15 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
 	w.Trace = trace.SpanContextFromContext(ctx)
-	bp, b, err := encodeAsync(ctx, &w)
+	a, err := encodeAsync(ctx, &w)
 	if err != nil {
 		return err
 	}
-	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+	err = c.Go(ctx, OpRequest, a.b, func(reply []byte, err error) {
 		reply, retry, err := readAnswer(ctx, reply, err)
 		if retry {
-			payload, err := sentPayload(b)
-			putRequestBuf(bp, b)
+			payload, err := sentPayload(a.b)
+			a.release()
 			if err != nil {
 				done(nil, err)
 				return
@@ -890,12 +891,13 @@ func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, pa
 			}()
 			return
 		}
-		putRequestBuf(bp, b)
+		a.release()
 		done(reply, err)
 	})
 	if err != nil {
-		putRequestBuf(bp, b) // done is not called
+		a.release() // the callback's: it will not run
 	}
+	a.release()
 	return err
 }
 
@@ -912,20 +914,41 @@ func sentPayload(b []byte) ([]byte, error) {
 }
 
 // encodeAsync checks w's headers, sets what is left of ctx's deadline,
-// and encodes w into a pooled buffer (putRequestBuf gives it back), for a
-// request sent with Go: Go copies it into the connection's outbox before
-// it returns.
-func encodeAsync(ctx context.Context, w *wireRequest) (bp *[]byte, b []byte, err error) {
+// and encodes w into a pooled buffer, for a request sent with Go. The
+// buffer holds two references, one for the sender and one for the reply's
+// callback (which re-reads the request to retry it); each drops its own
+// with release, and the last one gives the buffer back. Go copies the
+// request into the connection's outbox before it returns, but the
+// callback can run before that (the caller's context ended meanwhile),
+// so neither may give it back alone.
+func encodeAsync(ctx context.Context, w *wireRequest) (*asyncRequest, error) {
 	if err := CheckMeta(w.Meta); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
-			return nil, nil, context.DeadlineExceeded
+			return nil, context.DeadlineExceeded
 		}
 	}
-	bp = requestBufs.Get().(*[]byte)
-	return bp, w.append((*bp)[:0]), nil
+	a := asyncRequests.Get().(*asyncRequest)
+	a.b = w.append(a.b[:0])
+	a.refs.Store(2)
+	return a, nil
+}
+
+// asyncRequest is an encoded request sent with Go (encodeAsync).
+type asyncRequest struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+var asyncRequests = sync.Pool{New: func() any { return new(asyncRequest) }}
+
+// release drops one reference; the last gives the buffer back.
+func (a *asyncRequest) release() {
+	if a.refs.Add(-1) == 0 && cap(a.b) <= maxPooledRequest {
+		asyncRequests.Put(a)
+	}
 }
 
 // readAnswer reads the status byte of an OpRequest's answer (or takes
@@ -1052,11 +1075,11 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 		return nil
 	}
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Meta: MetaFrom(ctx)}
-	bp, b, err := encodeAsync(ctx, &w)
+	a, err := encodeAsync(ctx, &w)
 	if err != nil {
 		return err
 	}
-	err = c.Go(ctx, OpRequest, b, func(reply []byte, err error) {
+	err = c.Go(ctx, OpRequest, a.b, func(reply []byte, err error) {
 		reply, retry, err := readAnswer(ctx, reply, err)
 		if retry {
 			// The owner moved: retry the slow way, off the reader, with
@@ -1064,8 +1087,8 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 			if began != 0 {
 				done = n.timedCall(began, done)
 			}
-			payload, err := sentPayload(b)
-			putRequestBuf(bp, b)
+			payload, err := sentPayload(a.b)
+			a.release()
 			if err != nil {
 				done(nil, err)
 			} else if !n.requestSlow(ctx, verb, key, payload, done) {
@@ -1073,15 +1096,16 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 			}
 			return
 		}
-		putRequestBuf(bp, b)
+		a.release()
 		if began != 0 {
 			n.hot.called(err, time.Duration(n.since()-began))
 		}
 		done(reply, err)
 	})
 	if err != nil {
-		putRequestBuf(bp, b) // done is not called
+		a.release() // the callback's: it will not run
 	}
+	a.release()
 	return err
 }
 

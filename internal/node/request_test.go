@@ -511,3 +511,43 @@ func TestAsyncRequestOnTheOwnerKeepsItsPayload(t *testing.T) {
 		require.Equal(t, want, got, "own%d", i)
 	}
 }
+
+// answeredWhileSending is a Caller whose Go calls done before it has
+// finished with the request, as a transport connection does when the
+// caller's context ends while the request is being written: done runs on
+// the goroutine that cancels, while the writer may still copy it.
+type answeredWhileSending struct {
+	transport.Caller
+	changed bool
+}
+
+func (c *answeredWhileSending) Go(ctx context.Context, _ uint32, payload []byte, done func([]byte, error), _ ...transport.CallOption) error {
+	sent := bytes.Clone(payload)
+	done(nil, context.Canceled)
+	// Another request encoded meanwhile must not take the buffer this one
+	// is still being written from.
+	w := wireRequest{Verb: VerbUpdate, Key: "another key", Payload: []byte{0xc0}}
+	other, err := encodeAsync(ctx, &w)
+	if err != nil {
+		return err
+	}
+	c.changed = !bytes.Equal(sent, payload)
+	other.release()
+	other.release()
+	return nil
+}
+
+// TestAsyncRequestBufferOutlivesItsSending: the pooled encoding of an
+// async request goes back to the pool only once both the send and the
+// reply's callback are done with it.
+func TestAsyncRequestBufferOutlivesItsSending(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 100 {
+		c := &answeredWhileSending{}
+		errc := make(chan error, 1)
+		require.NoError(t, CallNodeAsync(ctx, c, VerbUpdate, "k", []byte{0xc3}, WaitSpec{}, func(_ []byte, err error) { errc <- err }))
+		require.ErrorIs(t, <-errc, context.Canceled)
+		require.False(t, c.changed, "the request changed while it was being sent")
+	}
+}
