@@ -57,6 +57,10 @@ func TestPartition(t *testing.T) {
 	c.WaitSettled()
 	ctx := ctxT(t)
 	require.NoError(t, s[0].Update(ctx, "before", "yes", fero.Majority))
+	// A Majority ack needs two of the three servers: the third, and the
+	// client, may still be applying it (under load, s[2] was cut off
+	// without it).
+	c.WaitConverged()
 
 	c.Partition(s[:2], []*fero.Resource{s[2], minorClient})
 	for _, r := range c.Nodes() {
