@@ -931,6 +931,13 @@ func encodeAsync(ctx context.Context, w *wireRequest) (*asyncRequest, error) {
 		}
 	}
 	a := asyncRequests.Get().(*asyncRequest)
+	if a.b == nil {
+		// A new one, of which a pipelining caller may make many: up to
+		// its window of requests are in flight at once, each holding
+		// its encoding, and the pool empties at every collection. One
+		// allocation, rather than one for each doubling.
+		a.b = make([]byte, 0, 256)
+	}
 	a.b = w.append(a.b[:0])
 	a.refs.Store(2)
 	return a, nil
