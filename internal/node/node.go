@@ -220,7 +220,7 @@ type inbound struct {
 
 type proposal struct {
 	req  partition.Request
-	done func(partition.Completion) // nil: nobody waits; runs on the driver
+	done Completer // nil: nobody waits; runs on the driver
 	// began is when the caller asked, on the node's clock (Node.since),
 	// for the write metrics; 0 when not timed.
 	began int64
@@ -233,7 +233,7 @@ type proposal struct {
 // waiter is a proposal's callback, by token, and what the metrics need to
 // time it.
 type waiter struct {
-	done  func(partition.Completion)
+	done  Completer
 	began int64 // Node.since when the caller asked; 0: not timed
 	wait  partition.Wait
 }
@@ -243,8 +243,19 @@ func (n *Node) complete(w waiter, c partition.Completion) {
 	if w.began != 0 && n.hot != nil {
 		n.hot.wrote(w.wait, c.Err, time.Duration(n.since()-w.began))
 	}
-	w.done(c)
+	w.done.Complete(c)
 }
+
+// A Completer takes a write's completion (WriteAsyncTo).
+type Completer interface {
+	Complete(partition.Completion)
+}
+
+// CompleteFunc is a function as a Completer.
+type CompleteFunc func(partition.Completion)
+
+// Complete calls f.
+func (f CompleteFunc) Complete(c partition.Completion) { f(c) }
 
 // since is the time since the node was made, on the monotonic clock, in
 // nanoseconds, at least 1.
@@ -578,6 +589,17 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 // it must return at once and must not call the node. With WaitNone, done
 // must be nil: nothing is kept for the write.
 func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion)) error {
+	var to Completer
+	if done != nil {
+		to = CompleteFunc(done)
+	}
+	return n.writeAsync(ctx, c, wait, k, to, false)
+}
+
+// WriteAsyncTo is WriteAsync with the completion given to done: a caller
+// that keeps a write's state in a record of its own can have the record
+// take the completion, rather than a closure allocated for every write.
+func (n *Node) WriteAsyncTo(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer) error {
 	return n.writeAsync(ctx, c, wait, k, done, false)
 }
 
@@ -588,7 +610,7 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 // unloaded write's latency. Only callers whose done takes no lock may ask
 // for it (the built-in request handling): done may run before writeAsync
 // returns.
-func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool) error {
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, inline bool) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
@@ -616,7 +638,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 }
 
 // proposeWrite is writeAsync without the metrics.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion), inline bool, began int64) error {
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, inline bool, began int64) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
@@ -1000,13 +1022,13 @@ func (n *Node) proposeRead(p proposal) {
 	b, _ := n.store.GetBytes(p.req.Key)
 	b = bytes.Clone(b)
 	done := p.read
-	tok := n.waiters.Add(waiter{done: func(c partition.Completion) {
+	tok := n.waiters.Add(waiter{done: CompleteFunc(func(c partition.Completion) {
 		if c.Err != nil {
 			done(nil, c.Err)
 			return
 		}
 		done(b, nil)
-	}})
+	})})
 	if err := n.eng.ProposeRead(partition.ReadRequest{Partition: p.req.Partition, Token: tok, Deadline: p.req.Deadline}); err != nil {
 		n.waiters.Take(tok)
 		done(nil, err)

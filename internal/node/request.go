@@ -92,7 +92,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 		err   error
 	}
 	done := make(chan result, 1)
-	if !n.builtinAsync(ctx, req, true, false, func(reply []byte, err error) { done <- result{reply, err} }) {
+	if !n.builtinAsync(ctx, req, true, false, transport.AnswerFunc(func(reply []byte, err error) { done <- result{reply, err} })) {
 		return nil, ErrClosed
 	}
 	select {
@@ -104,15 +104,16 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 }
 
 // builtinAsync is Builtin without waiting: done is called exactly once,
-// from the driver for a write. It reports false (and does not call done)
-// when the node is closed. owned says that req.Payload stays valid until
+// from the driver for a write (done's Complete, if it has one, else its
+// Answer). It reports false (and does not call done) when the node is
+// closed. owned says that req.Payload stays valid until
 // done is called, so a write answered at its commit need not copy it
 // (one that waits for nothing is answered before): true for a call that
 // arrived on a connection, whose bytes the transport keeps until it is
 // answered (the engine's events carry the log's copy, not the payload).
-func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done func([]byte, error)) bool {
+func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done transport.Answerer) bool {
 	if req.Send != nil {
-		done(nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", req.Verb))
+		done.Answer(nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", req.Verb))
 		return true
 	}
 	var t wire.RecordType
@@ -127,9 +128,9 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 		// Through the engine, not from the local state: a node the map
 		// names owner may have been deposed while it was paused, and even
 		// a current owner holds writes a crash could still lose (rule 13).
-		return n.readAsync(ctx, req.Key, done)
+		return n.readAsync(ctx, req.Key, done.Answer)
 	default:
-		done(nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb))
+		done.Answer(nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb))
 		return true
 	}
 	value := req.Payload
@@ -148,23 +149,71 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 	change := doc.Change{Type: t, Key: req.Key, Value: value}
 	var err error
 	switch w := req.Wait; {
-	case !w.Set:
-		err = n.writeAsync(ctx, change, partition.WaitAck, 0, func(c partition.Completion) { done(nil, c.Err) }, inline)
-	case w.Kind == partition.WaitNone:
+	case w.Set && w.Kind == partition.WaitNone:
 		// Queued is all the caller asked for.
 		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, inline); err == nil {
-			done(nil, nil)
+			done.Answer(nil, nil)
 		}
 	default:
-		err = n.writeAsync(ctx, change, w.Kind, int(w.K), func(c partition.Completion) { done(nil, c.Err) }, inline)
+		kind, k := partition.WaitAck, 0
+		if w.Set {
+			kind, k = w.Kind, int(w.K)
+		}
+		to, ok := done.(Completer)
+		if !ok {
+			to = CompleteFunc(func(c partition.Completion) { done.Answer(nil, c.Err) })
+		}
+		err = n.writeAsync(ctx, change, kind, k, to, inline)
 	}
 	if errors.Is(err, ErrClosed) {
 		return false
 	}
 	if err != nil {
-		done(nil, err)
+		done.Answer(nil, err)
 	}
 	return true
+}
+
+// builtinCall is a built-in request that arrived on a connection, on its
+// way through the engine: the write's completion comes to it, and it
+// answers the call. One pooled record, where two closures cost two
+// allocations a request.
+type builtinCall struct {
+	n    *Node
+	r    *transport.Request
+	span trace.Span
+}
+
+var builtinCalls = sync.Pool{New: func() any { return new(builtinCall) }}
+
+// Complete answers the call with how its write completed.
+func (b *builtinCall) Complete(c partition.Completion) { b.Answer(nil, c.Err) }
+
+// Answer answers the call, once; b goes back to the pool. It runs on the
+// driver, which must not wait for a slow caller: anything that could
+// block goes to a goroutine.
+func (b *builtinCall) Answer(reply []byte, err error) {
+	n, r, span := b.n, b.r, b.span
+	*b = builtinCall{}
+	builtinCalls.Put(b)
+	if span != nil {
+		endSpan(span, err)
+	}
+	if err != nil {
+		n.spawn(func() { _ = r.Fail(err) })
+		return
+	}
+	out := okReply // an UPDATE's reply is empty: nothing to allocate
+	if len(reply) > 0 {
+		out = append([]byte{replyOK}, reply...)
+	}
+	// Batched: proposed inline, on the connection's reader, the answer
+	// leaves in one write with the commit this round sends the caller's
+	// copy on the same connection (a client's), not a write ahead of it;
+	// from the driver, as any answer.
+	if errors.Is(r.TryReplyBatched(out), transport.ErrOutboxFull) {
+		n.spawn(func() { _ = r.Reply(out) })
+	}
 }
 
 // wireRequest is OpRequest's payload, a msgpack array written and read by
@@ -658,28 +707,11 @@ func (n *Node) serveRequest(r *transport.Request) {
 		// Alone on the connection, the write is proposed inline when the
 		// engine is idle (latency); in a burst it queues for the driver,
 		// which commits the burst as one round (throughput).
-		if !n.builtinAsync(ctx, req, !r.More(), !oneway, func(reply []byte, err error) {
-			if span != nil {
-				endSpan(span, err)
-			}
-			// This runs on the driver, which must not wait for a slow
-			// caller: anything that could block goes to a goroutine.
-			if err != nil {
-				n.spawn(func() { _ = r.Fail(err) })
-				return
-			}
-			b := okReply // an UPDATE's reply is empty: nothing to allocate
-			if len(reply) > 0 {
-				b = append([]byte{replyOK}, reply...)
-			}
-			// Batched: proposed inline, on the connection's reader, the
-			// answer leaves in one write with the commit this round sends
-			// the caller's copy on the same connection (a client's), not a
-			// write ahead of it; from the driver, as any answer.
-			if errors.Is(r.TryReplyBatched(b), transport.ErrOutboxFull) {
-				n.spawn(func() { _ = r.Reply(b) })
-			}
-		}) {
+		call := builtinCalls.Get().(*builtinCall)
+		call.n, call.r, call.span = n, r, span
+		if !n.builtinAsync(ctx, req, !r.More(), !oneway, call) {
+			*call = builtinCall{}
+			builtinCalls.Put(call)
 			if span != nil {
 				endSpan(span, ErrClosed)
 			}
@@ -870,35 +902,19 @@ func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, pay
 // ends, or when c is closed (its calls then fail at once). The caller may
 // reuse payload once it returns: a retry sends the request as encoded.
 func CallNodeAsync(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done func([]byte, error)) error {
+	return CallNodeAsyncTo(ctx, c, verb, key, payload, wait, transport.AnswerFunc(done))
+}
+
+// CallNodeAsyncTo is CallNodeAsync with the answer given to done.
+func CallNodeAsyncTo(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, done transport.Answerer) error {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, Meta: MetaFrom(ctx)}
 	w.Trace = trace.SpanContextFromContext(ctx)
 	a, err := encodeAsync(ctx, &w)
 	if err != nil {
 		return err
 	}
-	err = c.Go(ctx, OpRequest, a.b, func(reply []byte, err error) {
-		reply, retry, err := readAnswer(ctx, reply, err)
-		if retry {
-			payload, err := sentPayload(a.b)
-			a.release()
-			if err != nil {
-				done(nil, err)
-				return
-			}
-			go func() {
-				reply, err := CallNodeWait(ctx, c, verb, key, payload, wait)
-				done(reply, err)
-			}()
-			return
-		}
-		a.release()
-		done(reply, err)
-	})
-	if err != nil {
-		a.release() // the callback's: it will not run
-	}
-	a.release()
-	return err
+	a.call = asyncCall{ctx: ctx, c: c, verb: verb, key: key, wait: wait, done: done}
+	return a.send(ctx, c)
 }
 
 // sentPayload returns a copy of the payload of the request encoded in b,
@@ -914,13 +930,13 @@ func sentPayload(b []byte) ([]byte, error) {
 }
 
 // encodeAsync checks w's headers, sets what is left of ctx's deadline,
-// and encodes w into a pooled buffer, for a request sent with Go. The
-// buffer holds two references, one for the sender and one for the reply's
-// callback (which re-reads the request to retry it); each drops its own
-// with release, and the last one gives the buffer back. Go copies the
-// request into the connection's outbox before it returns, but the
-// callback can run before that (the caller's context ended meanwhile),
-// so neither may give it back alone.
+// and encodes w into a pooled record, for a request sent with GoTo. The
+// record holds two references, one for the sender and one for the
+// answer (which re-reads the request to retry it); each drops its own
+// with release, and the last one gives the record back. GoTo copies the
+// request into the connection's outbox before it returns, but the answer
+// can come before that (the caller's context ended meanwhile), so neither
+// may give it back alone.
 func encodeAsync(ctx context.Context, w *wireRequest) (*asyncRequest, error) {
 	if err := CheckMeta(w.Meta); err != nil {
 		return nil, err
@@ -943,19 +959,93 @@ func encodeAsync(ctx context.Context, w *wireRequest) (*asyncRequest, error) {
 	return a, nil
 }
 
-// asyncRequest is an encoded request sent with Go (encodeAsync).
+// asyncRequest is a request sent with GoTo: its encoding, and what its
+// answer needs. It takes the answer itself, so that a call allocates no
+// closure.
 type asyncRequest struct {
 	b    []byte
 	refs atomic.Int32
+	call asyncCall
+}
+
+// asyncCall is what an async request's answer needs.
+type asyncCall struct {
+	ctx       context.Context
+	verb, key string
+	done      transport.Answerer
+	n         *Node            // RequestAsync's node; nil from CallNodeAsync
+	began     int64            // RequestAsync: when a timed call began (0: untimed)
+	c         transport.Caller // CallNodeAsync's, and its wait level
+	wait      WaitSpec
 }
 
 var asyncRequests = sync.Pool{New: func() any { return new(asyncRequest) }}
 
-// release drops one reference; the last gives the buffer back.
-func (a *asyncRequest) release() {
-	if a.refs.Add(-1) == 0 && cap(a.b) <= maxPooledRequest {
-		asyncRequests.Put(a)
+// send sends a on c; on error the answer will not come, and done is not
+// called.
+func (a *asyncRequest) send(ctx context.Context, c transport.Caller) error {
+	err := c.GoTo(ctx, OpRequest, a.b, a)
+	if err != nil {
+		a.release() // the answer's: it will not come
 	}
+	a.release()
+	return err
+}
+
+// release drops one reference; the last gives the record back.
+func (a *asyncRequest) release() {
+	if a.refs.Add(-1) == 0 {
+		a.call = asyncCall{}
+		if cap(a.b) <= maxPooledRequest {
+			asyncRequests.Put(a)
+		}
+	}
+}
+
+// Answer takes the request's answer, once. The record may go back to the
+// pool as soon as this drops its reference, so it reads what it needs
+// first.
+func (a *asyncRequest) Answer(reply []byte, err error) {
+	call := a.call
+	reply, retry, err := readAnswer(call.ctx, reply, err)
+	if !retry {
+		a.release()
+		if call.began != 0 {
+			call.n.hot.called(err, time.Duration(call.n.since()-call.began))
+		}
+		call.done.Answer(reply, err)
+		return
+	}
+	// The owner moved: retry the blocking way, off the reader, with the
+	// payload as sent (the caller may have reused its buffer).
+	payload, err := sentPayload(a.b)
+	a.release()
+	if err != nil {
+		call.finish(nil, err)
+		return
+	}
+	call.retry(payload)
+}
+
+// retry makes the call again the blocking way on a goroutine of its own.
+// (A function of its own: the goroutine's closure would move the caller's
+// copy of call to the heap on every answer, not just on a retry.)
+func (call asyncCall) retry(payload []byte) {
+	if call.n == nil {
+		go func() { call.done.Answer(CallNodeWait(call.ctx, call.c, call.verb, call.key, payload, call.wait)) }()
+		return
+	}
+	if !call.n.spawn(func() { call.finish(call.n.Request(call.ctx, call.verb, call.key, payload, false)) }) {
+		call.finish(nil, ErrClosed)
+	}
+}
+
+// finish counts and times a timed call, and hands its result to done.
+func (call *asyncCall) finish(reply []byte, err error) {
+	if call.began != 0 {
+		call.n.hot.called(err, time.Duration(call.n.since()-call.began))
+	}
+	call.done.Answer(reply, err)
 }
 
 // readAnswer reads the status byte of an OpRequest's answer (or takes
@@ -1044,6 +1134,11 @@ func pause(ctx, node context.Context, backoff *time.Duration) error {
 // goroutine or on a goroutine of its own: it must return promptly. The
 // caller may reuse payload once it returns.
 func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
+	return n.RequestAsyncTo(ctx, verb, key, payload, transport.AnswerFunc(done))
+}
+
+// RequestAsyncTo is RequestAsync with the answer given to done.
+func (n *Node) RequestAsyncTo(ctx context.Context, verb, key string, payload []byte, done transport.Answerer) error {
 	var began int64
 	if n.hot != nil {
 		began = n.since()
@@ -1055,11 +1150,10 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 	return err
 }
 
-// requestAsync is RequestAsync; a call timed for the metrics (began, on
-// the node's clock, not 0) is counted in the callback the connection
-// calls anyway, rather than in a closure around done, which cost an
-// allocation a call.
-func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error), began int64) error {
+// requestAsync is RequestAsyncTo; a call timed for the metrics (began, on
+// the node's clock, not 0) is counted where its answer arrives, rather
+// than in a closure around done, which cost an allocation a call.
+func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done transport.Answerer, began int64) error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}
@@ -1073,10 +1167,9 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 		// no connection to the owner yet. The request runs after this
 		// returns, when the caller may have reused its buffer: it gets a
 		// copy.
-		if began != 0 {
-			done = n.timedCall(began, done)
-		}
-		if !n.requestSlow(ctx, verb, key, bytes.Clone(payload), done) {
+		call := &asyncCall{n: n, began: began, done: done}
+		payload := bytes.Clone(payload)
+		if !n.spawn(func() { call.finish(n.Request(ctx, verb, key, payload, false)) }) {
 			return ErrClosed
 		}
 		return nil
@@ -1086,42 +1179,8 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	if err != nil {
 		return err
 	}
-	err = c.Go(ctx, OpRequest, a.b, func(reply []byte, err error) {
-		reply, retry, err := readAnswer(ctx, reply, err)
-		if retry {
-			// The owner moved: retry the slow way, off the reader, with
-			// the payload as sent (the caller may have reused its buffer).
-			if began != 0 {
-				done = n.timedCall(began, done)
-			}
-			payload, err := sentPayload(a.b)
-			a.release()
-			if err != nil {
-				done(nil, err)
-			} else if !n.requestSlow(ctx, verb, key, payload, done) {
-				done(nil, ErrClosed)
-			}
-			return
-		}
-		a.release()
-		if began != 0 {
-			n.hot.called(err, time.Duration(n.since()-began))
-		}
-		done(reply, err)
-	})
-	if err != nil {
-		a.release() // the callback's: it will not run
-	}
-	a.release()
-	return err
-}
-
-// timedCall wraps done to count and time the call that began at began.
-func (n *Node) timedCall(began int64, done func([]byte, error)) func([]byte, error) {
-	return func(reply []byte, err error) {
-		n.hot.called(err, time.Duration(n.since()-began))
-		done(reply, err)
-	}
+	a.call = asyncCall{ctx: ctx, verb: verb, key: key, done: done, n: n, began: began}
+	return a.send(ctx, c)
 }
 
 // requestBufs holds the buffers requests are encoded in, up to
@@ -1136,10 +1195,4 @@ func putRequestBuf(bp *[]byte, b []byte) {
 		*bp = b
 		requestBufs.Put(bp)
 	}
-}
-
-// requestSlow runs Request on a goroutine of its own and hands its result
-// to done; false if the node is closing and spawns nothing.
-func (n *Node) requestSlow(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) bool {
-	return n.spawn(func() { done(n.Request(ctx, verb, key, payload, false)) })
 }

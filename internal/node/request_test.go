@@ -432,7 +432,7 @@ func TestNoWaitCallsKeepTheirValues(t *testing.T) {
 	}
 }
 
-// retryingCaller answers the first request sent with Go "retry" once the
+// retryingCaller answers the first request sent with GoTo "retry" once the
 // test lets it (release), and records the requests sent with Call.
 type retryingCaller struct {
 	transport.Caller
@@ -440,10 +440,10 @@ type retryingCaller struct {
 	called  chan wireRequest
 }
 
-func (c *retryingCaller) Go(_ context.Context, _ uint32, _ []byte, done func([]byte, error), _ ...transport.CallOption) error {
+func (c *retryingCaller) GoTo(_ context.Context, _ uint32, _ []byte, to transport.Answerer, _ ...transport.CallOption) error {
 	go func() {
 		<-c.release
-		done([]byte{replyRetry}, nil)
+		to.Answer([]byte{replyRetry}, nil)
 	}()
 	return nil
 }
@@ -512,7 +512,7 @@ func TestAsyncRequestOnTheOwnerKeepsItsPayload(t *testing.T) {
 	}
 }
 
-// answeredWhileSending is a Caller whose Go calls done before it has
+// answeredWhileSending is a Caller whose GoTo answers before it has
 // finished with the request, as a transport connection does when the
 // caller's context ends while the request is being written: done runs on
 // the goroutine that cancels, while the writer may still copy it.
@@ -521,9 +521,9 @@ type answeredWhileSending struct {
 	changed bool
 }
 
-func (c *answeredWhileSending) Go(ctx context.Context, _ uint32, payload []byte, done func([]byte, error), _ ...transport.CallOption) error {
+func (c *answeredWhileSending) GoTo(ctx context.Context, _ uint32, payload []byte, to transport.Answerer, _ ...transport.CallOption) error {
 	sent := bytes.Clone(payload)
-	done(nil, context.Canceled)
+	to.Answer(nil, context.Canceled)
 	// Another request encoded meanwhile must not take the buffer this one
 	// is still being written from.
 	w := wireRequest{Verb: VerbUpdate, Key: "another key", Payload: []byte{0xc0}}

@@ -70,6 +70,7 @@ type Caller interface {
 	Send(ctx context.Context, op uint32, payload []byte, opts ...CallOption) error
 	Call(ctx context.Context, op uint32, payload []byte, opts ...CallOption) ([]byte, error)
 	Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error
+	GoTo(ctx context.Context, op uint32, payload []byte, to Answerer, opts ...CallOption) error
 	Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error)
 	StreamWindow(ctx context.Context, op uint32, payload []byte, chunks int, opts ...CallOption) (*Stream, error)
 }
@@ -685,7 +686,7 @@ func (c *Conn) complete(f *wire.Frame) (keep bool) {
 	}
 	// A Go callback runs here and must not keep the reply; Call and
 	// Stream hand it to another goroutine.
-	keep = p.cb == nil
+	keep = p.to == nil
 	switch f.Kind {
 	case wire.KindChunk:
 		if p.st != nil {
@@ -720,10 +721,10 @@ const smallReply = 512
 
 // pending is a call of ours awaiting its answer.
 type pending struct {
-	cb  func([]byte, error) // Go
-	ctx context.Context     // Go: the cancellable context it waits under
-	ch  chan result         // Call
-	st  *Stream             // Stream
+	to  Answerer        // Go, GoTo
+	ctx context.Context // Go, GoTo: the cancellable context it waits under
+	ch  chan result     // Call
+	st  *Stream         // Stream
 }
 
 // ctxWatch cancels the Go calls waiting under one context. Pipelined calls
@@ -744,11 +745,11 @@ type result struct {
 // back to the pool before its callback runs.
 func (p *pending) deliver(b []byte, err error) {
 	switch {
-	case p.cb != nil:
-		cb := p.cb
-		p.cb, p.ctx = nil, nil
+	case p.to != nil:
+		to := p.to
+		p.to, p.ctx = nil, nil
 		pendingPool.Put(p)
-		cb(b, err)
+		to.Answer(b, err)
 	case p.st != nil:
 		p.st.end(b, err)
 	default:
@@ -884,12 +885,36 @@ func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...Call
 // the reader reuses its buffer. If Go returns an error, done is not
 // called.
 func (c *Conn) Go(ctx context.Context, op uint32, payload []byte, done func(reply []byte, err error), opts ...CallOption) error {
+	if done == nil {
+		return errs.New(errs.InvalidArgument, "transport: Go needs a callback")
+	}
+	return c.GoTo(ctx, op, payload, AnswerFunc(done), opts...)
+}
+
+// An Answerer takes the answer to a call sent with GoTo.
+type Answerer interface {
+	Answer(reply []byte, err error)
+}
+
+// AnswerFunc is a function as an Answerer.
+type AnswerFunc func(reply []byte, err error)
+
+// Answer calls f.
+func (f AnswerFunc) Answer(reply []byte, err error) { f(reply, err) }
+
+// GoTo is Go with the answer given to to: a caller that keeps each call's
+// state in a record of its own (pooled, say) can have the record take the
+// answer, rather than a closure allocated for every call.
+func (c *Conn) GoTo(ctx context.Context, op uint32, payload []byte, to Answerer, opts ...CallOption) error {
+	if to == nil {
+		return errs.New(errs.InvalidArgument, "transport: GoTo needs an Answerer")
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	id := c.nextID.Add(1)
 	p := pendingPool.Get().(*pending)
-	p.cb = done
+	p.to = to
 	if ctx.Done() != nil {
 		p.ctx = ctx
 	}
@@ -914,7 +939,7 @@ func (c *Conn) Go(ctx context.Context, op uint32, payload []byte, done func(repl
 
 // release returns an undelivered Go call's record to the pool.
 func (p *pending) release() {
-	p.cb, p.ctx = nil, nil
+	p.to, p.ctx = nil, nil
 	pendingPool.Put(p)
 }
 

@@ -208,6 +208,15 @@ func (p *Peer) Go(ctx context.Context, op uint32, payload []byte, done func([]by
 	return c.Go(ctx, op, payload, done, opts...)
 }
 
+// GoTo sends a request and gives the answer to to; see Conn.GoTo.
+func (p *Peer) GoTo(ctx context.Context, op uint32, payload []byte, to Answerer, opts ...CallOption) error {
+	c, err := p.conn(ctx, failFast(opts))
+	if err != nil {
+		return err
+	}
+	return c.GoTo(ctx, op, payload, to, opts...)
+}
+
 // Stream sends a request whose answer is a stream of replies.
 func (p *Peer) Stream(ctx context.Context, op uint32, payload []byte, opts ...CallOption) (*Stream, error) {
 	c, err := p.conn(ctx, failFast(opts))

@@ -148,7 +148,10 @@ func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, d
 	if err != nil {
 		return err
 	}
-	return node.CallNodeAsync(ctx, c.peer, verb, key, b, node.WaitSpec{}, func(reply []byte, err error) { done(reply, err) })
+	if done == nil {
+		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
+	}
+	return node.CallNodeAsyncTo(ctx, c.peer, verb, key, b, node.WaitSpec{}, rawAnswer(done))
 }
 
 // Get decodes the owner's value at key into v; ok is false when there is

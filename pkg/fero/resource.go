@@ -589,12 +589,19 @@ func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(err
 	if c.Key == "" {
 		return errs.New(errs.InvalidArgument, "fero: a write needs a key")
 	}
-	var cb func(partition.Completion)
+	var to node.Completer
 	if done != nil {
-		cb = func(c partition.Completion) { done(c.Err) }
+		to = errDone(done)
 	}
-	return r.n.WriteAsync(ctx, rec, w.kind, w.k, cb)
+	return r.n.WriteAsyncTo(ctx, rec, w.kind, w.k, to)
 }
+
+// errDone hands a write's outcome to the caller's callback: a conversion,
+// where a closure around the callback would cost an allocation a write.
+type errDone func(error)
+
+// Complete calls f with the write's error.
+func (f errDone) Complete(c partition.Completion) { f(c.Err) }
 
 // CallAsync sends a request like [Resource.Call] but does not wait: done is
 // called exactly once with the reply's msgpack encoding (valid only until
@@ -608,8 +615,19 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 	if err != nil {
 		return err
 	}
-	return r.n.RequestAsync(ctx, verb, key, b, func(reply []byte, err error) { done(reply, err) })
+	if done == nil {
+		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
+	}
+	return r.n.RequestAsyncTo(ctx, verb, key, b, rawAnswer(done))
 }
+
+// rawAnswer hands a call's answer, as msgpack, to the caller's callback:
+// a conversion, where a closure around the callback would cost an
+// allocation a call.
+type rawAnswer func(reply msgpack.RawMessage, err error)
+
+// Answer calls f.
+func (f rawAnswer) Answer(reply []byte, err error) { f(reply, err) }
 
 // Forget removes a server that is gone for good (its machine is lost, and
 // it will never come back with its ID) from the cluster's configuration:
