@@ -372,7 +372,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 
 	mux := transport.NewMux()
-	topts := append([]transport.Option{transport.WithLogger(n.logger), transport.WithStats(&n.tstats)}, cfg.Transport...)
+	topts := append([]transport.Option{transport.WithLogger(n.logger), transport.WithStats(&n.tstats), transport.WithAfterBurst(n.afterBurst)}, cfg.Transport...)
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
 	n.pool.logger = n.logger
 	n.pool.setSecrets(cfg.Secrets)
@@ -585,41 +585,58 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 // WriteAsync proposes a change without waiting: it returns once the
 // change is queued for the engine (or fails if ctx ends or the node closes
 // first). With a wait other than WaitNone, done is called exactly once
-// with how the write completed; it runs on the node's driver goroutine, so
-// it must return at once and must not call the node. With WaitNone, done
-// must be nil: nothing is kept for the write.
+// with how the write completed; it runs with the engine held, on the
+// node's driver goroutine or on a connection's reader standing in for it
+// (Node.afterBurst), so it must return at once and must not call the node.
+// With WaitNone, done must be nil: nothing is kept for the write.
 func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done func(partition.Completion)) error {
 	var to Completer
 	if done != nil {
 		to = CompleteFunc(done)
 	}
-	return n.writeAsync(ctx, c, wait, k, to, false)
+	return n.writeAsync(ctx, c, wait, k, to, queued)
 }
 
 // WriteAsyncTo is WriteAsync with the completion given to done: a caller
 // that keeps a write's state in a record of its own can have the record
 // take the completion, rather than a closure allocated for every write.
 func (n *Node) WriteAsyncTo(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer) error {
-	return n.writeAsync(ctx, c, wait, k, done, false)
+	return n.writeAsync(ctx, c, wait, k, done, queued)
 }
 
-// writeAsync is WriteAsync. With inline set, a write that finds the engine
-// idle (no driver round under way, no proposal queued) is proposed on the
-// caller's goroutine, and the engine's output handled there too, done
-// included: it saves the hand-over to the driver, which is most of an
-// unloaded write's latency. Only callers whose done takes no lock may ask
-// for it (the built-in request handling): done may run before writeAsync
-// returns.
-func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, inline bool) error {
+// proposeMode says where a write is proposed.
+type proposeMode uint8
+
+const (
+	// queued: by the driver.
+	queued proposeMode = iota
+	// inline: on the caller's goroutine when the engine is idle (no
+	// driver round under way, no proposal queued), with the engine's
+	// output handled there too, done included: it saves the hand-over to
+	// the driver, which is most of an unloaded write's latency. Else
+	// queued.
+	inline
+	// burst: queued without waking the driver, by a connection's reader
+	// with more requests behind this one; at the end of the burst it
+	// proposes them all itself if the engine is idle, or wakes the driver
+	// (Node.afterBurst).
+	burst
+)
+
+// writeAsync is WriteAsync, proposed as mode says. Only callers whose done
+// takes no lock may ask for inline or burst (the built-in request
+// handling): done may run before writeAsync returns, or on a connection's
+// reader.
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
-		return n.proposeWrite(ctx, c, wait, k, done, inline, 0)
+		return n.proposeWrite(ctx, c, wait, k, done, mode, 0)
 	}
 	if done == nil {
-		err := n.proposeWrite(ctx, c, wait, k, done, inline, 0)
+		err := n.proposeWrite(ctx, c, wait, k, done, mode, 0)
 		if err != nil {
 			m.wrote(wait, err, 0)
 		} else {
@@ -630,7 +647,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	// Timed when its waiter completes (Node.complete): a field in the
 	// waiter, not a closure around done, which cost an allocation a write.
 	began := n.since()
-	err := n.proposeWrite(ctx, c, wait, k, done, inline, began)
+	err := n.proposeWrite(ctx, c, wait, k, done, mode, began)
 	if err != nil {
 		m.wrote(wait, err, time.Duration(n.since()-began)) // done is not called
 	}
@@ -638,7 +655,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 }
 
 // proposeWrite is writeAsync without the metrics.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, inline bool, began int64) error {
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
@@ -652,7 +669,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	// The caller's deadline bounds the write's life (rule 1): a caller
 	// whose context ends at its deadline is answered after any commit.
 	req.Deadline, _ = ctx.Deadline()
-	if inline && n.engMu.TryLock() {
+	if mode == inline && n.engMu.TryLock() {
 		// The driver takes queued proposals only under engMu and proposes
 		// them before it lets go: with the queue empty, every proposal
 		// queued before has been proposed, so this one cannot overtake an
@@ -680,7 +697,30 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	if n.spawnClosed {
 		return ErrClosed
 	}
-	return n.props.push(ctx, n.ctx, proposal{req: req, done: done, began: began})
+	return n.props.push(ctx, n.ctx, proposal{req: req, done: done, began: began}, mode != burst)
+}
+
+// afterBurst runs on a connection's reader at the end of each burst of
+// frames (transport.WithAfterBurst): what the burst's requests queued
+// without waking the driver is proposed here, in queue order, with the
+// engine's output, if the engine is idle; else the driver is woken for
+// it. Either way the burst's answers leave in the reader's one write.
+func (n *Node) afterBurst() {
+	if !n.props.claimQuiet() {
+		return
+	}
+	if n.engMu.TryLock() {
+		// Once the node's context ends the driver completes what is
+		// queued (and nothing is queued after), under engMu.
+		if n.ctx.Err() == nil {
+			n.eng.Clock(time.Now())
+			n.takeProps()
+			n.output()
+		}
+		n.engMu.Unlock()
+		return
+	}
+	signal(n.props.ready)
 }
 
 // serveEngine hands a peer's engine message to the driver. It runs on
@@ -1037,8 +1077,8 @@ func (n *Node) proposeRead(p proposal) {
 
 // readAsync proposes a linearizable read of key on this node, which must
 // own the key's partition; done gets the value (nil if there is none) or
-// an error, on the driver goroutine. It reports false when the node is
-// closed.
+// an error, with the engine held (as WriteAsync's done). It reports false
+// when the node is closed.
 func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, error)) bool {
 	req := partition.Request{Partition: n.store.PartitionOf(key), Key: key}
 	req.Deadline, _ = ctx.Deadline()
@@ -1047,7 +1087,7 @@ func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, erro
 	if n.spawnClosed {
 		return false
 	}
-	if err := n.props.push(ctx, n.ctx, proposal{req: req, read: done}); err != nil {
+	if err := n.props.push(ctx, n.ctx, proposal{req: req, read: done}, true); err != nil {
 		done(nil, err)
 	}
 	return true

@@ -128,6 +128,11 @@ func settled(nodes []*Node, servers int) bool {
 		if m == nil || m0 == nil || m.Version() != m0.Version() || len(m.Members()) != servers {
 			return false
 		}
+		// The engine routes by the map once the driver has handed it
+		// over: before, a write fails with "no ring map yet".
+		if em := n.EngineMap(); em == nil || em.Version() != m.Version() {
+			return false
+		}
 	}
 	return true
 }

@@ -92,7 +92,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 		err   error
 	}
 	done := make(chan result, 1)
-	if !n.builtinAsync(ctx, req, true, false, transport.AnswerFunc(func(reply []byte, err error) { done <- result{reply, err} })) {
+	if !n.builtinAsync(ctx, req, inline, false, transport.AnswerFunc(func(reply []byte, err error) { done <- result{reply, err} })) {
 		return nil, ErrClosed
 	}
 	select {
@@ -111,7 +111,7 @@ func (n *Node) Builtin(ctx context.Context, req *Request) ([]byte, error) {
 // (one that waits for nothing is answered before): true for a call that
 // arrived on a connection, whose bytes the transport keeps until it is
 // answered (the engine's events carry the log's copy, not the payload).
-func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned bool, done transport.Answerer) bool {
+func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode, owned bool, done transport.Answerer) bool {
 	if req.Send != nil {
 		done.Answer(nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", req.Verb))
 		return true
@@ -151,7 +151,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 	switch w := req.Wait; {
 	case w.Set && w.Kind == partition.WaitNone:
 		// Queued is all the caller asked for.
-		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, inline); err == nil {
+		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, mode); err == nil {
 			done.Answer(nil, nil)
 		}
 	default:
@@ -163,7 +163,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, inline, owned boo
 		if !ok {
 			to = CompleteFunc(func(c partition.Completion) { done.Answer(nil, c.Err) })
 		}
-		err = n.writeAsync(ctx, change, kind, k, to, inline)
+		err = n.writeAsync(ctx, change, kind, k, to, mode)
 	}
 	if errors.Is(err, ErrClosed) {
 		return false
@@ -702,11 +702,14 @@ func (n *Node) serveRequest(r *transport.Request) {
 			ctx = &deadlineCtx{ctx, deadline}
 		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
-		// Alone on the connection, the write is proposed inline when the
-		// engine is idle (latency); in a burst it queues for the driver,
-		// which commits the burst as one round (throughput).
+		// The write queues without waking the driver; once the reader
+		// has dispatched its burst (this request alone, or all that
+		// arrived with it), it proposes the burst itself as one round if
+		// the engine is idle, or wakes the driver (Node.afterBurst). An
+		// unloaded write thus needs no hand-over to another goroutine
+		// (latency), and a burst is one round (throughput).
 		call := &builtinCall{n: n, r: r, span: span}
-		if !n.builtinAsync(ctx, req, !r.More(), !oneway, call) {
+		if !n.builtinAsync(ctx, req, burst, !oneway, call) {
 			if span != nil {
 				endSpan(span, ErrClosed)
 			}

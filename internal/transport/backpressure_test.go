@@ -450,3 +450,58 @@ func TestStatsCountBackpressure(t *testing.T) {
 	require.Equal(t, uint64(1), st2.BackpressureWaits.Load())
 	require.GreaterOrEqual(t, time.Duration(st2.BackpressureNanos.Load()), 50*time.Millisecond, "it waited until its context ended")
 }
+
+// TestAfterBurstAnswersWhatTheBurstPutOff: WithAfterBurst runs on the
+// reader once it has dispatched every frame it had read, so a handler may
+// put its answers off until then and give them all at once; and once more
+// when the reader ends.
+func TestAfterBurstAnswersWhatTheBurstPutOff(t *testing.T) {
+	const opLater = 103
+	var (
+		mu     sync.Mutex
+		put    []*Request
+		bursts atomic.Int32
+	)
+	mux := NewMux()
+	mux.HandleFunc(opLater, func(r *Request) {
+		mu.Lock()
+		put = append(put, r)
+		mu.Unlock()
+	})
+	after := func() {
+		bursts.Add(1)
+		mu.Lock()
+		rs := put
+		put = nil
+		mu.Unlock()
+		for _, r := range rs {
+			// On the reader: assert, never require.
+			assert.NoError(t, r.TryReplyBatched(r.Payload()))
+		}
+	}
+	s, err := Listen("127.0.0.1:0", mux, WithAfterBurst(after))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, s.Addr().String())
+	require.NoError(t, err)
+	const n = 2000
+	errc := make(chan error, n)
+	for i := range n {
+		want := fmt.Sprint(i)
+		require.NoError(t, c.Go(ctx, opLater, []byte(want), func(reply []byte, err error) {
+			if err == nil && string(reply) != want {
+				err = fmt.Errorf("call %s answered %q", want, reply)
+			}
+			errc <- err
+		}))
+	}
+	for range n {
+		require.NoError(t, <-errc)
+	}
+	require.Positive(t, bursts.Load())
+	// The reader's end is one more call.
+	before := bursts.Load()
+	require.NoError(t, c.Close())
+	require.Eventually(t, func() bool { return bursts.Load() > before }, 10*time.Second, 5*time.Millisecond, "no call as the reader ended")
+}

@@ -263,6 +263,11 @@ func (c *Conn) lost(cause error) error {
 
 func (c *Conn) readLoop() {
 	defer close(c.readerDone)
+	if c.cfg.afterBurst != nil {
+		// Whatever a handler put off for the rest of a burst the
+		// reader will not finish.
+		defer c.cfg.afterBurst()
+	}
 	// On an accepted connection the preface and the first frame share
 	// one deadline; see WithConnectTimeout.
 	by := time.Now().Add(c.cfg.connectTimeout)
@@ -330,9 +335,14 @@ func (c *Conn) readLoop() {
 				c.pinOther()
 			}
 		}
-		if !more && holding {
-			c.out.setHold(false)
-			holding = false
+		if !more {
+			if c.cfg.afterBurst != nil {
+				c.cfg.afterBurst()
+			}
+			if holding {
+				c.out.setHold(false)
+				holding = false
+			}
 		}
 	}
 }

@@ -81,6 +81,7 @@ type config struct {
 	logger         *slog.Logger
 	handler        Handler
 	onConn         func(*Conn)
+	afterBurst     func()
 	onDial         func(context.Context, *Conn) error
 	dialer         func(ctx context.Context, network, addr string) (net.Conn, error)
 	warns          *rateLog[warnKey] // a Server's: rate-limits its connections' warnings
@@ -318,6 +319,14 @@ func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, 
 // WithOnConn calls f with each connection a Server accepts, before its
 // first request is handled, so the server can call back over it.
 func WithOnConn(f func(*Conn)) Option { return optionFunc(func(c *config) { c.onConn = f }) }
+
+// WithAfterBurst calls f on a connection's reader each time it has
+// dispatched every frame it had read, before the answers queued meanwhile
+// leave and before it waits for more; and once more as the reader ends. A
+// handler that puts work off while more frames wait behind its request
+// (Request.More), to do it once for them all, does it then. f must not
+// block.
+func WithAfterBurst(f func()) Option { return optionFunc(func(c *config) { c.afterBurst = f }) }
 
 // CallOption changes how one call behaves.
 type CallOption uint8

@@ -575,9 +575,10 @@ func (r *Resource) Stats() Stats { return r.n.Stats() }
 // change is queued on this node, and calls done exactly once when the
 // write has completed as w asks (nil error) or failed. It is how a caller
 // keeps many writes in flight. c.Value is copied: the caller may reuse its
-// buffer once SetAsync returns. done runs on the node's engine goroutine:
-// it must return at once and must not call the resource. With [NoWait],
-// done must be nil.
+// buffer once SetAsync returns. done runs while the node's engine is held,
+// on its engine goroutine or on a connection's goroutine standing in for
+// it: it must return at once and must not call the resource. With
+// [NoWait], done must be nil.
 func (r *Resource) SetAsync(ctx context.Context, c Change, w Wait, done func(error)) error {
 	rec, err := record(c)
 	if err != nil {
