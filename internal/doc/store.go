@@ -255,6 +255,12 @@ func (s *Store) Check(p int, c Change) error { return s.apply(p, c, false) }
 
 func (s *Store) apply(p int, c Change, commit bool) error {
 	top, rest, nested := strings.Cut(c.Key, s.sep)
+	if nested && commit {
+		// The path's segments become map keys in the stored tree, and
+		// the key may sit in a receive buffer (TestNestedApplyCopiesThePath).
+		// (A top-level key is copied where it is stored.)
+		rest = strings.Clone(rest)
+	}
 	if err := s.checkPartition(p, top, c.Key); err != nil {
 		return err
 	}

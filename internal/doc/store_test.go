@@ -335,6 +335,30 @@ func TestApplyCopiesKeyAndValue(t *testing.T) {
 	}
 }
 
+// TestNestedApplyCopiesThePath: a change to a path inside a value keeps
+// the path's segments as map keys in the tree; they must be copies too,
+// not substrings of a key that sits in a receive buffer (a forwarded
+// Patch corrupted a server's copy: its new fields' names read as the
+// bytes a later frame brought).
+func TestNestedApplyCopiesThePath(t *testing.T) {
+	s := newStore(t)
+	mustApply(t, s, wire.RecordUpdate, "user3", map[string]any{"n": 3})
+	for _, path := range []string{"user3.name", "user3.n", "user3.deep.er", "fresh.x"} {
+		keyBuf := []byte(path)
+		key := unsafe.String(&keyBuf[0], len(keyBuf)) // aliases keyBuf, as a decoded key may
+		require.NoError(t, apply(s, Change{Type: wire.RecordUpdate, Key: key, Value: wire.AppendStr(nil, "v")}))
+		for i := range keyBuf {
+			keyBuf[i] = '#' // the buffer is reused
+		}
+	}
+	got, ok := s.Get("user3")
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"n": "v", "name": "v", "deep": map[string]any{"er": "v"}}, got)
+	got, ok = s.Get("fresh")
+	require.True(t, ok)
+	require.Equal(t, map[string]any{"x": "v"}, got)
+}
+
 // TestDigestFollowsEveryChange: a partition's digest is kept until the
 // partition changes (status calls hashed the whole state each time); every
 // kind of change makes it computed again, and equal states still have

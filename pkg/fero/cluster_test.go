@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/membership/memnet"
@@ -107,7 +108,7 @@ func (c *testCluster) voting(servers int) {
 // converged waits until every node holds keys keys and one digest.
 func (c *testCluster) converged(nodes []*Resource, keys int) {
 	c.t.Helper()
-	require.Eventually(c.t, func() bool {
+	ok := assert.Eventually(c.t, func() bool {
 		d := nodes[0].Digest()
 		for _, r := range nodes {
 			if r.Len() != keys || r.Digest() != d {
@@ -116,6 +117,28 @@ func (c *testCluster) converged(nodes []*Resource, keys int) {
 		}
 		return true
 	}, 30*time.Second, 10*time.Millisecond)
+	if !ok {
+		// Which copies differ, and how: keys, digest, and each
+		// partition's offsets.
+		for _, r := range nodes {
+			c.t.Logf("%s: %d keys, digest %x, stats %+v", r.ID(), r.Len(), r.Digest(), r.Stats())
+		}
+		want := nodes[0].Snapshot()
+		for _, r := range nodes[1:] {
+			got := r.Snapshot()
+			for k, v := range want {
+				if g, ok := got[k]; !ok || fmt.Sprint(g) != fmt.Sprint(v) {
+					c.t.Logf("%s holds %q = %v (present %v), %s holds %v", r.ID(), k, g, ok, nodes[0].ID(), v)
+				}
+			}
+			for k, g := range got {
+				if _, ok := want[k]; !ok {
+					c.t.Logf("%s holds %q = %v, %s has none", r.ID(), k, g, nodes[0].ID())
+				}
+			}
+		}
+		c.t.FailNow()
+	}
 }
 
 func ctxT(t *testing.T) context.Context {
