@@ -125,7 +125,7 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 		require.NoError(t, o.lock(ctx, 3, false))
 		empty := len(o.buf) == 0
 		o.buf = append(o.buf, 'a'+byte(i), 'b'+byte(i), 'c'+byte(i))
-		o.unlock(empty, false)
+		o.unlock(empty, false, false)
 	}
 	assert.Len(t, o.wake, 1, "only the append into an empty outbox wakes the writer")
 	batch, last := o.take(nil)
@@ -135,10 +135,103 @@ func TestOutboxTakesEverythingQueued(t *testing.T) {
 	require.ErrorIs(t, o.lock(ctx, 1, false), ErrClosed)
 }
 
+// TestCorkedFramesWaitForAFlush: corked appends wake nobody, and the
+// writer leaves them queued even when a stale wake comes; an append that
+// is not corked takes them along, and so does a flush.
+func TestCorkedFramesWaitForAFlush(t *testing.T) {
+	o := newOutbox(1 << 20)
+	ctx := context.Background()
+	appendFrame := func(b string, corked bool) {
+		require.NoError(t, o.lock(ctx, len(b), false))
+		empty := len(o.buf) == 0
+		o.buf = append(o.buf, b...)
+		o.unlock(empty, false, corked)
+	}
+	appendFrame("a", true)
+	appendFrame("b", true)
+	assert.Empty(t, o.wake, "a corked append woke the writer")
+	// A stale wake: the writer must not take corked frames on it.
+	o.signal()
+	taken := make(chan string, 1)
+	go func() {
+		b, _ := o.take(nil)
+		taken <- string(b)
+	}()
+	select {
+	case b := <-taken:
+		t.Fatalf("the writer took corked frames %q before any flush", b)
+	case <-time.After(50 * time.Millisecond):
+	}
+	appendFrame("c", false)
+	assert.Equal(t, "abc", <-taken, "an append that is not corked takes the corked ones along")
+	o.mu.Lock()
+	o.busy, o.writerOwns = false, false // the writer wrote its batch
+	o.mu.Unlock()
+
+	appendFrame("d", true)
+	assert.Empty(t, o.wake)
+	o.flushCorked() // no direct writes here: it wakes the writer
+	b, _ := o.take(nil)
+	assert.Equal(t, "d", string(b))
+	o.mu.Lock()
+	o.busy, o.writerOwns = false, false
+	o.mu.Unlock()
+
+	for len(o.wake) > 0 {
+		<-o.wake // the flush's, which the writer did not need
+	}
+
+	// A reader's hold that starts and ends meanwhile leaves corked frames
+	// corked; a flush during the hold leaves them to the hold's end.
+	appendFrame("e", true)
+	o.setHold(true)
+	o.setHold(false)
+	assert.Empty(t, o.wake, "a hold's end woke the writer for corked frames")
+	o.setHold(true)
+	o.flushCorked()
+	assert.Empty(t, o.wake, "a flush during the reader's hold woke the writer")
+	o.setHold(false)
+	require.Len(t, o.wake, 1, "the hold's end left flushed frames behind")
+	b, _ = o.take(nil)
+	assert.Equal(t, "e", string(b))
+	o.close(ErrClosed, true)
+}
+
+// TestCorkedCallsLeaveOnFlush: a call sent Corked is not written until
+// the connection is flushed; then it is answered.
+func TestCorkedCallsLeaveOnFlush(t *testing.T) {
+	ts := newTestServer(t)
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, ts.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = c.Call(ctx, opEcho, nil) // the connection's opening frames have gone
+	require.NoError(t, err)
+	got := make(chan string, 2)
+	for _, v := range []string{"one", "two"} {
+		require.NoError(t, c.Go(ctx, opEcho, []byte(v), func(reply []byte, err error) {
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- string(reply)
+		}, Corked))
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a corked call was answered before the flush: %q", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	c.Flush()
+	assert.Equal(t, "one", <-got)
+	assert.Equal(t, "two", <-got)
+}
+
 // TestDirectWritesKeepOrder: senders that write their frames themselves
-// (partially, as a full socket would take them) and senders that leave
-// them to the writer goroutine interleave, and every frame still leaves
-// whole and in the order it was queued.
+// (partially, as a full socket would take them), senders that leave them
+// to the writer goroutine and senders that cork them until a flush
+// interleave, and every frame still leaves whole and in the order it was
+// queued.
 func TestDirectWritesKeepOrder(t *testing.T) {
 	o := newOutbox(1 << 10)
 	o.keep = 1 << 10
@@ -180,7 +273,11 @@ func TestDirectWritesKeepOrder(t *testing.T) {
 				require.NoError(t, o.lock(context.Background(), len(frame), false))
 				empty := len(o.buf) == 0
 				o.buf = append(o.buf, frame...)
-				o.unlock(empty, i%2 == 0)
+				// Direct, corked or left to the writer; some flushes.
+				o.unlock(empty, i%3 == 0, i%3 == 1)
+				if i%50 == 49 {
+					o.flushCorked()
+				}
 			}
 		})
 	}

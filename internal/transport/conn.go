@@ -470,12 +470,12 @@ func (c *Conn) lingerClose() {
 // writeFrame queues one frame, blocking while the outbox is full unless
 // failFast.
 func (c *Conn) writeFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast bool) error {
-	return c.queueFrame(ctx, kind, id, op, payload, failFast, false)
+	return c.queueFrame(ctx, kind, id, op, payload, failFast, false, false)
 }
 
 // queueFrame is writeFrame; with now, the caller writes the frame itself
-// if the connection is idle (see outbox).
-func (c *Conn) queueFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast, now bool) error {
+// if the connection is idle; corked, it wakes nobody (see outbox).
+func (c *Conn) queueFrame(ctx context.Context, kind wire.Kind, id uint64, op uint32, payload []byte, failFast, now, corked bool) error {
 	n := wire.FrameSize(id, op, len(payload))
 	if n-wire.LengthSize > c.cfg.maxFrame {
 		return ErrTooLarge
@@ -485,9 +485,14 @@ func (c *Conn) queueFrame(ctx context.Context, kind wire.Kind, id uint64, op uin
 	}
 	empty := len(c.out.buf) == 0
 	c.out.buf = wire.AppendFrame(c.out.buf, kind, id, op, payload)
-	c.out.unlock(empty, now)
+	c.out.unlock(empty, now, corked)
 	return nil
 }
+
+// Flush writes the frames of calls sent Corked that still wait in the
+// outbox: on the caller's goroutine, as far as the socket takes them
+// without blocking, if nobody is writing; else the writer takes them.
+func (c *Conn) Flush() { c.out.flushCorked() }
 
 func (c *Conn) writeErrorFrame(id uint64, code errs.Code, msg string, details []errs.Detail) error {
 	if len(msg) > 4096 {
@@ -867,7 +872,7 @@ func (c *Conn) Call(ctx context.Context, op uint32, payload []byte, opts ...Call
 		return nil, err
 	}
 	// The caller waits for the reply anyway: it may as well write.
-	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), true); err != nil {
+	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), true, false); err != nil {
 		if !c.unregister(id) {
 			<-p.ch // the connection's end delivered to it
 		}
@@ -937,7 +942,7 @@ func (c *Conn) GoTo(ctx context.Context, op uint32, payload []byte, to Answerer,
 		p.release()
 		return err
 	}
-	if err := c.writeFrame(ctx, wire.KindCall, id, op, payload, failFast(opts)); err != nil {
+	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), false, hasOption(opts, Corked)); err != nil {
 		if c.unregister(id) {
 			p.release()
 			return err

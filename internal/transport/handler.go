@@ -217,7 +217,7 @@ func (r *Request) Reply(payload []byte) error {
 	if !r.finish() {
 		return nil // the caller gave up; nobody wants the answer
 	}
-	return r.conn.queueFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false, r.eager.Load())
+	return r.conn.queueFrame(r.conn.ctx, wire.KindReply, r.id, 0, payload, false, r.eager.Load(), false)
 }
 
 // TryReply is Reply for a goroutine that must not block: when the outbox
@@ -257,7 +257,7 @@ func (r *Request) tryReply(payload []byte, now bool) error {
 	}
 	empty := len(c.out.buf) == 0
 	c.out.buf = wire.AppendFrame(c.out.buf, wire.KindReply, r.id, 0, payload)
-	c.out.unlock(empty, now)
+	c.out.unlock(empty, now, false)
 	return nil
 }
 

@@ -336,9 +336,17 @@ type CallOption uint8
 // wait, when a Peer is reconnecting.
 const FailFast CallOption = 1
 
-func failFast(opts []CallOption) bool {
+// Corked makes a call's frame wait in the outbox, without waking the
+// connection's writer, until Conn.Flush, or until a frame sent without
+// Corked leaves and takes it along: for a caller that sends a burst and
+// then flushes it, in one write on its own goroutine.
+const Corked CallOption = 2
+
+func failFast(opts []CallOption) bool { return hasOption(opts, FailFast) }
+
+func hasOption(opts []CallOption, want CallOption) bool {
 	for _, o := range opts {
-		if o == FailFast {
+		if o == want {
 			return true
 		}
 	}

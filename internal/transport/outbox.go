@@ -46,6 +46,10 @@ type outbox struct {
 	// the echo floor flushes only when its input runs dry.
 	hold bool
 	held bool // an append found the outbox empty while held
+	// corked: a corked append (Corked) found the outbox empty, and only
+	// corked ones followed: nobody is woken for what is queued until a
+	// flush, or an append that is not corked.
+	corked bool
 }
 
 func newOutbox(limit int) *outbox {
@@ -70,7 +74,7 @@ func (o *outbox) lock(ctx context.Context, n int, failFast bool) error {
 			return ErrOutboxFull
 		}
 		// A full outbox is never held back: the writer must make room.
-		o.held = false
+		o.held, o.corked = false, false
 		o.signal()
 		if o.space == nil {
 			o.space = make(chan struct{})
@@ -106,8 +110,21 @@ func (o *outbox) queued() int {
 
 // unlock releases o.mu after an append; wasEmpty says the append found
 // the outbox empty, so the writer may be asleep. With now, the sender
-// writes the queue itself if nobody is writing, hold or not.
-func (o *outbox) unlock(wasEmpty, now bool) {
+// writes the queue itself if nobody is writing, hold or not. A corked
+// append wakes nobody; one that is not takes corked frames along.
+func (o *outbox) unlock(wasEmpty, now, corked bool) {
+	if corked {
+		if wasEmpty {
+			o.corked = true
+		}
+		// Else it goes with what is queued: the writer was woken for it,
+		// or the reader's hold or an earlier cork holds it.
+		o.mu.Unlock()
+		return
+	}
+	if o.corked {
+		o.corked, wasEmpty = false, true // nobody was woken for them
+	}
 	if wasEmpty && o.hold && !now {
 		o.held, wasEmpty = true, false
 	}
@@ -174,6 +191,29 @@ func (o *outbox) signal() {
 	}
 }
 
+// flushCorked writes what corked senders queued, on the caller's
+// goroutine if nobody is writing, else by waking the writer; while the
+// reader holds the outbox, its hold's end does.
+func (o *outbox) flushCorked() {
+	o.mu.Lock()
+	if !o.corked {
+		o.mu.Unlock()
+		return
+	}
+	o.corked = false
+	if o.hold {
+		o.held = true
+		o.mu.Unlock()
+		return
+	}
+	if o.canWriteNow() {
+		o.writeNow()
+		return
+	}
+	o.mu.Unlock()
+	o.signal()
+}
+
 // setHold starts or ends a hold. Ending it writes what was held back, on
 // the caller's goroutine if nobody is writing, else by waking the writer.
 func (o *outbox) setHold(on bool) {
@@ -213,7 +253,7 @@ func (o *outbox) take(free []byte) (batch []byte, last bool) {
 	// earlier signal: a stale wake let a held answer leave alone, one
 	// write early (TestBatchedAnswerLeavesWithTheDispatch, a loaded
 	// machine).
-	for o.busy || (o.err == nil && (len(o.buf) == 0 || o.held)) {
+	for o.busy || (o.err == nil && (len(o.buf) == 0 || o.held || o.corked)) {
 		if cap(free) > o.keep {
 			free = nil
 		}

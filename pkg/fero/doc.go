@@ -41,7 +41,9 @@
 // or never: no node applies it after its deadline.
 //
 // [Resource.SetAsync] and [Resource.CallAsync] keep many writes or requests
-// in flight from one goroutine and report each through a callback.
+// in flight from one goroutine and report each through a callback; a
+// [Batch] sends a burst of requests in one write per connection when
+// flushed.
 //
 // The owner checks each change against its state before it commits: Add of
 // a key that exists, or a path through a scalar, fails with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,4 +194,51 @@ func TestRemoteCallAsync(t *testing.T) {
 	dead, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
 	assert.ErrorIs(t, rc.CallAsync(dead, VerbUpdate, "k1", 1, func(msgpack.RawMessage, error) { t.Error("done called for a refused request") }), context.DeadlineExceeded)
+}
+
+// TestBatchCallAsync: requests sent through a Batch, from a client node
+// and from a server (which owns some of the keys itself), are each
+// answered once after the Flush, and their writes committed; a batch is
+// used again after its Flush.
+func TestBatchCallAsync(t *testing.T) {
+	c := newTestCluster(t, 12)
+	a, b := c.open("a"), c.open("b")
+	client := c.open("client", Client())
+	c.settle(2)
+	ctx := ctxT(t)
+	// Until both own their partitions, a write may be refused for now.
+	require.NoError(t, retry(ctx, func() error { return client.Update(ctx, "warm", 0) }))
+
+	const bursts, perBurst = 3, 100
+	for _, r := range []*Resource{client, a} {
+		batch := r.Batch()
+		for burst := range bursts {
+			results := make(chan error, perBurst)
+			var calls atomic.Int32
+			for i := range perBurst {
+				key := fmt.Sprint(r.node().ID(), "-", burst, "-", i)
+				require.NoError(t, batch.CallAsync(ctx, VerbUpdate, key, i, func(_ msgpack.RawMessage, err error) {
+					calls.Add(1)
+					results <- err
+				}))
+			}
+			batch.Flush()
+			for range perBurst {
+				select {
+				case err := <-results:
+					require.NoError(t, err)
+				case <-ctx.Done():
+					t.Fatalf("%s, burst %d: not every request answered after the Flush", r.node().ID(), burst)
+				}
+			}
+			assert.EqualValues(t, perBurst, calls.Load())
+		}
+	}
+	c.converged([]*Resource{a, b, client}, 1+2*bursts*perBurst)
+	var v int
+	ok, err := b.GetInto(fmt.Sprint(client.node().ID(), "-2-57"), &v)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, 57, v)
+	assert.Equal(t, CodeInvalidArgument, CodeOf(client.Batch().CallAsync(ctx, VerbUpdate, "k", 1, nil)))
 }

@@ -622,6 +622,38 @@ func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any,
 	return r.n.RequestAsyncTo(ctx, verb, key, b, rawAnswer(done))
 }
 
+// A Batch sends requests like [Resource.CallAsync] that leave together:
+// each waits in its owner's connection until [Batch.Flush], which sends
+// what the batch holds in one write per connection, on the caller's
+// goroutine. A caller that sends bursts (a client with a window of calls
+// in flight, a load generator) saves the wake-up of each connection's
+// writer per burst; a lone call gains nothing over CallAsync. A request
+// may leave before the Flush, with other traffic on its connection, and
+// one the resource runs itself (it owns the key) or sends before it has a
+// connection to the owner leaves at once; none is sure to leave until
+// the Flush, so flush at the end of every burst. A Batch is for one
+// goroutine at a time; a resource may have many.
+type Batch struct{ b *node.CallBatch }
+
+// Batch returns an empty batch of requests.
+func (r *Resource) Batch() *Batch { return &Batch{b: r.n.NewCallBatch()} }
+
+// CallAsync is [Resource.CallAsync], held until Flush.
+func (b *Batch) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
+	p, err := encodePayload(payload)
+	if err != nil {
+		return err
+	}
+	if done == nil {
+		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
+	}
+	return b.b.RequestAsyncTo(ctx, verb, key, p, rawAnswer(done))
+}
+
+// Flush sends every request the batch holds. Their answers come to their
+// callbacks as for CallAsync.
+func (b *Batch) Flush() { b.b.Flush() }
+
 // rawAnswer hands a call's answer, as msgpack, to the caller's callback:
 // a conversion, where a closure around the callback would cost an
 // allocation a call.
