@@ -144,14 +144,11 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 // CallAsync returns: a [msgpack.RawMessage] buffer may be reused for the
 // next call.
 func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
-	b, err := encodePayload(payload)
+	b, to, err := asyncArgs(payload, done)
 	if err != nil {
 		return err
 	}
-	if done == nil {
-		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
-	}
-	return node.CallNodeAsyncTo(ctx, c.peer, verb, key, b, node.WaitSpec{}, rawAnswer(done))
+	return node.CallNodeAsyncTo(ctx, c.peer, verb, key, b, node.WaitSpec{}, to)
 }
 
 // Get decodes the owner's value at key into v; ok is false when there is

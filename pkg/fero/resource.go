@@ -612,14 +612,20 @@ func (f errDone) Complete(c partition.Completion) { f(c.Err) }
 // request keeps nothing of payload once CallAsync returns: a
 // [msgpack.RawMessage] buffer may be reused for the next call.
 func (r *Resource) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
-	b, err := encodePayload(payload)
+	b, to, err := asyncArgs(payload, done)
 	if err != nil {
 		return err
 	}
+	return r.n.RequestAsyncTo(ctx, verb, key, b, to)
+}
+
+// asyncArgs checks and encodes what a CallAsync sends.
+func asyncArgs(payload any, done func(reply msgpack.RawMessage, err error)) ([]byte, rawAnswer, error) {
 	if done == nil {
-		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
+		return nil, nil, errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
 	}
-	return r.n.RequestAsyncTo(ctx, verb, key, b, rawAnswer(done))
+	b, err := encodePayload(payload)
+	return b, rawAnswer(done), err
 }
 
 // A Batch sends requests like [Resource.CallAsync] that leave together:
@@ -640,14 +646,11 @@ func (r *Resource) Batch() *Batch { return &Batch{b: r.n.NewCallBatch()} }
 
 // CallAsync is [Resource.CallAsync], held until Flush.
 func (b *Batch) CallAsync(ctx context.Context, verb, key string, payload any, done func(reply msgpack.RawMessage, err error)) error {
-	p, err := encodePayload(payload)
+	p, to, err := asyncArgs(payload, done)
 	if err != nil {
 		return err
 	}
-	if done == nil {
-		return errs.New(errs.InvalidArgument, "fero: CallAsync needs a callback")
-	}
-	return b.b.RequestAsyncTo(ctx, verb, key, p, rawAnswer(done))
+	return b.b.RequestAsyncTo(ctx, verb, key, p, to)
 }
 
 // Flush sends every request the batch holds. Their answers come to their
