@@ -220,7 +220,7 @@ type inbound struct {
 
 type proposal struct {
 	req  partition.Request
-	done Completer // nil: nobody waits; runs on the driver
+	done Completer // nil: nobody waits; runs with the engine held
 	// began is when the caller asked, on the node's clock (Node.since),
 	// for the write metrics; 0 when not timed.
 	began int64
@@ -616,10 +616,10 @@ const (
 	// the driver, which is most of an unloaded write's latency. Else
 	// queued.
 	inline
-	// burst: queued without waking the driver, by a connection's reader
-	// with more requests behind this one; at the end of the burst it
-	// proposes them all itself if the engine is idle, or wakes the driver
-	// (Node.afterBurst).
+	// burst: queued without waking the driver, by a connection's
+	// reader; once it has dispatched its burst (one request or many) it
+	// proposes what is queued itself if the engine is idle, or wakes the
+	// driver (Node.afterBurst).
 	burst
 )
 

@@ -191,8 +191,9 @@ type builtinCall struct {
 // Complete answers the call with how its write completed.
 func (b *builtinCall) Complete(c partition.Completion) { b.Answer(nil, c.Err) }
 
-// Answer answers the call, once. It runs on the driver, which must not wait for a slow caller: anything that could
-// block goes to a goroutine.
+// Answer answers the call, once. It runs with the engine held (on the
+// driver, or on a reader running a burst's round), which must not wait
+// for a slow caller: anything that could block goes to a goroutine.
 func (b *builtinCall) Answer(reply []byte, err error) {
 	n, r, span := b.n, b.r, b.span
 	if span != nil {
@@ -1013,10 +1014,7 @@ func (a *asyncRequest) Answer(reply []byte, err error) {
 	reply, retry, err := readAnswer(call.ctx, reply, err)
 	if !retry {
 		a.release()
-		if call.began != 0 {
-			call.n.hot.called(err, time.Duration(call.n.since()-call.began))
-		}
-		call.done.Answer(reply, err)
+		call.finish(reply, err)
 		return
 	}
 	// The owner moved: retry the blocking way, off the reader, with the
@@ -1142,11 +1140,17 @@ func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byt
 
 // RequestAsyncTo is RequestAsync with the answer given to done.
 func (n *Node) RequestAsyncTo(ctx context.Context, verb, key string, payload []byte, done transport.Answerer) error {
+	return n.timedRequestAsync(ctx, verb, key, payload, done, nil)
+}
+
+// timedRequestAsync is requestAsync, timed for the metrics when the node
+// keeps them; batch, if set, corks the request.
+func (n *Node) timedRequestAsync(ctx context.Context, verb, key string, payload []byte, done transport.Answerer, batch *CallBatch) error {
 	var began int64
 	if n.hot != nil {
 		began = n.since()
 	}
-	err := n.requestAsync(ctx, verb, key, payload, done, began, nil)
+	err := n.requestAsync(ctx, verb, key, payload, done, began, batch)
 	if err != nil && began != 0 {
 		n.hot.called(err, time.Duration(n.since()-began)) // done is not called
 	}
@@ -1171,16 +1175,7 @@ func (n *Node) NewCallBatch() *CallBatch { return &CallBatch{n: n} }
 // Flush. (A request the node runs itself, or sends before it has a
 // connection to the owner, leaves at once.)
 func (b *CallBatch) RequestAsyncTo(ctx context.Context, verb, key string, payload []byte, done transport.Answerer) error {
-	n := b.n
-	var began int64
-	if n.hot != nil {
-		began = n.since()
-	}
-	err := n.requestAsync(ctx, verb, key, payload, done, began, b)
-	if err != nil && began != 0 {
-		n.hot.called(err, time.Duration(n.since()-began))
-	}
-	return err
+	return b.n.timedRequestAsync(ctx, verb, key, payload, done, b)
 }
 
 // Flush writes every request the batch corked since the last Flush.
