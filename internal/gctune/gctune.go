@@ -17,8 +17,14 @@
 //
 //	max(Floor, (scannable heap + stacks + globals) × GOGC / 100)
 //
-// and never by more than GOGC would allow. Floor keeps a small or
-// pointer-free heap from collecting at every few megabytes. The tuner is
+// Where the scannable part alone would ask for Floor or more, that is
+// never more than GOGC would allow. Where it would ask for less, the heap
+// grows by Floor, even past GOGC's headroom: a heap of a few megabytes
+// (a lightly loaded node) would otherwise collect every few megabytes
+// allocated, and every collection in a request's way shows in the
+// latency tail. A pointer-free heap larger than Floor gets Floor, less
+// than GOGC gives it; a small heap gets Floor, more than GOGC gives it,
+// at a cost of at most Floor of memory. The tuner is
 // process-wide and reference-counted: every Start is paired with a stop,
 // and the GC percent in effect at the first Start comes back at the last
 // stop. It stays off where GOGC is set in the environment (the operator's
@@ -38,6 +44,11 @@ import (
 
 // Floor is the least headroom the tuner leaves: 32 MiB.
 const Floor = 32 << 20
+
+// goMinHeap is Go's least heap goal at GOGC=100 (4 MiB; the runtime
+// scales it by the GC percent). A percent above 100 raises it too, so a
+// small heap's percent is capped to keep that minimum at live + Floor.
+const goMinHeap = 4 << 20
 
 // defaultPercent is Go's GC percent when GOGC is not set.
 const defaultPercent = 100
@@ -161,13 +172,21 @@ func (t *tuner) percent() (want, now int) {
 }
 
 // headroomPercent is the GC percent whose headroom over live (Go's goal is
-// live + (live + stacks + globals) × percent / 100) is the larger of Floor
-// and the scannable memory's share at base percent, kept in [1, base].
+// live + (live + stacks + globals) × percent / 100, and at least
+// goMinHeap × percent / 100) is the larger of Floor and the scannable
+// memory's share at base percent. It is at least 1, and at most base
+// unless Floor decides: then at most what keeps Go's least goal at
+// live + Floor.
 func headroomPercent(live, scan, stacks, globals uint64, base int) int {
 	roots := stacks + globals
-	want := max(uint64(Floor), (scan+roots)*uint64(base)/100)
+	scanned := (scan + roots) * uint64(base) / 100
+	want := max(uint64(Floor), scanned)
 	p := want * 100 / max(live+roots, 1)
-	return int(min(max(p, 1), uint64(base)))
+	limit := uint64(base)
+	if scanned < Floor {
+		limit = max(limit, (live+Floor)*100/goMinHeap)
+	}
+	return int(min(max(p, 1), limit))
 }
 
 // Running reports whether a tuner is adjusting the GC percent now.

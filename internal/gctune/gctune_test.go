@@ -20,12 +20,15 @@ func TestHeadroomPercent(t *testing.T) {
 		live, scan, stacks, global uint64
 		want                       int
 	}{
-		{"a small heap keeps GOGC", 10 * mib, 5 * mib, 0, 0, 100},
+		{"a small heap gets the floor, past GOGC", 10 * mib, 5 * mib, 0, 0, 320},
+		{"a heap of pointers below the floor gets the floor", 16 * mib, 15 * mib, 0, 0, 200},
+		{"a tiny heap: Go's least goal stays at live + floor", 1 * mib, 1 * mib, 0, 0, 825},
 		{"a mostly pointer-free heap gets the floor", 256 * mib, 8 * mib, 0, 0, 12},
 		{"a heap of pointers keeps about GOGC", 256 * mib, 240 * mib, 4 * mib, 1 * mib, 93},
 		{"stacks and globals count as scanned", 256 * mib, 8 * mib, 40 * mib, 0, 16},
 		{"never below one percent", 1 << 40, 0, 0, 0, 1},
-		{"an empty heap", 0, 0, 0, 0, 100},
+		{"an empty heap", 0, 0, 0, 0, 800},
+		{"a heap of pointers at the floor keeps GOGC", 32 * mib, 32 * mib, 0, 0, 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			require.Equal(t, c.want, headroomPercent(c.live, c.scan, c.stacks, c.global, 100))
@@ -80,6 +83,31 @@ func TestPointerFreeHeapGetsTheFloor(t *testing.T) {
 	require.Equal(t, 100, gcPercent())
 	require.Nil(t, cur)
 	runtime.KeepAlive(blocks)
+}
+
+// TestSmallHeapGetsTheFloor: a process with a few megabytes live (a
+// lightly loaded node) would collect every few megabytes allocated at
+// GOGC=100; the tuner lets its heap grow by about Floor, beyond what GOGC
+// allows, and no further.
+func TestSmallHeapGetsTheFloor(t *testing.T) {
+	require.Equal(t, 100, gcPercent())
+	runtime.GC()
+	stop, on := Start()
+	require.True(t, on)
+	defer stop()
+	// At GOGC=100 a small heap's percent would stay 100 and the tuner
+	// never adjust: give it a few seconds of collections, then look.
+	for deadline := time.Now().Add(5 * time.Second); cur.adjustments.Load() == 0 && time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	runtime.GC() // a goal computed with the tuned percent
+	live, goal := read("/gc/heap/live:bytes"), read("/gc/heap/goal:bytes")
+	t.Logf("live %d KiB, goal %d KiB, GC percent %d", live>>10, goal>>10, gcPercent())
+	require.Less(t, live, uint64(Floor/2), "this test needs a small heap")
+	require.Greater(t, gcPercent(), 100)
+	require.GreaterOrEqual(t, goal, live+Floor-2*mib, "the heap may grow by about Floor")
+	require.LessOrEqual(t, goal, live+Floor+2*mib, "and not much more")
 }
 
 // TestProgramsPercentStands: a tuner does not start where GOGC is set or

@@ -365,9 +365,12 @@ func WithHistoryMax(n int) Option {
 // history of commits it keeps, bytes without pointers that a collection
 // never scans, and with GOGC's default the heap grows to twice its live
 // size before each collection, history included. The node instead sizes
-// the growth between collections by the heap a collection must scan (at
-// least 32 MiB): about the same collector work per byte written, and a
-// peak RSS near the live heap. The tuning is process-wide and shared by
+// the growth between collections by the heap a collection must scan, and
+// at least 32 MiB even where GOGC would allow less: about the same
+// collector work per byte written, a peak RSS near the live heap once it
+// passes 32 MiB, and, below that, a collection every 32 MiB allocated
+// rather than every few megabytes, which cut a round trip's p99.9
+// latency by nearly half for at most 32 MiB of memory. The tuning is process-wide and shared by
 // every node in the process; it does not start where GOGC is set in the
 // environment or the program has set its own GC percent, and it steps
 // aside if the percent is changed while it runs. docs/operations.md has
