@@ -263,5 +263,6 @@ func ClientChild(ctx context.Context, reg Registry, spec ClientSpec, stdin io.Re
 	}
 	res.CPU = after.CPU.Sub(before.CPU)
 	res.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	res.MaxRSS = after.MaxRSS
 	return pipe.Result(&res)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -309,6 +310,40 @@ func TestAttachedServersAreNotStartedOrMeasured(t *testing.T) {
 	s.Matrix.Servers = []int{2}
 	_, err = s.Run(ctx, bench.CollectEnvironment())
 	assert.ErrorContains(t, err, "1 servers attached, the trial wants 2")
+}
+
+// TestPeakRSSIsTheProcesssOwn: a child's peak RSS is its own, not the
+// harness's. Linux's ru_maxrss of a process started by a Go program
+// includes its parent's resident set at the exec, so with a harness of
+// 256 MiB every small child reported 256 MiB.
+func TestPeakRSSIsTheProcesssOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ballast := make([]byte, 256<<20)
+	for i := 0; i < len(ballast); i += 4096 {
+		ballast[i] = 1 // resident, not just reserved
+	}
+	s := &bench.Session{
+		Runner:    &bench.Runner{Exe: os.Args[0], Env: append(os.Environ(), childEnv+"=1")},
+		Systems:   []string{"echo"},
+		Scenarios: []bench.Scenario{bench.OneWay},
+		Matrix:    bench.Matrix{Sizes: []int{64}, Records: []int64{2000}, Clients: []int{1}, Servers: []int{1}},
+		Params:    bench.Params{WarmupRecords: 100, TrialTimeout: 30 * time.Second, Host: "127.0.0.1"},
+		Runs:      1,
+	}
+	rep, err := s.Run(ctx, bench.CollectEnvironment())
+	require.NoError(t, err)
+	require.Len(t, rep.Trials, 1)
+	tr := rep.Trials[0]
+	t.Logf("server %d MiB, client %d MiB, harness above 256 MiB", tr.ServerMaxRSS>>20, tr.ClientMaxRSS>>20)
+	assert.Positive(t, tr.ServerMaxRSS)
+	assert.Positive(t, tr.ClientMaxRSS)
+	assert.Less(t, tr.ServerMaxRSS, int64(128<<20), "an echo server's own peak")
+	assert.Less(t, tr.ClientMaxRSS, int64(128<<20), "an echo client's own peak")
+	for _, p := range tr.Processes {
+		assert.Less(t, p.MaxRSS, int64(128<<20), p.Name)
+	}
+	runtime.KeepAlive(ballast)
 }
 
 // diskSystem is the echo as a durable system whose servers count one fsync

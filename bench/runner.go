@@ -319,11 +319,20 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		if err != nil {
 			return res, err
 		}
+		// A process's own peak as it read it (SelfUsage: VmHWM) at the end
+		// of the window; the exit status's ru_maxrss only where it did not
+		// say, since that can be the harness's peak (see SelfUsage).
 		rss := u.MaxRSS
-		// A server that runs another program (a redis-server): that
-		// program's peak, read at the end of the window, not the wrapper's.
-		if k < len(servers) && serverAfter[k].ProgramMaxRSS > 0 {
+		switch {
+		case k < len(servers) && serverAfter[k].ProgramMaxRSS > 0:
+			// A server that runs another program (a redis-server): that
+			// program's peak, read at the end of the window, not the
+			// wrapper's.
 			rss = serverAfter[k].ProgramMaxRSS
+		case k < len(servers) && serverAfter[k].MaxRSS > 0:
+			rss = serverAfter[k].MaxRSS
+		case k >= len(servers) && results[k-len(servers)].MaxRSS > 0:
+			rss = results[k-len(servers)].MaxRSS
 		}
 		res.Processes[k].MaxRSS = rss // all and Processes list servers, then clients
 		if k < len(servers) {

@@ -143,6 +143,9 @@ type ClientResult struct {
 	Tick       time.Duration `json:"tick_ns,omitempty"`
 	CPU        CPUTimes      `json:"cpu"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
+	// MaxRSS is the client process's peak resident set when its scenario
+	// ended (SelfUsage); 0 from a client that does not say.
+	MaxRSS int64 `json:"max_rss_bytes,omitempty"`
 
 	// measureFrom is the process's use where the measured window began,
 	// for a scenario whose warm-up runs inside it (FixedRate); CPU counts
