@@ -73,6 +73,9 @@ type part struct {
 	sync      *syncState
 	queue     []queued
 	backoff   time.Time // no sync before this, after yielding to a rival
+	// turns are the keys whose turn is held, by turn key (turns.go); nil
+	// while none is.
+	turns map[string]*turn
 
 	group     []string // owner and replicas by the current map
 	prevOwner string   // the owner by the map before the last owner change
@@ -113,6 +116,9 @@ type write struct {
 	// nanoseconds (rule 1).
 	epoch    Epoch
 	deadline int64
+	// turn and turnID: a turn's begin or end (turns.go).
+	turn   TurnOp
+	turnID uint64
 }
 
 type queued struct {
@@ -188,7 +194,7 @@ func validEntries(es []Entry, from uint64) error {
 		switch {
 		case es[i].Offset != from+uint64(i):
 			return errs.Errorf(errs.InvalidArgument, "entry offset %d, want %d", es[i].Offset, from+uint64(i))
-		case es[i].Type < wire.RecordAdd || es[i].Type > wire.RecordRemove:
+		case es[i].Type < wire.RecordAdd || es[i].Type > wire.RecordBatch:
 			return errs.Errorf(errs.InvalidArgument, "unknown record type %d", es[i].Type)
 		case i > 0 && es[i].Epoch.Less(es[i-1].Epoch):
 			return errs.New(errs.InvalidArgument, "entry epochs go backwards")

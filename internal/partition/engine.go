@@ -464,6 +464,7 @@ func (e *Engine) tickPart(pt *part) {
 	if pt.active {
 		e.probe(pt)
 		e.expireWaits(pt)
+		e.expireTurns(pt)
 		e.endReads(pt, ErrTimeout, true)
 	}
 	if e.cfg.client {
@@ -515,8 +516,21 @@ func (e *Engine) Propose(req Request) error {
 	if e.m == nil {
 		return ErrNoMap
 	}
-	if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
-		return err
+	switch {
+	case req.Turn > TurnEnd:
+		return errs.Errorf(errs.InvalidArgument, "unknown turn operation %d", req.Turn)
+	case req.Turn != TurnNone && req.Wait == WaitNone:
+		return errs.New(errs.InvalidArgument, "a turn's begin or end waits at least for the owner's answer")
+	case req.Turn == TurnBegin && req.Type != 0, req.Turn != TurnNone && req.Type == 0 && len(req.Value) != 0:
+		return errs.New(errs.InvalidArgument, "a turn's begin carries no record, and an end without a record no value")
+	case req.Turn != TurnNone && req.Type == 0:
+		if req.Partition < 0 || req.Partition >= len(e.parts) {
+			return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", req.Partition, len(e.parts))
+		}
+	default:
+		if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
+			return err
+		}
 	}
 	if n := len(req.Key) + len(req.Value); n > e.cfg.maxEntry {
 		return errs.Errorf(errs.InvalidArgument, "write of %d bytes (key and value) exceeds the limit of %d", n, e.cfg.maxEntry)
@@ -532,10 +546,13 @@ func (e *Engine) Propose(req Request) error {
 	if !e.now.Before(deadline) {
 		return ErrExpired
 	}
-	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K, deadline: deadline.UnixNano()}
+	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K, deadline: deadline.UnixNano(), turn: req.Turn, turnID: req.TurnID}
 	owner := e.ownerOf(pt.p)
 	if owner == "" {
 		return ErrNoOwner
+	}
+	if req.Turn != TurnNone && (owner != e.id || e.cfg.client) {
+		return ErrNotOwner // a turn is the owner's; its caller goes there
 	}
 	if owner != e.id || e.cfg.client {
 		// One hop to the owner by this node's map (rule 10).
@@ -568,7 +585,7 @@ func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k
 	switch {
 	case p < 0 || p >= len(e.parts):
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", p, len(e.parts))
-	case typ < wire.RecordAdd || typ > wire.RecordRemove:
+	case typ < wire.RecordAdd || typ > wire.RecordBatch:
 		return errs.Errorf(errs.InvalidArgument, "unknown record type %d", typ)
 	case typ == wire.RecordRemove && len(value) != 0:
 		return errs.New(errs.InvalidArgument, "a remove carries no value")
@@ -588,6 +605,13 @@ func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k
 // write handles a write on the node its map names owner: commit it, queue
 // it while syncing, or refuse it.
 func (e *Engine) write(pt *part, w write, o origin) error {
+	if w.turn == TurnEnd {
+		// Whatever else holds, the turn is passed on (turns.go).
+		if !pt.active {
+			return ErrTurnEnded
+		}
+		return e.writeTurn(pt, w, o)
+	}
 	if !e.hasQuorum() {
 		return e.noQuorum()
 	}
@@ -601,6 +625,9 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 		// committed in the owner's next epoch (rule 1).
 		if w.epoch != (Epoch{}) && w.epoch != pt.accepted && w.epoch != pt.continued {
 			return ErrEpochChanged
+		}
+		if pt.turns != nil || w.turn != TurnNone {
+			return e.writeTurn(pt, w, o)
 		}
 		return e.commit(pt, w, o)
 	}

@@ -22,9 +22,12 @@ const (
 	// key held ~950 MB on every node for good; now a partition's history
 	// holds at most 2 MiB of keys and values (plus its slots, 24 bytes an
 	// entry, and at most one partly used 64 KiB block).
-	DefaultHistoryBytes  = 2 * DefaultMaxEntry
-	DefaultGapBufferMax  = 1024
-	DefaultSyncQueueMax  = 1024
+	DefaultHistoryBytes = 2 * DefaultMaxEntry
+	DefaultGapBufferMax = 1024
+	DefaultSyncQueueMax = 1024
+	// DefaultTurnQueueMax bounds the writes and turns waiting behind one
+	// key's turn (rule 15).
+	DefaultTurnQueueMax  = 1024
 	DefaultFetchMax      = 1024
 	DefaultSyncTimeout   = 2 * time.Second
 	DefaultFetchRetry    = 500 * time.Millisecond
@@ -76,6 +79,19 @@ func WithGapBufferMax(n int) Option { return optionFunc(func(c *config) { c.gapM
 // WithSyncQueueMax caps the writes a syncing owner holds per partition;
 // beyond it writes fail with Unavailable (default [DefaultSyncQueueMax]).
 func WithSyncQueueMax(n int) Option { return optionFunc(func(c *config) { c.queueMax = n }) }
+
+// WithTurnQueueMax caps the writes and turns that wait behind one key's
+// turn; beyond it they fail with ResourceExhausted, definite (default
+// [DefaultTurnQueueMax]; 0 lets nothing wait: a write to a key whose turn
+// is held fails at once).
+func WithTurnQueueMax(n int) Option { return optionFunc(func(c *config) { c.turnQueueMax = n }) }
+
+// WithTurnKey sets which key's turn a write to key waits for (default: the
+// key up to its first '.'): the partitioner's top-level key, so that a
+// write to a path inside a value waits for the value's turn.
+func WithTurnKey(f func(key string) string) Option {
+	return optionFunc(func(c *config) { c.turnKey = f })
+}
 
 // WithFetchMax caps the entries in one FetchReply (default
 // [DefaultFetchMax]; at least 1).
@@ -181,6 +197,8 @@ type config struct {
 	historyBytes  int
 	gapMax        int
 	queueMax      int
+	turnQueueMax  int
+	turnKey       func(string) string
 	fetchMax      int
 	quorum        int
 	clockSkew     time.Duration
@@ -197,6 +215,7 @@ func newConfig(opts []Option) (config, error) {
 		historyBytes:  DefaultHistoryBytes,
 		gapMax:        DefaultGapBufferMax,
 		queueMax:      DefaultSyncQueueMax,
+		turnQueueMax:  DefaultTurnQueueMax,
 		fetchMax:      DefaultFetchMax,
 		clockSkew:     DefaultClockSkew,
 		syncTimeout:   DefaultSyncTimeout,
@@ -222,6 +241,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad("gap buffer max %d negative", c.gapMax)
 	case c.queueMax < 0:
 		return bad("sync queue max %d negative", c.queueMax)
+	case c.turnQueueMax < 0:
+		return bad("turn queue max %d negative", c.turnQueueMax)
 	case c.fetchMax < 1 || c.fetchMax > 1<<20:
 		return bad("fetch max %d not in [1, %d]", c.fetchMax, 1<<20)
 	case c.maxEntry < 1 || c.maxMessage < c.maxEntry:

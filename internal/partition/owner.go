@@ -414,6 +414,7 @@ func (e *Engine) probe(pt *part) {
 // quorum, the ring moved, a rival's epoch): rule 2.
 func (e *Engine) stepDown(pt *part) {
 	pt.active = false
+	e.endTurns(pt, ErrNotOwner)
 	e.endReads(pt, ErrOwnershipLost, false)
 	for _, w := range pt.waits {
 		e.complete(pt, w.origin, Position{}, ErrOwnershipLost)

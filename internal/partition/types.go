@@ -105,6 +105,12 @@ type Request struct {
 	// forwarded to its owner carries it, so the owner's span joins the
 	// caller's trace. The engine does not interpret it.
 	Trace string
+	// Turn begins or ends the turn of Key (turns.go); TurnID names the
+	// turn a TurnEnd ends (its TurnBegin's Token). A turn is taken only on
+	// the partition's owner: proposed anywhere else it fails with
+	// ErrNotOwner, never forwarded.
+	Turn   TurnOp
+	TurnID uint64
 }
 
 // Completion reports how a waited-for request ended.

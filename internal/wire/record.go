@@ -14,6 +14,9 @@ const (
 	RecordAdd    RecordType = 1
 	RecordUpdate RecordType = 2
 	RecordRemove RecordType = 3
+	// RecordBatch commits several changes as one record, all or none
+	// (a verb's turn, a compare-and-set): its value is a doc.Batch.
+	RecordBatch RecordType = 4
 )
 
 func (t RecordType) String() string {
@@ -24,6 +27,8 @@ func (t RecordType) String() string {
 		return "UPDATE"
 	case RecordRemove:
 		return "REMOVE"
+	case RecordBatch:
+		return "BATCH"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
