@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/partition"
 )
 
@@ -148,6 +149,28 @@ func (n *Node) publish(ev partition.Event) {
 		case <-s.done:
 		case <-n.ctx.Done():
 		}
+	}
+}
+
+// publishBatch hands the changes of a batch record (a verb's turn, a
+// compare-and-set) to the streams one by one, each as an entry at the
+// record's position: a stream delivers changes, and a batch is several.
+// Dropped, they come newest first, the order that undoes them.
+func (n *Node) publishBatch(ev partition.Event) {
+	bt, err := doc.DecodeBatch(ev.Entry.Value)
+	if err != nil {
+		// The owner decoded it before it committed (docState.CheckApply).
+		n.logger.Error("fero: node: a committed batch does not decode", "partition", ev.Partition, "offset", ev.Entry.Offset, "err", err)
+		return
+	}
+	for i := range bt.Changes {
+		c := bt.Changes[i]
+		if ev.Kind == partition.EventDropped {
+			c = bt.Changes[len(bt.Changes)-1-i]
+		}
+		one := ev
+		one.Entry.Type, one.Entry.Key, one.Entry.Value = c.Type, c.Key, c.Value
+		n.publish(one)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/fero-go/fero/internal/seqtab"
 	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // Config describes one node. Resource is required; everything else has a
@@ -59,6 +60,10 @@ type Config struct {
 	// Handler answers requests for the partitions this node owns (default:
 	// Builtin, which commits ADD, UPDATE and REMOVE and refuses other verbs).
 	Handler Handler
+	// Concurrent says which verbs of Handler run without taking their
+	// key's turn (turn.go): verbs that only read. Nil: every verb but GET
+	// takes it.
+	Concurrent func(verb string) bool
 	// MaxRequests bounds the handlers running at once; beyond it requests
 	// are refused with ErrTooManyRequests (default DefaultMaxRequests).
 	MaxRequests int
@@ -631,6 +636,19 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
+	if n.cfg.Handler != nil {
+		// A handler's write to its own partition is part of its turn: kept
+		// for the turn's record, not proposed (turn.go).
+		if t := turnOf(ctx); t != nil && n.store.PartitionOf(c.Key) == t.partition {
+			if err := t.stage(c, wait, k); err != nil {
+				return err
+			}
+			if done != nil {
+				done.Complete(partition.Completion{Partition: t.partition})
+			}
+			return nil
+		}
+	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
 		return n.proposeWrite(ctx, c, wait, k, done, mode, 0)
@@ -1154,7 +1172,11 @@ func (n *Node) process(rd partition.Ready) {
 	// after the answer.
 	var dropped map[int][3]uint64 // partition → count, lowest and highest offset dropped this round
 	for _, ev := range rd.Events {
-		n.publish(ev)
+		if ev.Entry.Type == wire.RecordBatch {
+			n.publishBatch(ev)
+		} else {
+			n.publish(ev)
+		}
 		switch ev.Kind {
 		case partition.EventDropped:
 			// Writes this node gave up (never Majority-acked: rule 6): an

@@ -575,6 +575,9 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				hctx = handlerCtx{ctx}
 			}
 			reply, err := n.handle(hctx, req)
+			if errors.Is(err, errTurnElsewhere) {
+				break // the handler did not run: to the owner by a fresher map
+			}
 			if sink != nil && err == nil {
 				*sink = append(*sink, req.ReplyMeta...)
 			}
@@ -657,8 +660,29 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 	if n.cfg.Handler == nil {
 		return n.Builtin(ctx, req)
 	}
-	return n.cfg.Handler(ctx, req)
+	if !n.needsTurn(req) {
+		return n.cfg.Handler(ctx, req)
+	}
+	t, err := n.beginTurn(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	returned := false
+	defer func() {
+		if !returned { // it panicked: the turn goes back with nothing
+			_ = t.end(ctx, errHandlerPanicked)
+		}
+	}()
+	reply, err = n.cfg.Handler(context.WithValue(ctx, turnCtxKey{}, t), req)
+	returned = true
+	if err = t.end(ctx, err); err != nil {
+		return nil, err
+	}
+	return reply, nil
 }
+
+// errHandlerPanicked ends the turn of a handler that panicked.
+var errHandlerPanicked = errs.New(errs.Internal, "fero: the handler panicked")
 
 // serveRequest answers OpRequest: the owner runs the handler in its own
 // goroutine; a non-owner forwards the request to the owner once.
@@ -738,6 +762,10 @@ func (n *Node) serveRequest(r *transport.Request) {
 			reply, err := n.handle(ctx, req)
 			if span != nil {
 				endSpan(span, err)
+			}
+			if errors.Is(err, errTurnElsewhere) {
+				_ = r.Reply([]byte{replyRetry}) // before the handler ran
+				return
 			}
 			if err != nil {
 				if oneway {

@@ -4,7 +4,9 @@ import (
 	"log/slog"
 
 	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // docState lets the partition engine apply commits to a document store.
@@ -18,22 +20,42 @@ var (
 	_ partition.CheckApplier = docState{}
 )
 
-// CheckApply applies e if it fits the state; on error nothing changed.
-func (d docState) CheckApply(p int, e partition.Entry) error { return d.store.Apply(p, change(e)) }
+// CheckApply applies e if it fits the state; on error nothing changed. A
+// key takes e's offset as its version; a batch's changes apply all or
+// none.
+func (d docState) CheckApply(p int, e partition.Entry) error {
+	if e.Type == wire.RecordBatch {
+		bt, err := doc.DecodeBatch(e.Value)
+		if err != nil {
+			return errs.Errorf(errs.InvalidArgument, "fero: a batch record: %w", err)
+		}
+		return d.store.ApplyBatch(p, e.Offset, &bt)
+	}
+	return d.store.ApplyAt(p, e.Offset, change(e))
+}
 
 func change(e partition.Entry) doc.Change {
 	return doc.Change{Type: e.Type, Key: e.Key, Value: e.Value}
 }
 
 // Check is the owner's test of a write against its state.
-func (d docState) Check(p int, e partition.Entry) error { return d.store.Check(p, change(e)) }
+func (d docState) Check(p int, e partition.Entry) error {
+	if e.Type == wire.RecordBatch {
+		bt, err := doc.DecodeBatch(e.Value)
+		if err != nil {
+			return errs.Errorf(errs.InvalidArgument, "fero: a batch record: %w", err)
+		}
+		return d.store.CheckBatch(p, &bt)
+	}
+	return d.store.Check(p, change(e))
+}
 
 // Apply applies a committed entry. The owner checked it against the same
 // state, and every copy applies the same entries in the same order, so an
 // error here means copies have diverged: it is logged loudly, and the
 // entry is skipped, as the owner's Check would have refused it.
 func (d docState) Apply(p int, e partition.Entry) {
-	if err := d.store.Apply(p, change(e)); err != nil {
+	if err := d.CheckApply(p, e); err != nil {
 		d.logger.Error("fero: node: a committed entry does not apply; this copy has diverged",
 			"partition", p, "epoch", e.Epoch, "offset", e.Offset, "key", e.Key, "err", err)
 	}

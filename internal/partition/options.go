@@ -86,13 +86,6 @@ func WithSyncQueueMax(n int) Option { return optionFunc(func(c *config) { c.queu
 // is held fails at once).
 func WithTurnQueueMax(n int) Option { return optionFunc(func(c *config) { c.turnQueueMax = n }) }
 
-// WithTurnKey sets which key's turn a write to key waits for (default: the
-// key up to its first '.'): the partitioner's top-level key, so that a
-// write to a path inside a value waits for the value's turn.
-func WithTurnKey(f func(key string) string) Option {
-	return optionFunc(func(c *config) { c.turnKey = f })
-}
-
 // WithFetchMax caps the entries in one FetchReply (default
 // [DefaultFetchMax]; at least 1).
 func WithFetchMax(n int) Option { return optionFunc(func(c *config) { c.fetchMax = n }) }
@@ -198,7 +191,6 @@ type config struct {
 	gapMax        int
 	queueMax      int
 	turnQueueMax  int
-	turnKey       func(string) string
 	fetchMax      int
 	quorum        int
 	clockSkew     time.Duration

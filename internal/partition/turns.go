@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/ring"
 )
 
 // Turns (rule 15, docs/engine.md). On its owner, one key's writes and verbs
@@ -61,19 +62,17 @@ type turn struct {
 }
 
 // turnKey is the key whose turn a write to key waits for: its top-level
-// key (WithTurnKey).
-func (e *Engine) turnKey(key string) string {
-	if e.cfg.turnKey != nil {
-		return e.cfg.turnKey(key)
-	}
-	top, _, _ := strings.Cut(key, ".")
+// key, the one the partitioner hashes, so that a write to a path inside a
+// value waits for the value's turn.
+func turnKey(key string) string {
+	top, _, _ := strings.Cut(key, string(rune(ring.DefaultSeparator)))
 	return top
 }
 
 // writeTurn handles, on an active owner, a write whose key may be held by a
 // turn, or a turn's begin or end.
 func (e *Engine) writeTurn(pt *part, w write, o origin) error {
-	tk := e.turnKey(w.key)
+	tk := turnKey(w.key)
 	t := pt.turns[tk]
 	switch {
 	case w.turn == TurnEnd:

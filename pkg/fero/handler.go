@@ -32,11 +32,46 @@ const (
 // fit as they are. A panic answers CodeInternal and is logged; the node
 // carries on.
 //
-// Handlers run concurrently, each request in its own goroutine, on the
-// node that owned the key when the request arrived. Writes a handler makes
-// go to the owner as any write does (locally, in the common case). For a
-// read-modify-write that must not race another request for the same key,
-// use Add (a create-once) or your own lock.
+// One key, one turn. A handler runs on the owner of its request's key,
+// and runs alone for that key: before it starts, every earlier write to
+// the key (its top-level key: "ada" for "ada.langs") has been applied on
+// this node, and until it returns no other request for the key runs, no
+// verb and no built-in write, from anywhere in the cluster; they wait in
+// the key's queue, in arrival order (at most 1,024 of them,
+// [WithTurnQueueMax]; beyond it a request fails with
+// CodeResourceExhausted, definite). Requests for other keys run in
+// parallel, each in its own goroutine. So a read-modify-write is safe as
+// it reads:
+//
+//	func incr(ctx context.Context, req *fero.Request) (any, error) {
+//		var n int
+//		_, _ = req.Resource().GetInto(req.Key, &n)
+//		return n + 1, req.Resource().Update(ctx, req.Key, n+1)
+//	}
+//
+// What a handler writes to its own partition, with the context it was
+// given (or one made from it), is part of its turn: the write returns at
+// once, and the writes are committed together when the handler returns,
+// as one record, all or none, in the ownership the turn began in. A
+// handler that returns an error commits none of them. If the key's
+// partition moved to another owner while the handler ran (a restart, a
+// join), or the caller's deadline passed, nothing it wrote is committed
+// and the caller gets a definite CodeUnavailable, which is safe to retry.
+// The reply reaches the caller only once the record is committed, as the
+// writes asked to wait (the strongest of their waits; Ack by default).
+// A write the state refuses as it stands (an Add of a key that exists)
+// fails at once; one that depends on an earlier write of the same
+// handler is checked when the record commits, and then fails the whole
+// request. Writes to other partitions, or with a context not made from
+// the handler's, are ordinary writes: proposed at once, outside the turn
+// (and a write to the handler's own key made that way waits for the turn
+// to end, which is at the handler's return or its caller's deadline).
+// Reads (Get) see the state as of the turn's start plus nothing staged.
+//
+// A turn lasts as long as the handler, bounded by its caller's deadline
+// (or the write timeout when the caller set none): a handler that never
+// returns holds its key, and only its key, until then. Verbs that only
+// read may run without a turn ([Concurrent]); GET never takes one.
 type Handler func(ctx context.Context, req *Request) (reply any, err error)
 
 // Request is one request as a handler sees it.

@@ -34,6 +34,8 @@ type config struct {
 	listen  string
 	logger  *slog.Logger
 	handler Handler
+	// concurrent: the verbs that run without their key's turn (Concurrent).
+	concurrent map[string]bool
 	// interceptors wrap handler; callInterceptors wrap Call
 	// (WithInterceptors, WithCallInterceptors).
 	interceptors     []Interceptor
@@ -96,6 +98,23 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // (the original's from function). Without one the node answers ADD, UPDATE
 // and REMOVE (see [Request.Next]) and refuses every other verb.
 func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
+
+// Concurrent lets the handler's verbs named run without taking their key's
+// turn (see [Handler]): many at once for one key, beside its writes. Give
+// it to verbs that only read: a concurrent verb's writes are proposed one
+// by one as it makes them, unfenced, as writes from outside a handler are,
+// and may land on a value that changed since it was read. GET never takes
+// a turn. Several Concurrent options add up.
+func Concurrent(verbs ...string) Option {
+	return func(c *config) {
+		if c.concurrent == nil {
+			c.concurrent = map[string]bool{}
+		}
+		for _, v := range verbs {
+			c.concurrent[v] = true
+		}
+	}
+}
 
 // WithTracerProvider traces this node's work with OpenTelemetry
 // (docs/operations.md, "Tracing"): a span for each write (Update, Add,
@@ -423,6 +442,13 @@ func WithSyncTimeout(d time.Duration) Option {
 // (default 1,024); beyond it they fail with CodeUnavailable.
 func WithSyncQueueMax(n int) Option {
 	return func(c *config) { c.engine = append(c.engine, partition.WithSyncQueueMax(n)) }
+}
+
+// WithTurnQueueMax caps the requests and writes that wait for one key's
+// turn on its owner (see [Handler]; default 1,024); beyond it they fail
+// with CodeResourceExhausted, definite. 0 lets none wait.
+func WithTurnQueueMax(n int) Option {
+	return func(c *config) { c.engine = append(c.engine, partition.WithTurnQueueMax(n)) }
 }
 
 // WithGapBufferMax caps the out-of-order commits a copy holds per

@@ -98,6 +98,9 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		cfg.handler = chainHandler(h, cfg.interceptors)
 	}
 	if cfg.handler != nil {
+		if verbs := cfg.concurrent; len(verbs) > 0 {
+			ncfg.Concurrent = func(verb string) bool { return verbs[verb] }
+		}
 		ncfg.Handler = r.serve
 	}
 	r.call = chainCalls(r.callDirect, callChain(cfg))
