@@ -14,6 +14,10 @@ const (
 	RecordAdd    RecordType = 1
 	RecordUpdate RecordType = 2
 	RecordRemove RecordType = 3
+	// RecordBatch commits several changes as one record, all or none
+	// (doc.AppendBatch encodes its value). ParseRecord does not accept it
+	// yet: the engine does not carry batches.
+	RecordBatch RecordType = 4
 )
 
 func (t RecordType) String() string {
@@ -24,6 +28,8 @@ func (t RecordType) String() string {
 		return "UPDATE"
 	case RecordRemove:
 		return "REMOVE"
+	case RecordBatch:
+		return "BATCH"
 	}
 	return fmt.Sprintf("RecordType(%d)", uint8(t))
 }
