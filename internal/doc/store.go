@@ -918,6 +918,10 @@ func (s *Store) replace(p int, t table) {
 // Digest returns a hash of the whole state: every partition's number, keys
 // and canonical values in order. Two stores with equal digests hold the
 // same state (up to hash collisions); tests use it to compare replicas.
+// Versions are not hashed: a digest compares values, and copies that hold
+// equal values agree however they came by them (one restored from a
+// snapshot written before versions were kept holds version 1 where the
+// other holds offsets).
 func (s *Store) Digest() uint64 {
 	h := xxhash.New()
 	var buf [12]byte
