@@ -21,6 +21,12 @@ type Change struct {
 	// Value is the msgpack encoding of the value; empty, and ignored, for
 	// a REMOVE.
 	Value []byte
+	// Cond makes the change conditional: it applies only if its top-level
+	// key is at version IfVersion (0: the key is absent), and fails with
+	// ErrVersion otherwise. A compare-and-set reads the version with
+	// Store.GetVersioned.
+	Cond      bool
+	IfVersion uint64
 }
 
 // Builder makes the change records of the original's cache helpers. Its

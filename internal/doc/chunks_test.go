@@ -43,10 +43,10 @@ func TestSnapshotChunks(t *testing.T) {
 	dst.DropStaged(0)
 	require.ErrorIs(t, dst.RestoreStaged(0), ErrSnapshot)
 
-	// An empty partition is one piece, an empty map.
+	// An empty partition is one piece, of no keys.
 	empty, err := New(1)
 	require.NoError(t, err)
 	pieces, err = empty.SnapshotChunks(0, 1000)
 	require.NoError(t, err)
-	require.Equal(t, [][]byte{{0x80}}, pieces)
+	require.Equal(t, [][]byte{{0x92, snapshotFormat, 0x80}}, pieces)
 }

@@ -33,6 +33,13 @@ var (
 	// ErrSnapshot (InvalidArgument): Restore was given bytes that are not a
 	// snapshot of this partition.
 	ErrSnapshot = errors.New("invalid snapshot")
+	// ErrVersion (FailedPrecondition): a change's condition (Change.Cond)
+	// does not hold: its top-level key is at another version. The error
+	// carries the current version (VersionOf).
+	ErrVersion = errors.New("version mismatch")
+	// ErrBatch (InvalidArgument): bytes that are not a batch (DecodeBatch),
+	// or a batch with no changes or too many.
+	ErrBatch = errors.New("invalid batch")
 )
 
 // ErrOption (InvalidArgument): New was given an option out of range.

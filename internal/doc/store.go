@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"iter"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/wire"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Partitioner returns the partition of a top-level key. It must be
@@ -245,125 +248,199 @@ func (s *Store) Partitions() int { return len(s.parts) }
 // Given the same state and change, every store returns the same error or
 // reaches the same state, so a change the owner applied without error
 // applies on every copy.
-func (s *Store) Apply(p int, c Change) error { return s.apply(p, c, true) }
+//
+// Apply is ApplyAt with no offset: the key's version becomes 1, as
+// though it was last written before versions were kept.
+func (s *Store) Apply(p int, c Change) error { return s.ApplyAt(p, 0, c) }
+
+// ApplyAt is Apply for the change committed at offset version: the
+// change's top-level key gets that version, unless the change leaves the
+// key absent. Versions derive only from the offsets passed in, so copies
+// that apply the same commits keep the same versions. Version 0 (no
+// offset) records 1, since 0 is the version of an absent key.
+func (s *Store) ApplyAt(p int, version uint64, c Change) error {
+	return s.apply(p, max(version, 1), c, true)
+}
 
 // Check reports the error Apply would return, without changing anything.
 // It costs as much as Apply. Its answer holds until the next change to p,
 // so an owner that checks before committing must check against a state
 // that includes every change it committed before.
-func (s *Store) Check(p int, c Change) error { return s.apply(p, c, false) }
+func (s *Store) Check(p int, c Change) error { return s.apply(p, 0, c, false) }
 
-func (s *Store) apply(p int, c Change, commit bool) error {
+func (s *Store) apply(p int, version uint64, c Change, commit bool) error {
+	pc, err := s.prepare(p, c, commit)
+	if err != nil {
+		return err
+	}
+	pt := &s.parts[p]
+	pt.write.Lock()
+	defer pt.write.Unlock()
+	h := keyHash(pc.top)
+	cl := pt.t.get(pc.top, h)
+	if !pc.nested && c.Type == wire.RecordUpdate && !c.Cond {
+		// The commonest change needs no look at the old value.
+		if commit {
+			s.store(pt, pc.top, h, cl, newRawEntry(c.Value), version)
+		}
+		return nil
+	}
+	var old *entry
+	var cur uint64
+	if cl != nil {
+		old, cur = cl.e, cl.ver
+	}
+	if c.Cond && c.IfVersion != cur {
+		return versionError(pc.top, c.IfVersion, cur, "")
+	}
+	ne, err := pc.result(old, commit)
+	switch {
+	case err != nil || !commit:
+		return err
+	case ne != nil:
+		s.store(pt, pc.top, h, cl, ne, version)
+	case cl != nil:
+		pt.mu.Lock()
+		pt.t.remove(pc.top, h)
+		pt.ver++
+		pt.mu.Unlock()
+		s.n.Add(-1)
+	}
+	return nil
+}
+
+// prepared is a change that passed every check that does not depend on
+// the state, split at its top-level key.
+type prepared struct {
+	c         Change
+	top, rest string
+	nested    bool
+	e         edit
+}
+
+// prepare checks c for every error that does not depend on the state
+// (InvalidArgument). keep: the change is to be stored, so the parts of its
+// key the stored tree keeps are copied.
+func (s *Store) prepare(p int, c Change, keep bool) (prepared, error) {
 	top, rest, nested := strings.Cut(c.Key, s.sep)
-	if nested && commit {
+	if nested && keep {
 		// The path's segments become map keys in the stored tree, and
 		// the key may sit in a receive buffer (TestNestedApplyCopiesThePath).
 		// (A top-level key is copied where it is stored.)
 		rest = strings.Clone(rest)
 	}
 	if err := s.checkPartition(p, top, c.Key); err != nil {
-		return err
+		return prepared{}, err
 	}
-	e := edit{typ: c.Type, key: c.Key, sep: s.sep}
+	pc := prepared{c: c, top: top, rest: rest, nested: nested, e: edit{typ: c.Type, key: c.Key, sep: s.sep}}
 	switch c.Type {
 	case wire.RecordAdd, wire.RecordUpdate:
 		var level int
 		var err error
 		if nested {
 			// A value placed inside another is decoded now, into the tree.
-			e.val, level, err = decodeValue(c.Value)
+			pc.e.val, level, err = decodeValue(c.Value)
 		} else {
 			level, err = wire.ValueLevel(c.Value, true)
 		}
 		if err != nil {
-			return errs.Errorf(errs.InvalidArgument, "%w for %q: %w", ErrValue, c.Key, err)
+			return prepared{}, errs.Errorf(errs.InvalidArgument, "%w for %q: %w", ErrValue, c.Key, err)
 		}
 		if err := checkDepth(c.Key, s.sep, level); err != nil {
-			return err
+			return prepared{}, err
 		}
 	case wire.RecordRemove:
+	case wire.RecordBatch:
+		return prepared{}, errs.Errorf(errs.InvalidArgument, "%w: %s is not a change: apply it with ApplyBatch", ErrType, c.Type)
 	default:
-		return errs.Errorf(errs.InvalidArgument, "%w: %d", ErrType, uint8(c.Type))
+		return prepared{}, errs.Errorf(errs.InvalidArgument, "%w: %d", ErrType, uint8(c.Type))
 	}
+	return pc, nil
+}
 
-	pt := &s.parts[p]
-	pt.write.Lock()
-	defer pt.write.Unlock()
-	if !nested && c.Type == wire.RecordUpdate {
-		// The commonest change needs no look at the old value.
-		if commit {
-			h := keyHash(top)
-			s.store(pt, top, h, pt.t.get(top, h), newRawEntry(c.Value))
-		}
-		return nil
-	}
-	h := keyHash(top)
-	cl := pt.t.get(top, h)
-	exists := cl != nil
-	var old *entry
-	if exists {
-		old = cl.e
-	}
-	var val any
+// result returns the entry the change leaves at its top-level key, whose
+// entry is old (nil: absent); nil when it leaves the key absent. Without
+// build it only checks, and makes no entry.
+func (pc *prepared) result(old *entry, build bool) (*entry, error) {
+	c := &pc.c
 	switch {
-	case nested:
+	case pc.nested:
 		var cur any
 		switch {
-		case exists:
+		case old != nil:
 			cur = old.value()
 		case c.Type == wire.RecordRemove:
-			return nil
+			return nil, nil
 		default:
-			cur = e.missing(rest)
+			cur = pc.e.missing(pc.rest)
 		}
-		nv, changed, err := e.apply(cur, rest)
-		if err != nil || !changed {
-			return err
+		nv, changed, err := pc.e.apply(cur, pc.rest)
+		switch {
+		case err != nil:
+			return nil, err
+		case !changed:
+			// A REMOVE of a missing path: the value stays, and the key
+			// still takes the change's version.
+			return old, nil
+		case !build:
+			return nil, nil
 		}
-		val = nv
+		return newDecodedEntry(nv), nil
 	case c.Type == wire.RecordRemove:
-		if !exists {
-			return nil
-		}
-		if commit {
-			pt.mu.Lock()
-			pt.t.remove(top, h)
-			pt.ver++
-			pt.mu.Unlock()
-			s.n.Add(-1)
-		}
-		return nil
-	case c.Type == wire.RecordAdd && exists:
-		return errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
+		return nil, nil
+	case c.Type == wire.RecordAdd && old != nil:
+		return nil, errs.Errorf(errs.FailedPrecondition, "%w: %q", ErrExists, c.Key)
+	case !build:
+		return nil, nil
 	}
-	if commit {
-		var ne *entry
-		if nested {
-			ne = newDecodedEntry(val)
-		} else {
-			ne = newRawEntry(c.Value)
-		}
-		s.store(pt, top, h, cl, ne)
-	}
-	return nil
+	return newRawEntry(c.Value), nil
 }
 
 // store sets top, whose hash is h and whose cell in pt is cl (nil for a
-// new key), to e. The caller holds pt.write.
-func (s *Store) store(pt *partition, top string, h uint64, cl *cell, e *entry) {
+// new key), to e at version. The caller holds pt.write.
+func (s *Store) store(pt *partition, top string, h uint64, cl *cell, e *entry, version uint64) {
 	if cl != nil {
 		pt.mu.Lock()
-		cl.e = e
+		cl.e, cl.ver = e, version
 		pt.ver++
 		pt.mu.Unlock()
 		return
 	}
-	cl = newCell(top, e)
+	cl = newCell(top, e, version)
 	pt.mu.Lock()
 	pt.t.add(cl, h)
 	pt.ver++
 	pt.mu.Unlock()
 	s.n.Add(1)
+}
+
+// VersionDetail is the type of the errs.Detail a version mismatch
+// (ErrVersion) carries: the key's current version, a msgpack uint.
+const VersionDetail = "fero.version"
+
+// versionError reports a condition on top that wanted version want where
+// the key is at have; why, if not empty, says more.
+func versionError(top string, want, have uint64, why string) error {
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	return errs.Errorf(errs.FailedPrecondition, "%w: %q is at version %d%s, not %d", ErrVersion, top, have, why, want).
+		WithDetail(errs.Detail{Type: VersionDetail, Value: wire.AppendUint(nil, have)})
+}
+
+// VersionOf returns the current version a version mismatch reports (its
+// VersionDetail), on this node or after the error crossed the wire.
+func VersionOf(err error) (uint64, bool) {
+	for _, d := range errs.DetailsOf(err) {
+		if d.Type != VersionDetail {
+			continue
+		}
+		c := wire.NewCursor(d.Value)
+		if v := c.Uint("version"); c.End() == nil {
+			return v, true
+		}
+	}
+	return 0, false
 }
 
 func (s *Store) checkPartition(p int, top, key string) error {
@@ -399,31 +476,32 @@ func (s *Store) partitionOf(top string) *partition {
 	return &s.parts[p]
 }
 
-func (s *Store) lookup(path string) (*entry, any, bool) {
+// lookup returns the entry of path's top-level key and its version, and
+// the value at path; ok is false when there is none (the version is still
+// the top-level key's).
+func (s *Store) lookup(path string) (e *entry, version uint64, v any, ok bool) {
 	top, rest, nested := strings.Cut(path, s.sep)
 	pt := s.partitionOf(top)
 	if pt == nil {
-		return nil, nil, false
+		return nil, 0, nil, false
 	}
 	pt.mu.RLock()
-	var e *entry
 	if cl := pt.t.get(top, keyHash(top)); cl != nil {
-		e = cl.e
+		e, version = cl.e, cl.ver
 	}
 	pt.mu.RUnlock()
 	if e == nil {
-		return nil, nil, false
+		return nil, 0, nil, false
 	}
-	v := e.value()
+	v = e.value()
 	for nested {
 		var seg string
-		var ok bool
 		seg, rest, nested = strings.Cut(rest, s.sep)
 		if v, ok = child(v, seg); !ok {
-			return nil, nil, false
+			return nil, version, nil, false
 		}
 	}
-	return e, v, true
+	return e, version, v, true
 }
 
 // Get returns the value at path. The value is shared with the store and
@@ -431,14 +509,41 @@ func (s *Store) lookup(path string) (*entry, any, bool) {
 // of your own). It never changes under you; a later change stores a new
 // value rather than modifying this one.
 func (s *Store) Get(path string) (any, bool) {
-	_, v, ok := s.lookup(path)
+	_, _, v, ok := s.lookup(path)
 	return v, ok
+}
+
+// Version returns the version of path's top-level key: the offset of the
+// last change committed under it (ApplyAt), 1 if that change came without
+// one, and 0 if the key is absent.
+func (s *Store) Version(path string) uint64 {
+	top, _, _ := strings.Cut(path, s.sep)
+	pt := s.partitionOf(top)
+	if pt == nil {
+		return 0
+	}
+	pt.mu.RLock()
+	defer pt.mu.RUnlock()
+	if cl := pt.t.get(top, keyHash(top)); cl != nil {
+		return cl.ver
+	}
+	return 0
+}
+
+// GetVersioned is Get with the version of path's top-level key, read at
+// the same moment: a condition on that version (Change.IfVersion) holds
+// only if nothing changed the key since. When the top-level key is
+// present but path below it is not, ok is false and version is still the
+// key's.
+func (s *Store) GetVersioned(path string) (v any, version uint64, ok bool) {
+	_, version, v, ok = s.lookup(path)
+	return v, version, ok
 }
 
 // GetBytes returns the canonical msgpack encoding of the value at path.
 // For a top-level key the bytes are cached and shared: do not modify them.
 func (s *Store) GetBytes(path string) ([]byte, bool) {
-	e, v, ok := s.lookup(path)
+	e, _, v, ok := s.lookup(path)
 	switch {
 	case !ok:
 		return nil, false
@@ -482,6 +587,7 @@ func (s *Store) PartitionLen(p int) int {
 type kv struct {
 	key string
 	e   *entry
+	ver uint64
 }
 
 // sorted returns partition p's entries in key order, as of one moment.
@@ -495,7 +601,7 @@ func (pt *partition) sortedAt() ([]kv, uint64) {
 	pt.mu.RLock()
 	es := make([]kv, 0, pt.t.n)
 	for cl := range pt.t.all {
-		es = append(es, kv{cl.key, cl.e})
+		es = append(es, kv{cl.key, cl.e, cl.ver})
 	}
 	ver := pt.ver
 	pt.mu.RUnlock()
@@ -536,28 +642,53 @@ func (s *Store) All() iter.Seq2[string, any] {
 	}
 }
 
-// Snapshot returns partition p's state as of one moment: a msgpack map of
-// its top-level keys, sorted, to their values in canonical encoding. Equal
-// states have equal snapshots.
+// Snapshot returns partition p's state as of one moment: its top-level
+// keys, sorted, with their versions and their values in canonical
+// encoding (see snapshotFormat). Equal states have equal snapshots.
 func (s *Store) Snapshot(p int) ([]byte, error) {
 	if p < 0 || p >= len(s.parts) {
 		return nil, errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
 	es := s.parts[p].sorted()
-	n := 5
+	n := snapshotHead
 	for _, e := range es {
-		n += 5 + len(e.key) + len(e.e.encoding())
+		n += snapshotSize(e)
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, n))
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(buf)
-	mustEncode(enc.EncodeMapLen(len(es)))
+	return appendSnapshot(make([]byte, 0, n), es), nil
+}
+
+// snapshotFormat is the number a snapshot starts with, in a msgpack
+// array of two: [snapshotFormat, {key: [version, value], ...}], keys
+// sorted. A snapshot written before versions were kept is the bare map
+// {key: value, ...}; Restore takes both, and gives each key of the old
+// form version 1, as last written before versions were kept.
+const snapshotFormat = 1
+
+// snapshotHead bounds the bytes of a snapshot's array and map headers.
+const snapshotHead = 2 + 5
+
+// snapshotSize bounds the bytes e takes in a snapshot.
+func snapshotSize(e kv) int { return 5 + len(e.key) + 1 + 9 + len(e.e.encoding()) }
+
+func appendSnapshot(b []byte, es []kv) []byte {
+	b = wire.AppendUint(wire.AppendArrayHeader(b, 2), snapshotFormat)
+	b = appendMapHeader(b, len(es))
 	for _, e := range es {
-		mustEncode(enc.EncodeString(e.key))
-		buf.Write(e.e.encoding())
+		b = wire.AppendStr(b, e.key)
+		b = wire.AppendUint(wire.AppendArrayHeader(b, 2), e.ver)
+		b = append(b, e.e.encoding()...)
 	}
-	return buf.Bytes(), nil
+	return b
+}
+
+func appendMapHeader(b []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(b, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
 }
 
 // Restore replaces partition p's state with a snapshot. The bytes are
@@ -605,22 +736,13 @@ func (s *Store) SnapshotChunks(p, max int) ([][]byte, error) {
 	}
 	es := s.parts[p].sorted()
 	var pieces [][]byte
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
 	for len(es) > 0 || pieces == nil {
-		n, size := 0, 5
-		for n < len(es) && (n == 0 || size+5+len(es[n].key)+len(es[n].e.encoding()) <= max) {
-			size += 5 + len(es[n].key) + len(es[n].e.encoding())
+		n, size := 0, snapshotHead
+		for n < len(es) && (n == 0 || size+snapshotSize(es[n]) <= max) {
+			size += snapshotSize(es[n])
 			n++
 		}
-		buf := bytes.NewBuffer(make([]byte, 0, size))
-		enc.Reset(buf)
-		mustEncode(enc.EncodeMapLen(n))
-		for _, e := range es[:n] {
-			mustEncode(enc.EncodeString(e.key))
-			buf.Write(e.e.encoding())
-		}
-		pieces = append(pieces, buf.Bytes())
+		pieces = append(pieces, appendSnapshot(make([]byte, 0, size), es[:n]))
 		es = es[n:]
 	}
 	return pieces, nil
@@ -691,6 +813,15 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 	// GB grew one pooled buffer by a quarter or more per call, without
 	// bound (a FuzzRestore worker reached 24 GB).
 	dec := msgpack.NewDecoder(r)
+	versioned := len(b) > 0 && b[0]&0xf0 == 0x90 // a fixarray: snapshotFormat's wrapper
+	if versioned {
+		if n, err := dec.DecodeArrayLen(); err != nil || n != 2 {
+			return bad("an array of %d, not 2 (%v)", n, err)
+		}
+		if f, err := decodeUint(dec); err != nil || f != snapshotFormat {
+			return bad("format %d, want %d (%v)", f, snapshotFormat, err)
+		}
+	}
 	n, err := dec.DecodeMapLen()
 	if err != nil || n < 0 {
 		return bad("not a map (%v)", err)
@@ -709,6 +840,16 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 		if q := s.part(k); q != p {
 			return bad("key %q is in partition %d, not %d", k, q, p)
 		}
+		// Last written before versions were kept.
+		ver := uint64(1)
+		if versioned {
+			if n, err := dec.DecodeArrayLen(); err != nil || n != 2 {
+				return bad("the entry of %q: an array of %d, not 2 (%v)", k, n, err)
+			}
+			if ver, err = decodeUint(dec); err != nil || ver == 0 {
+				return bad("the version of %q: %d (%v)", k, ver, err)
+			}
+		}
 		off := len(b) - r.Len()
 		vn, _, err := wire.NextValue(b[off:], true)
 		if err != nil {
@@ -725,7 +866,7 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 		} else {
 			e = newRawEntry(raw)
 		}
-		t.add(newCell(k, e), h)
+		t.add(newCell(k, e, ver), h)
 		if _, err := r.Seek(int64(vn), io.SeekCurrent); err != nil {
 			return bad("%v", err)
 		}
@@ -734,6 +875,23 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 		return bad("%d trailing bytes", r.Len())
 	}
 	return nil
+}
+
+// decodeUint reads a non-negative integer, which msgpack's DecodeUint64
+// would also take from a negative one.
+func decodeUint(dec *msgpack.Decoder) (uint64, error) {
+	c, err := dec.PeekCode()
+	switch {
+	case err != nil:
+		return 0, err
+	case msgpcode.IsFixedNum(c) && int8(c) < 0, c == msgpcode.Int8, c == msgpcode.Int16, c == msgpcode.Int32, c == msgpcode.Int64:
+		v, err := dec.DecodeInt64()
+		if err == nil && v >= 0 {
+			return uint64(v), nil
+		}
+		return 0, fmt.Errorf("negative integer %d", v)
+	}
+	return dec.DecodeUint64()
 }
 
 // Clear removes every key of partition p.
@@ -760,6 +918,10 @@ func (s *Store) replace(p int, t table) {
 // Digest returns a hash of the whole state: every partition's number, keys
 // and canonical values in order. Two stores with equal digests hold the
 // same state (up to hash collisions); tests use it to compare replicas.
+// Versions are not hashed: a digest compares values, and copies that hold
+// equal values agree however they came by them (one restored from a
+// snapshot written before versions were kept holds version 1 where the
+// other holds offsets).
 func (s *Store) Digest() uint64 {
 	h := xxhash.New()
 	var buf [12]byte

@@ -145,7 +145,7 @@ func TestSnapshotRestore(t *testing.T) {
 	empty := newStore(t)
 	b, err := empty.Snapshot(0)
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x80}, b)
+	require.Equal(t, []byte{0x92, snapshotFormat, 0x80}, b, "[format, {}]")
 
 	// Restore replaces; Clear empties.
 	p := partOf(s, "n")
@@ -187,6 +187,12 @@ func TestRestoreRefuses(t *testing.T) {
 		"separator key": append(append([]byte{0x81, 0xa3}, "n.x"...), 0x01),
 		"foreign key":   {0x81, 0xa1, wrongKey[0], 0x01},
 		"hostile":       {0xdf, 0xff, 0xff, 0xff, 0xff},
+		"format 2":      {0x92, 0x02, 0x80},
+		"no format":     {0x91, 0x80},
+		"version 0":     {0x92, 0x01, 0x81, 0xa1, 'n', 0x92, 0x00, 0x01},
+		"version -1":    {0x92, 0x01, 0x81, 0xa1, 'n', 0x92, 0xff, 0x01},
+		"bare value":    {0x92, 0x01, 0x81, 0xa1, 'n', 0x01},
+		"entry of 3":    {0x92, 0x01, 0x81, 0xa1, 'n', 0x93, 0x01, 0x01, 0x01},
 	} {
 		requireCode(t, s.Restore(p, b), errs.InvalidArgument, ErrSnapshot)
 		require.Equal(t, before, snapshots(t, s), name)

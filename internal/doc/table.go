@@ -33,9 +33,15 @@ type tslot struct {
 // from the key's first write until the key is removed, and a change to the
 // key stores a new entry in it, so changing a key's value moves nothing in
 // the table.
+//
+// The key's version lives here rather than in the entry: an entry is
+// allocated by every change, a cell once per key, so the commonest change
+// (an UPDATE of a top-level key) allocates no more than it did before
+// versions were kept.
 type cell struct {
 	key string
 	e   *entry
+	ver uint64
 }
 
 var tableSeed = maphash.MakeSeed()
@@ -138,16 +144,23 @@ func (t *table) all(yield func(*cell) bool) {
 // newCell returns a cell for a copy of key, which may alias a receive
 // buffer. A short key's bytes share the cell's allocation, so the lookup
 // that compares them loads nothing more.
-func newCell(key string, e *entry) *cell {
+// The sizes fill the allocator's classes of 48, 64, 96 and 112 bytes.
+func newCell(key string, e *entry, ver uint64) *cell {
+	var c *cell
 	switch n := len(key); {
-	case n <= 24:
-		return packCell[[24]byte](key, e)
-	case n <= 40:
-		return packCell[[40]byte](key, e)
-	case n <= 72:
-		return packCell[[72]byte](key, e)
+	case n <= 16:
+		c = packCell[[16]byte](key)
+	case n <= 32:
+		c = packCell[[32]byte](key)
+	case n <= 64:
+		c = packCell[[64]byte](key)
+	case n <= 80:
+		c = packCell[[80]byte](key)
+	default:
+		c = &cell{key: strings.Clone(key)}
 	}
-	return &cell{key: strings.Clone(key), e: e}
+	c.e, c.ver = e, ver
+	return c
 }
 
 type packedCell[B any] struct {
@@ -155,11 +168,10 @@ type packedCell[B any] struct {
 	b B
 }
 
-func packCell[B any](key string, e *entry) *cell {
+func packCell[B any](key string) *cell {
 	p := new(packedCell[B])
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&p.b)), unsafe.Sizeof(p.b))
 	n := copy(b, key)
 	p.key = unsafe.String(&b[0], n)
-	p.e = e
 	return &p.cell
 }

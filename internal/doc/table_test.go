@@ -40,7 +40,7 @@ func TestTableMatchesMap(t *testing.T) {
 					if c := tb.get(k, h); c != nil {
 						c.e = e
 					} else {
-						tb.add(newCell(k, e), h)
+						tb.add(newCell(k, e, 1), h)
 					}
 					want[k] = e
 				case op < 8:
@@ -80,7 +80,7 @@ func TestCellCopiesKey(t *testing.T) {
 			buf[i] = 'a' + byte(i%26)
 		}
 		want := string(buf[:n])
-		c := newCell(unsafe.String(&buf[0], n), nil) // aliases buf, as a decoded key may
+		c := newCell(unsafe.String(&buf[0], n), nil, 0) // aliases buf, as a decoded key may
 		clear(buf)
 		require.Equal(t, want, c.key, "key of %d bytes", n)
 	}

@@ -15,7 +15,8 @@ const (
 	RecordUpdate RecordType = 2
 	RecordRemove RecordType = 3
 	// RecordBatch commits several changes as one record, all or none
-	// (a verb's turn, a compare-and-set): its value is a doc.Batch.
+	// (doc.AppendBatch encodes its value). ParseRecord does not accept it
+	// yet: the engine does not carry batches.
 	RecordBatch RecordType = 4
 )
 

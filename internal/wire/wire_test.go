@@ -510,3 +510,11 @@ func FuzzParseRecord(f *testing.F) {
 		require.Equal(t, r.RecordHeader, r2.RecordHeader)
 	})
 }
+
+func TestRecordTypeString(t *testing.T) {
+	for typ, want := range map[RecordType]string{
+		RecordAdd: "ADD", RecordUpdate: "UPDATE", RecordRemove: "REMOVE", RecordBatch: "BATCH", 9: "RecordType(9)",
+	} {
+		require.Equal(t, want, typ.String())
+	}
+}
