@@ -649,6 +649,11 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 			return nil
 		}
 	}
+	if c.Cond {
+		// A condition travels in a batch record, which the owner's state
+		// checks as it commits it.
+		c = doc.Change{Type: wire.RecordBatch, Key: c.Key, Value: doc.AppendBatch(nil, &doc.Batch{Changes: []doc.Change{c}})}
+	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
 		return n.proposeWrite(ctx, c, wait, k, done, mode, 0)

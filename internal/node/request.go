@@ -51,6 +51,9 @@ type Request struct {
 	// Wait is what the caller asked a built-in write to wait for; unset,
 	// the owner's commit (Ack).
 	Wait WaitSpec
+	// If makes a built-in write a compare-and-set: it commits only if
+	// the key's version is If.Version (doc.Change.Cond).
+	If IfVersion
 	// Meta is the request's metadata (the W3C trace context, ...), nil
 	// when it carried none. Read-only.
 	Meta Meta
@@ -65,6 +68,12 @@ type Request struct {
 	// handler's return ends the stream; a reply it returns is sent as a
 	// last item.
 	Send func(item []byte) error
+}
+
+// IfVersion is the version a compare-and-set expects, when Set.
+type IfVersion struct {
+	Set     bool
+	Version uint64
 }
 
 // WaitSpec is a wait level a request carries to the owner, for the
@@ -147,7 +156,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 		// (TestNoWaitCallsKeepTheirValues).
 		value = append([]byte(nil), value...)
 	}
-	change := doc.Change{Type: t, Key: req.Key, Value: value}
+	change := doc.Change{Type: t, Key: req.Key, Value: value, Cond: req.If.Set, IfVersion: req.If.Version}
 	var err error
 	switch w := req.Wait; {
 	case w.Set && w.Kind == partition.WaitNone:
@@ -245,7 +254,13 @@ type wireRequest struct {
 	// agree: the owner's handler gets a deadline that long from when the
 	// request arrived.
 	Timeout time.Duration
+	// If is a built-in write's expected version, carried as the pair
+	// "fero-if-version" (decimal).
+	If IfVersion
 }
+
+// ifVersionName is the metadata name of a compare-and-set's version.
+const ifVersionName = "fero-if-version"
 
 // timeoutName is the metadata name of a request's timeout.
 const timeoutName = "fero-timeout"
@@ -288,6 +303,9 @@ func (w *wireRequest) append(b []byte) []byte {
 	if w.Timeout > 0 {
 		metaLen += 2
 	}
+	if w.If.Set {
+		metaLen += 2
+	}
 	var state string
 	if w.Trace.IsValid() {
 		metaLen += 2
@@ -325,6 +343,12 @@ func (w *wireRequest) append(b []byte) []byte {
 			b = wire.AppendStr(b, timeoutName)
 			b = append(wire.AppendStrHeader(b, len(d)), d...)
 		}
+		if w.If.Set {
+			var digits [20]byte
+			d := strconv.AppendUint(digits[:0], w.If.Version, 10)
+			b = wire.AppendStr(b, ifVersionName)
+			b = append(wire.AppendStrHeader(b, len(d)), d...)
+		}
 		if w.Trace.IsValid() {
 			b = wire.AppendStr(b, traceparentName)
 			b = appendTraceparent(wire.AppendStrHeader(b, traceparentLen), w.Trace)
@@ -358,6 +382,7 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Meta = nil
 	w.Trace = trace.SpanContext{}
 	w.Timeout = 0
+	w.If = IfVersion{}
 	if n >= 6 {
 		if c.Nil() { // no wait level: k is nil too
 			if !c.Nil() {
@@ -398,6 +423,12 @@ func (w *wireRequest) decode(b []byte) error {
 					c.Fail("request: %s %q is not a count of microseconds", timeoutName, value)
 				}
 				w.Timeout = min(time.Duration(us)*time.Microsecond, maxTimeout)
+			case ifVersionName:
+				v, err := strconv.ParseUint(string(value), 10, 64)
+				if err != nil {
+					c.Fail("request: %s %q is not a version", ifVersionName, value)
+				}
+				w.If = IfVersion{Set: true, Version: v}
 			default:
 				w.Meta = append(w.Meta, string(name), string(value))
 			}
@@ -727,7 +758,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 			// names.
 			ctx = &deadlineCtx{ctx, deadline}
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, Meta: wr.Meta}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, If: wr.If, Meta: wr.Meta}
 		// The write queues without waking the driver; once the reader
 		// has dispatched its burst (this request alone, or all that
 		// arrived with it), it proposes the burst itself as one round if
@@ -746,7 +777,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if oneway {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, Meta: wr.Meta}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, If: wr.If, Meta: wr.Meta}
 		parent := wr.Trace
 		ok := n.spawn(func() {
 			ctx := r.Context()
@@ -891,7 +922,13 @@ func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload
 // CallNodeWait is CallNode with the wait level a built-in write waits for
 // on the owner (unset: the owner's commit).
 func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec) ([]byte, error) {
-	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait}
+	return CallNodeIf(ctx, c, verb, key, payload, wait, IfVersion{})
+}
+
+// CallNodeIf is CallNodeWait for a built-in write that commits only if
+// the key is at version cond (when cond is Set): a compare-and-set.
+func CallNodeIf(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, cond IfVersion) ([]byte, error) {
+	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, If: cond}
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
 	if w.Meta = MetaFrom(ctx); len(w.Meta) > 0 {

@@ -29,6 +29,13 @@ func (d docState) CheckApply(p int, e partition.Entry) error {
 		if err != nil {
 			return errs.Errorf(errs.InvalidArgument, "fero: a batch record: %w", err)
 		}
+		for _, c := range bt.Changes {
+			// No key has a version the log has not reached: such a
+			// version was made up, not read.
+			if c.Cond && c.IfVersion >= e.Offset {
+				return errs.Errorf(errs.InvalidArgument, "fero: version %d of %q is from the future: the partition's log is at %d", c.IfVersion, c.Key, e.Offset-1)
+			}
+		}
 		return d.store.ApplyBatch(p, e.Offset, &bt)
 	}
 	return d.store.ApplyAt(p, e.Offset, change(e))

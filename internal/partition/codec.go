@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -65,12 +66,21 @@ func AppendMessage(b []byte, m Message) ([]byte, error) {
 		}
 		return b, nil
 	case *ForwardReply:
-		b = wire.AppendArrayHeader(b, 8)
+		n := 8
+		if len(m.Details) > 0 {
+			n = 9
+		}
+		b = wire.AppendArrayHeader(b, n)
 		b = appendUints(b, uint64(m.Partition), m.ID)
 		b = appendPosition(b, m.Position)
 		b = wire.AppendUint(b, uint64(m.Code))
 		b = wire.AppendStr(b, m.Msg)
-		return wire.AppendStr(b, m.Owner), nil
+		b = wire.AppendStr(b, m.Owner)
+		if n == 9 {
+			// An error frame's payload, whose bounds its parser checks.
+			b = wire.AppendBin(b, wire.AppendErrorPayload(nil, m.Code, "", m.Details))
+		}
+		return b, nil
 	case *FetchReply:
 		b = wire.AppendArrayHeader(b, 8)
 		b = appendUints(b, uint64(m.Partition), m.ID)
@@ -416,13 +426,27 @@ func (dec *Decoder) decode(b []byte, shared bool) (Message, error) {
 			}
 		}
 	case *ForwardReply:
-		c.Array("forward reply", 8)
+		n := c.Array("forward reply", -1)
+		if n != 8 && n != 9 {
+			c.Fail("forward reply: array of %d elements, want 8 or 9", n)
+		}
 		m.Partition = c.Uint32("partition")
 		m.ID = c.Uint("id")
 		m.Position = d.position()
 		m.Code = c.Uint32("code")
 		m.Msg = c.Str("msg", "")
 		m.Owner = c.Str("owner", m.Position.Epoch.Owner)
+		m.Details = nil
+		if n == 9 {
+			_, _, ds, err := wire.ParseErrorPayload(c.Bytes("details"))
+			if err != nil {
+				c.Fail("forward reply: details: %v", err)
+			}
+			// The caller's error outlives the receive buffer.
+			for _, d := range ds {
+				m.Details = append(m.Details, errs.Detail{Type: d.Type, Value: bytes.Clone(d.Value)})
+			}
+		}
 	case *FetchReply:
 		c.Array("fetch reply", 8)
 		m.Partition = c.Uint32("partition")

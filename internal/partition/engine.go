@@ -787,7 +787,7 @@ func (e *Engine) stepForwardReply(from string, m *ForwardReply) {
 	c := Completion{Token: f.token, Partition: f.partition, Position: m.Position}
 	if m.Code != 0 {
 		c.Position = Position{}
-		c.Err = errs.FromWire(m.Code, m.Msg, nil)
+		c.Err = errs.FromWire(m.Code, m.Msg, m.Details)
 		c.Owner = m.Owner
 	}
 	e.rd.Completions = append(e.rd.Completions, c)
@@ -810,7 +810,7 @@ func (e *Engine) complete(pt *part, o origin, pos Position, err error) {
 	r := take(&e.out.replies)
 	*r = ForwardReply{Partition: uint32(pt.p), ID: o.id, Position: pos, Owner: owner}
 	if err != nil {
-		r.Code, r.Msg = uint32(errs.CodeOf(err)), errs.MessageOf(err)
+		r.Code, r.Msg, r.Details = uint32(errs.CodeOf(err)), errs.MessageOf(err), errs.DetailsOf(err)
 	}
 	e.send(o.node, r)
 }

@@ -1,6 +1,9 @@
 package partition
 
-import "github.com/fero-go/fero/internal/wire"
+import (
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
+)
 
 // MsgKind tags a message type for encoding. Values are part of the wire
 // protocol: never renumber.
@@ -185,6 +188,9 @@ type ForwardReply struct {
 	Code      uint32   `msgpack:"c"`
 	Msg       string   `msgpack:"m"`
 	Owner     string   `msgpack:"o"`
+	// Details are the refusal's error details (the version a failed
+	// compare-and-set found), so the caller's error is the owner's.
+	Details []errs.Detail `msgpack:"d"`
 }
 
 // Heartbeat tells a server that its sender still reaches it. Servers send
