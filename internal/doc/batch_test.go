@@ -230,6 +230,11 @@ func TestApplyBatchOrder(t *testing.T) {
 	}
 	require.NoError(t, s.ApplyBatch(0, 12, batchOf(conditional(change(t, s, update, "k.x", 2), 10))))
 	require.Equal(t, uint64(12), s.Version("k"))
+
+	// A batch is not a change: only ApplyBatch applies it.
+	whole := Change{Type: wire.RecordBatch, Key: "k", Value: AppendBatch(nil, batchOf(change(t, s, update, "k", 1)))}
+	requireCode(t, s.Apply(0, whole), errs.InvalidArgument, ErrType)
+	requireCode(t, s.Check(0, whole), errs.InvalidArgument, ErrType)
 }
 
 // TestBatchReadersSeeAllOrNothing: while batches move amounts between two
