@@ -83,14 +83,42 @@
 // Add, Push (ADD at path + ".-", which creates the array if it is missing)
 // and Patch (one UPDATE per key of a map under a base path, in key order).
 //
+// # Versions and conditions
+//
+// Every top-level key has a version: the offset of the last committed
+// change under it, which the engine passes to ApplyAt. An absent key is at
+// 0, so a REMOVE of the top-level key takes it back to 0; a change applied
+// without an offset (Apply), and a key restored from a snapshot written
+// before versions were kept, are at 1. Versions come only from offsets,
+// so every copy keeps the same ones. A version lives in the key's cell,
+// beside its entry, so an UPDATE allocates no more than it did without.
+//
+// A change with Cond set applies only if its top-level key is at
+// IfVersion (0: absent); otherwise it fails with FailedPrecondition,
+// wrapping ErrVersion, and carries the current version (VersionOf). With
+// GetVersioned, which reads a value and its key's version at one moment,
+// that is a compare-and-set.
+//
+// # Batches
+//
+// A Batch is several changes committed as one record (wire.RecordBatch,
+// encoded by AppendBatch). ApplyBatch applies them in order, each seeing
+// what the earlier ones left, all or nothing: the new entries are all made
+// first, holding the partition's write lock, and swapped in under one
+// lock, so a failing change leaves the store exactly as it was and a
+// reader sees the whole batch or none of it. Every key the batch leaves
+// present takes the batch's offset as its version.
+//
 // # Snapshots and digests
 //
-// A partition's snapshot is one msgpack map from its top-level keys, in
-// sorted order, to their canonical values. Restore validates a snapshot as
-// it validates values, and also refuses keys that contain the separator or
-// belong to another partition, since Get could never find them. Digest
-// hashes every partition's entries in order; two copies with equal digests
-// hold the same state.
+// A partition's snapshot is a msgpack array [1, map], the map from its
+// top-level keys, in sorted order, to [version, canonical value]. Restore
+// also takes the bare map {key: value} written before versions were kept.
+// It validates a snapshot as it validates values, and also refuses keys
+// that contain the separator or belong to another partition, since Get
+// could never find them. Digest hashes every partition's keys and values
+// in order, not versions; two copies with equal digests hold the same
+// values.
 //
 // # Concurrency
 //

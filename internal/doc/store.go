@@ -814,12 +814,26 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 	// bound (a FuzzRestore worker reached 24 GB).
 	dec := msgpack.NewDecoder(r)
 	versioned := len(b) > 0 && b[0]&0xf0 == 0x90 // a fixarray: snapshotFormat's wrapper
-	if versioned {
-		if n, err := dec.DecodeArrayLen(); err != nil || n != 2 {
-			return bad("an array of %d, not 2 (%v)", n, err)
+	// pair reads the header of an array of two, and says what is wrong
+	// with it, if anything.
+	pair := func() string {
+		switch n, err := dec.DecodeArrayLen(); {
+		case err != nil:
+			return err.Error()
+		case n != 2:
+			return fmt.Sprintf("an array of %d, not 2", n)
 		}
-		if f, err := decodeUint(dec); err != nil || f != snapshotFormat {
-			return bad("format %d, want %d (%v)", f, snapshotFormat, err)
+		return ""
+	}
+	if versioned {
+		if why := pair(); why != "" {
+			return bad("the snapshot: %s", why)
+		}
+		switch f, err := decodeUint(dec); {
+		case err != nil:
+			return bad("the format: %v", err)
+		case f != snapshotFormat:
+			return bad("format %d, want %d", f, snapshotFormat)
 		}
 	}
 	n, err := dec.DecodeMapLen()
@@ -843,11 +857,14 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 		// Last written before versions were kept.
 		ver := uint64(1)
 		if versioned {
-			if n, err := dec.DecodeArrayLen(); err != nil || n != 2 {
-				return bad("the entry of %q: an array of %d, not 2 (%v)", k, n, err)
+			if why := pair(); why != "" {
+				return bad("the entry of %q: %s", k, why)
 			}
-			if ver, err = decodeUint(dec); err != nil || ver == 0 {
-				return bad("the version of %q: %d (%v)", k, ver, err)
+			if ver, err = decodeUint(dec); err != nil {
+				return bad("the version of %q: %v", k, err)
+			}
+			if ver == 0 {
+				return bad("%q at version 0, which is absence", k)
 			}
 		}
 		off := len(b) - r.Len()
