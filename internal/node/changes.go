@@ -97,6 +97,9 @@ func (n *Node) Subscribe(buffer int, overflow Overflow, prefixes ...string) *Sub
 // sends each change once without remembering whom it sent to). It
 // returns nil when one of them matches everything.
 func (n *Node) normalPrefixes(prefixes []string) []string {
+	if len(prefixes) == 0 {
+		return nil
+	}
 	sep := n.sep()
 	trimmed := make([]string, len(prefixes))
 	for i, p := range prefixes {
