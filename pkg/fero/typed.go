@@ -121,7 +121,9 @@ func (m *Map[V]) Changes(ctx context.Context, opts ...StreamOption) iter.Seq[Cha
 // decoded as V. The value is V's zero when there is none to decode: a
 // Remove, a Restored partition, a nested path written through the dynamic
 // form, or a value that does not decode as V ([Change.Decode] says why).
-// No change is skipped, so a watcher never mistakes a missing change for
+// A Dropped change's value is the one that was undone, not the key's
+// value now; after a Dropped or Restored change, [Map.Get] reads what the
+// key holds. No change is skipped, so a watcher never mistakes a missing change for
 // an unchanged key. opts are those of [Resource.Changes].
 func (m *Map[V]) Watch(ctx context.Context, prefix string, opts ...StreamOption) iter.Seq2[Change, V] {
 	return func(yield func(Change, V) bool) {
