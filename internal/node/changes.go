@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -43,6 +44,9 @@ type Subscription struct {
 	n        *Node
 	c        chan Change
 	overflow Overflow
+	// prefixes are the paths the stream is filtered to, none nested in
+	// another (see Subscribe); empty means every change.
+	prefixes []string
 	dropped  atomic.Uint64
 	once     sync.Once
 	done     chan struct{}
@@ -61,22 +65,167 @@ func (s *Subscription) Close() {
 	s.once.Do(func() {
 		close(s.done)
 		s.n.subMu.Lock()
-		delete(s.n.subs, s)
+		s.n.unindex(s)
 		s.n.subMu.Unlock()
 	})
 }
 
-// Subscribe opens a change stream holding up to buffer changes.
-func (n *Node) Subscribe(buffer int, overflow Overflow) *Subscription {
-	s := &Subscription{n: n, c: make(chan Change, max(buffer, 0)), overflow: overflow, done: make(chan struct{})}
+// Subscribe opens a change stream holding up to buffer changes. With
+// prefixes, the stream holds only the changes to those paths: a change to
+// key matches prefix p when key is p or starts with p and the separator
+// ("carts.ada" matches "carts.ada" and "carts.ada.items", not
+// "carts.adam"). A trailing separator is ignored; an empty prefix matches
+// everything. Several prefixes are a union: a change matching two of them
+// arrives once. A restore matches when the restored partition holds the
+// prefix's top-level key, since every key under a prefix lives there. The
+// node filters as it publishes (see publish): a change no prefix matches
+// never reaches the stream, nor costs it anything.
+func (n *Node) Subscribe(buffer int, overflow Overflow, prefixes ...string) *Subscription {
+	s := &Subscription{n: n, c: make(chan Change, max(buffer, 0)), overflow: overflow,
+		prefixes: n.normalPrefixes(prefixes), done: make(chan struct{})}
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	if n.subsClosed {
 		close(s.c)
 		return s
 	}
-	n.subs[s] = struct{}{}
+	n.index(s)
 	return s
+}
+
+// normalPrefixes trims a trailing separator and drops every prefix nested
+// in another, so that a key matches at most one of them (publish then
+// sends each change once without remembering whom it sent to). It
+// returns nil when one of them matches everything.
+func (n *Node) normalPrefixes(prefixes []string) []string {
+	if len(prefixes) == 0 {
+		return nil
+	}
+	sep := n.sep()
+	trimmed := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		if trimmed[i] = strings.TrimSuffix(p, string(sep)); trimmed[i] == "" {
+			return nil
+		}
+	}
+	var kept []string
+	for i, p := range trimmed {
+		redundant := false
+		for j, q := range trimmed {
+			// Of equal prefixes, the first stays.
+			if underPath(p, q, sep) && (p != q || j < i) {
+				redundant = true
+				break
+			}
+		}
+		if !redundant {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
+// underPath reports whether key is prefix or lies under it.
+func underPath(key, prefix string, sep byte) bool {
+	return strings.HasPrefix(key, prefix) && (len(key) == len(prefix) || key[len(prefix)] == sep)
+}
+
+func (n *Node) sep() byte { return n.store.Builder().Sep }
+
+// subIndex finds the streams a change is for without looking at the
+// others. It is guarded by subMu.
+type subIndex struct {
+	every []*Subscription // no prefix
+	// byPath holds the filtered streams by each of their prefixes; a
+	// change looks up the key and each of its ancestors, up to maxLen.
+	byPath map[string][]*Subscription
+	// maxLen bounds the longest prefix ever indexed, so that a deep key
+	// is not looked up past any prefix's length. It never shrinks: a
+	// bound, not the exact maximum.
+	maxLen int
+	// byPartition holds the filtered streams by the partitions of their
+	// prefixes, for restores.
+	byPartition map[int][]*Subscription
+}
+
+// index adds s to the node's streams; subMu is held.
+func (n *Node) index(s *Subscription) {
+	n.subs[s] = struct{}{}
+	if len(s.prefixes) == 0 {
+		n.subIdx.every = append(n.subIdx.every, s)
+		return
+	}
+	if n.subIdx.byPath == nil {
+		n.subIdx.byPath, n.subIdx.byPartition = map[string][]*Subscription{}, map[int][]*Subscription{}
+	}
+	for _, p := range s.prefixes {
+		n.subIdx.byPath[p] = append(n.subIdx.byPath[p], s)
+		n.subIdx.maxLen = max(n.subIdx.maxLen, len(p))
+		part := n.store.PartitionOf(p)
+		if ss := n.subIdx.byPartition[part]; len(ss) == 0 || ss[len(ss)-1] != s {
+			n.subIdx.byPartition[part] = append(ss, s)
+		}
+	}
+}
+
+// unindex removes s from the node's streams; subMu is held.
+func (n *Node) unindex(s *Subscription) {
+	if _, ok := n.subs[s]; !ok {
+		return
+	}
+	delete(n.subs, s)
+	if len(s.prefixes) == 0 {
+		n.subIdx.every = without(n.subIdx.every, s)
+		return
+	}
+	for _, p := range s.prefixes {
+		if ss := without(n.subIdx.byPath[p], s); len(ss) > 0 {
+			n.subIdx.byPath[p] = ss
+		} else {
+			delete(n.subIdx.byPath, p)
+		}
+		part := n.store.PartitionOf(p)
+		if ss := without(n.subIdx.byPartition[part], s); len(ss) > 0 {
+			n.subIdx.byPartition[part] = ss
+		} else {
+			delete(n.subIdx.byPartition, part)
+		}
+	}
+}
+
+// without removes s from ss, in place, keeping the order of the rest.
+func without(ss []*Subscription, s *Subscription) []*Subscription {
+	for i, x := range ss {
+		if x == s {
+			copy(ss[i:], ss[i+1:])
+			ss[len(ss)-1] = nil
+			return ss[:len(ss)-1]
+		}
+	}
+	return ss
+}
+
+// matching appends to to the streams change ch is for: every unfiltered
+// stream, then the filtered ones whose prefix is ch's key or one of its
+// ancestors (a restore: whose prefix lies in its partition). subMu is
+// held. It costs a map lookup per separator in the key, up to the longest
+// prefix, plus one per matching stream; streams that do not match are
+// never looked at.
+func (n *Node) matching(to []*Subscription, ch *Change) []*Subscription {
+	to = append(to, n.subIdx.every...)
+	if len(n.subIdx.byPath) == 0 {
+		return to
+	}
+	if ch.Kind == partition.EventRestored {
+		return append(to, n.subIdx.byPartition[ch.Partition]...)
+	}
+	key, sep := ch.Entry.Key, n.sep()
+	for i := 0; i <= len(key) && i <= n.subIdx.maxLen; i++ {
+		if i == len(key) || key[i] == sep {
+			to = append(to, n.subIdx.byPath[key[:i]]...)
+		}
+	}
+	return to
 }
 
 // Stats counts what happened to this node's copy since it started.
@@ -128,12 +277,16 @@ func (n *Node) publish(ev partition.Event) {
 		return
 	}
 	ch := Change{Kind: ev.Kind, Partition: ev.Partition, Entry: ev.Entry, Position: ev.Position}
+	// The streams are copied out so that a Block send does not hold subMu
+	// (and so Subscribe and Close); the copy reuses one slice, since
+	// publish runs under engMu.
 	n.subMu.Lock()
-	subs := make([]*Subscription, 0, len(n.subs))
-	for s := range n.subs {
-		subs = append(subs, s)
-	}
+	subs := n.matching(n.pubScratch[:0], &ch)
 	n.subMu.Unlock()
+	defer func() {
+		clear(subs)
+		n.pubScratch = subs[:0]
+	}()
 	for _, s := range subs {
 		if s.overflow == Drop {
 			select {
@@ -182,6 +335,6 @@ func (n *Node) closeSubs() {
 	n.subsClosed = true
 	for s := range n.subs {
 		close(s.c)
-		delete(n.subs, s)
+		n.unindex(s)
 	}
 }

@@ -193,7 +193,9 @@ type Node struct {
 
 	subMu      sync.Mutex
 	subs       map[*Subscription]struct{}
+	subIdx     subIndex
 	subsClosed bool
+	pubScratch []*Subscription // publish's list of streams; under engMu
 
 	smu          sync.Mutex
 	spills       map[string]*spillQueue // peers whose must-deliver messages queue (see spill.go)

@@ -126,6 +126,7 @@ type streamConfig struct {
 	buffer   int
 	overflow Overflow
 	commits  bool
+	prefixes []string
 }
 
 // Buffer sets how many changes the stream holds for its consumer (default
@@ -135,6 +136,29 @@ func Buffer(n int) StreamOption { return func(c *streamConfig) { c.buffer = n } 
 // OnOverflow sets what happens when the buffer is full (default
 // [DropNewest]).
 func OnOverflow(o Overflow) StreamOption { return func(c *streamConfig) { c.overflow = o } }
+
+// Prefix limits the stream to the changes under path p: a change to key
+// matches when key is p or starts with p followed by the path separator
+// '.'. Prefix("carts.ada") matches "carts.ada" and "carts.ada.items.3",
+// not "carts.adam" nor "carts"; Prefix("cart") does not match
+// "carts.ada". A trailing separator is ignored, and Prefix("") matches
+// everything. Several Prefix options make a union: a change under two of
+// them arrives once.
+//
+// Dropped changes match by their key, like the others. A Restored change
+// (a whole partition replaced) matches when the partition holds p's
+// top-level key, where every key under p lives; read the copy to see
+// what changed under p.
+//
+// The node filters where it applies changes: a change no prefix matches
+// is never handed to the stream, so it neither fills the buffer (nor
+// counts as dropped, nor makes a [Block] stream wait) nor costs the
+// stream anything. Publishing a change costs a lookup per segment of its
+// key plus one send per stream it matches, however many streams watch
+// other prefixes (docs/changes.md has the benchmark).
+func Prefix(p string) StreamOption {
+	return func(c *streamConfig) { c.prefixes = append(c.prefixes, p) }
+}
 
 // Subscription is a change stream read from a channel.
 type Subscription struct {
@@ -157,7 +181,7 @@ func (r *Resource) subscribe(commits bool, opts []StreamOption) *Subscription {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Subscription{sub: r.n.Subscribe(cfg.buffer, cfg.overflow), c: make(chan Change), commits: commits, done: make(chan struct{})}
+	s := &Subscription{sub: r.n.Subscribe(cfg.buffer, cfg.overflow, cfg.prefixes...), c: make(chan Change), commits: commits, done: make(chan struct{})}
 	go s.run()
 	return s
 }
@@ -223,10 +247,12 @@ func (s *Subscription) Close() {
 
 // Changes yields every change applied to this node's copy, in log order per
 // partition, until ctx ends, the loop breaks or the resource closes (the
-// original's change event). It subscribes when the loop starts; to catch
-// every change from an earlier moment, use Subscribe and [Subscription.All]. The stream holds up to [DefaultBuffer] changes
-// and drops newer ones when the loop falls that far behind, unless opts
-// say otherwise.
+// original's change event); with [Prefix], only those under a path,
+// filtered where the node applies them. It subscribes when the loop
+// starts; to catch every change from an earlier moment, use Subscribe and
+// [Subscription.All]. The stream holds up to [DefaultBuffer] changes and
+// drops newer ones when the loop falls that far behind, unless opts say
+// otherwise.
 func (r *Resource) Changes(ctx context.Context, opts ...StreamOption) iter.Seq[Change] {
 	return r.seq(ctx, false, opts)
 }

@@ -73,7 +73,11 @@
 //
 // [Resource.Changes] yields every change applied to this node's copy, as a
 // Go iterator; [Resource.Commits] only those this node committed as owner;
-// [Resource.Subscribe] is the channel form. A stream buffers [DefaultBuffer]
+// [Resource.Subscribe] is the channel form. [Prefix] limits a stream to the
+// changes under a path ("carts.ada": that key and the paths under it), and
+// the node filters where it applies changes, so a stream pays nothing for
+// the changes it does not watch; [Map.Watch] is the typed form
+// (docs/changes.md). A stream buffers [DefaultBuffer]
 // changes; when its consumer falls that far behind it drops the newest and
 // counts them ([DropNewest], the default) or makes the node wait
 // ([Block]; nothing is lost, and a slow consumer slows the node).

@@ -47,3 +47,42 @@ func ExampleWithAttach() {
 		log.Fatal(err)
 	}
 }
+
+// A stream on one cart sees that cart's changes and nothing of the
+// others: the node hands it only the changes under carts.ada.
+func ExamplePrefix() {
+	ctx := context.Background()
+	carts, err := fero.Open(ctx, "shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer carts.Close()
+	for ch := range carts.Changes(ctx, fero.Prefix("carts.ada")) {
+		fmt.Println(ch.Type, ch.Key) // carts.ada, carts.ada.items.0, never carts.adam
+	}
+}
+
+// A typed watch yields one key's changes with their values decoded.
+func ExampleMap_Watch() {
+	ctx := context.Background()
+	type Cart struct {
+		Items []string `msgpack:"items"`
+	}
+	carts, err := fero.OpenMap[Cart](ctx, "carts")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer carts.Close()
+	for ch, cart := range carts.Watch(ctx, "ada") {
+		switch {
+		case ch.Kind == fero.Restored: // a snapshot replaced ada's partition
+			cart, _, _ = carts.Get("ada")
+		case ch.Kind == fero.Dropped: // cart is what was undone
+			cart, _, _ = carts.Get("ada")
+		case ch.Type == fero.Remove:
+			fmt.Println("ada's cart is gone")
+			continue
+		}
+		fmt.Println("ada's cart holds", cart.Items)
+	}
+}

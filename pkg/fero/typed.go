@@ -3,6 +3,7 @@ package fero
 import (
 	"context"
 	"iter"
+	"slices"
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -109,10 +110,33 @@ func (m *Map[V]) Delete(ctx context.Context, key string, wait ...Wait) error {
 	return m.r.Remove(ctx, key, wait...)
 }
 
-// Changes yields the resource's changes (see [Resource.Changes]); use
-// [Change.Decode] to read a value as V.
+// Changes yields the resource's changes (see [Resource.Changes]; opts
+// include [Prefix]); use [Change.Decode] to read a value as V.
 func (m *Map[V]) Changes(ctx context.Context, opts ...StreamOption) iter.Seq[Change] {
 	return m.r.Changes(ctx, opts...)
+}
+
+// Watch yields the changes under prefix (see [Prefix]; "" is the whole
+// map, a key is that key and the paths under it), each with its value
+// decoded as V. The value is V's zero when there is none to decode: a
+// Remove, a Restored partition, a nested path written through the dynamic
+// form, or a value that does not decode as V ([Change.Decode] says why).
+// A Dropped change's value is the one that was undone, not the key's
+// value now; after a Dropped or Restored change, [Map.Get] reads what the
+// key holds. No change is skipped, so a watcher never mistakes a missing change for
+// an unchanged key. opts are those of [Resource.Changes].
+func (m *Map[V]) Watch(ctx context.Context, prefix string, opts ...StreamOption) iter.Seq2[Change, V] {
+	return func(yield func(Change, V) bool) {
+		for c := range m.r.Changes(ctx, slices.Concat(opts, []StreamOption{Prefix(prefix)})...) {
+			var v V
+			if len(c.Value) > 0 && strings.IndexByte(c.Key, '.') < 0 && wire.DecodeValue(c.Value, &v) != nil {
+				v = *new(V)
+			}
+			if !yield(c, v) {
+				return
+			}
+		}
+	}
 }
 
 // Close closes the resource.
