@@ -88,6 +88,7 @@ func newPut() *cobra.Command {
 	var f remoteFlags
 	var add, literal bool
 	var wait string
+	var ifVersion int64
 	cmd := &cobra.Command{
 		Use:   "put KEY VALUE",
 		Short: "Set the value at KEY, through the cluster",
@@ -100,7 +101,11 @@ VALUE is read as JSON, except for bare words:
     JSON; if it is not, put fails and writes nothing;
   - a JSON number, true, false or null is stored as that JSON value;
   - anything else (fr, 2026-11-26, hello world) is stored as a string.
---string stores VALUE as a string whatever it looks like.`,
+--string stores VALUE as a string whatever it looks like.
+
+--if-version N makes put a compare-and-set: it writes only if KEY's
+top-level key is at version N (0: it has no value; fero get --version
+prints it), and otherwise fails, printing the current version.`,
 		Example: `  fero put --addr 127.0.0.1:7400 ada '{"name":"Ada","langs":["en"]}'
   fero put --addr 127.0.0.1:7400 ada.langs.- fr       # push the string "fr" onto the array
   fero put --addr 127.0.0.1:7400 ada.age 36           # the number 36
@@ -120,9 +125,15 @@ VALUE is read as JSON, except for bare words:
 			if err != nil {
 				return fmt.Errorf("--wait: %w", err)
 			}
+			if ifVersion >= 0 && verb == fero.VerbAdd {
+				return errors.New("--if-version goes with an UPDATE: drop --add (version 0 creates only)")
+			}
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
-				if verb == fero.VerbAdd {
+				switch {
+				case verb == fero.VerbAdd:
 					return rc.Add(ctx, args[0], v, w)
+				case ifVersion >= 0:
+					return versionError(rc.UpdateIf(ctx, args[0], fero.Version(ifVersion), v, w))
 				}
 				return rc.Update(ctx, args[0], v, w)
 			})
@@ -132,7 +143,17 @@ VALUE is read as JSON, except for bare words:
 	cmd.Flags().BoolVar(&add, "add", false, "create only: fail if KEY has a value")
 	cmd.Flags().BoolVar(&literal, "string", false, "store VALUE as a string, even if it is JSON")
 	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
+	cmd.Flags().Int64Var(&ifVersion, "if-version", -1, "write only if KEY is at this version (0: absent); see fero get --version")
 	return cmd
+}
+
+// versionError adds a failed compare-and-set's current version to its
+// message, for the operator to try again with.
+func versionError(err error) error {
+	if v, ok := fero.VersionOf(err); ok {
+		return fmt.Errorf("%w (current version %d)", err, v)
+	}
+	return err
 }
 
 // parseValue is put's rule for VALUE (see its help): JSON, or a bare word
@@ -164,31 +185,51 @@ func parseValue(arg string, literal bool) (any, error) {
 
 func newGet() *cobra.Command {
 	var f remoteFlags
+	var version bool
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print the value at KEY as JSON on one line, read from its owner",
-		Args:  cobra.ExactArgs(1),
+		Long: `get prints the value at KEY as JSON on one line, read through KEY's owner
+(linearizable). With --version it prints the version of KEY's top-level
+key first, then a space and the value: the version fero put --if-version
+takes.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
 				var v any
-				ok, err := rc.Get(ctx, args[0], &v)
+				var ok bool
+				var ver fero.Version
+				var err error
+				if version {
+					ok, ver, err = rc.GetVersion(ctx, args[0], &v)
+				} else {
+					ok, err = rc.Get(ctx, args[0], &v)
+				}
 				if err != nil {
 					return err
 				}
 				if !ok {
+					if version {
+						return fmt.Errorf("%s: not found (version %d)", args[0], ver)
+					}
 					return fmt.Errorf("%s: not found", args[0])
+				}
+				if version {
+					fmt.Fprintf(cmd.OutOrStdout(), "%d ", ver)
 				}
 				return printJSONLine(cmd.OutOrStdout(), v)
 			})
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().BoolVar(&version, "version", false, "print the key's version before its value")
 	return cmd
 }
 
 func newRm() *cobra.Command {
 	var f remoteFlags
 	var wait string
+	var ifVersion int64
 	cmd := &cobra.Command{
 		Use:   "rm KEY",
 		Short: "Remove the value at KEY (removing what is not there succeeds)",
@@ -198,11 +239,17 @@ func newRm() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--wait: %w", err)
 			}
-			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error { return rc.Remove(ctx, args[0], w) })
+			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				if ifVersion >= 0 {
+					return versionError(rc.RemoveIf(ctx, args[0], fero.Version(ifVersion), w))
+				}
+				return rc.Remove(ctx, args[0], w)
+			})
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
+	cmd.Flags().Int64Var(&ifVersion, "if-version", -1, "remove only if KEY is at this version; see fero get --version")
 	return cmd
 }
 

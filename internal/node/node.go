@@ -233,8 +233,10 @@ type proposal struct {
 	began int64
 	// read, when set, makes this a linearizable read of req.Key (rule 13)
 	// instead of a write: the driver reads the value as it proposes the
-	// read, and hands it to read once the engine confirms it.
-	read func([]byte, error)
+	// read, and hands it to read once the engine confirms it; versioned,
+	// as the array [version, value].
+	read      func([]byte, error)
+	versioned bool
 }
 
 // waiter is a proposal's callback, by token, and what the metrics need to
@@ -1084,8 +1086,19 @@ func (n *Node) propose(p proposal) {
 // state at the log offset the engine records for the read, and answers
 // with it once the engine has confirmed the read.
 func (n *Node) proposeRead(p proposal) {
-	b, _ := n.store.GetBytes(p.req.Key)
-	b = bytes.Clone(b)
+	b, ok := n.store.GetBytes(p.req.Key)
+	if p.versioned {
+		// Read with the value, under the engine lock that every change
+		// takes: the version of the value read.
+		v := wire.AppendUint(wire.AppendArrayHeader(nil, 2), n.store.Version(p.req.Key))
+		if ok {
+			b = append(v, b...)
+		} else {
+			b = wire.AppendNil(v)
+		}
+	} else {
+		b = bytes.Clone(b)
+	}
 	done := p.read
 	tok := n.waiters.Add(waiter{done: CompleteFunc(func(c partition.Completion) {
 		if c.Err != nil {
@@ -1104,7 +1117,7 @@ func (n *Node) proposeRead(p proposal) {
 // own the key's partition; done gets the value (nil if there is none) or
 // an error, with the engine held (as WriteAsync's done). It reports false
 // when the node is closed.
-func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, error)) bool {
+func (n *Node) readAsync(ctx context.Context, key string, versioned bool, done func([]byte, error)) bool {
 	req := partition.Request{Partition: n.store.PartitionOf(key), Key: key}
 	req.Deadline, _ = ctx.Deadline()
 	n.spawnMu.RLock()
@@ -1112,7 +1125,7 @@ func (n *Node) readAsync(ctx context.Context, key string, done func([]byte, erro
 	if n.spawnClosed {
 		return false
 	}
-	if err := n.props.push(ctx, n.ctx, proposal{req: req, read: done}, true); err != nil {
+	if err := n.props.push(ctx, n.ctx, proposal{req: req, read: done, versioned: versioned}, true); err != nil {
 		done(nil, err)
 	}
 	return true

@@ -36,6 +36,9 @@ const (
 	VerbUpdate = "UPDATE"
 	VerbRemove = "REMOVE"
 	VerbGet    = "GET"
+	// VerbVersion is GET with the key's version: the reply is the msgpack
+	// array [version, value] (value nil when there is none).
+	VerbVersion = "VERSION"
 )
 
 // Request is one request as the owner's handler sees it. Payload is
@@ -138,7 +141,9 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 		// Through the engine, not from the local state: a node the map
 		// names owner may have been deposed while it was paused, and even
 		// a current owner holds writes a crash could still lose (rule 13).
-		return n.readAsync(ctx, req.Key, done.Answer)
+		return n.readAsync(ctx, req.Key, false, done.Answer)
+	case VerbVersion:
+		return n.readAsync(ctx, req.Key, true, done.Answer)
 	default:
 		done.Answer(nil, errs.Errorf(errs.Unimplemented, "fero: unknown verb %q", req.Verb))
 		return true
@@ -495,7 +500,7 @@ func parseMicros(b []byte) (int64, bool) {
 
 // builtinVerb returns the built-in verb spelled by b, or "".
 func builtinVerb(b []byte) string {
-	for _, v := range [...]string{VerbUpdate, VerbAdd, VerbRemove, VerbGet} {
+	for _, v := range [...]string{VerbUpdate, VerbAdd, VerbRemove, VerbGet, VerbVersion} {
 		if string(b) == v {
 			return v
 		}

@@ -53,10 +53,10 @@ func turnOf(ctx context.Context) *turn {
 }
 
 // needsTurn says whether req's handler takes its key's turn: every verb
-// does but GET (a read through the owner, rule 13) and the verbs the
-// service declared concurrent.
+// does but GET and VERSION (reads through the owner, rule 13), a stream,
+// and the verbs the service declared concurrent.
 func (n *Node) needsTurn(req *Request) bool {
-	if req.Verb == VerbGet || req.Send != nil {
+	if req.Verb == VerbGet || req.Verb == VerbVersion || req.Send != nil {
 		return false
 	}
 	return n.cfg.Concurrent == nil || !n.cfg.Concurrent(req.Verb)

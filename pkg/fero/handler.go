@@ -21,6 +21,9 @@ const (
 	VerbUpdate = node.VerbUpdate
 	VerbRemove = node.VerbRemove
 	VerbGet    = node.VerbGet
+	// VerbVersion reads as GET does, through the owner, and replies the
+	// msgpack array [version, value].
+	VerbVersion = node.VerbVersion
 )
 
 // Handler answers the requests sent to the partitions this node owns. It

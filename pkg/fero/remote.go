@@ -183,6 +183,11 @@ func (c *Remote) Remove(ctx context.Context, key string, wait ...Wait) error {
 // write sends a built-in write that waits, on the owner, for the last of
 // wait (the owner's commit when none is given).
 func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []Wait) error {
+	return c.writeIf(ctx, verb, key, value, wait, node.IfVersion{})
+}
+
+// writeIf is write, as a compare-and-set when cond is set.
+func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait []Wait, cond node.IfVersion) error {
 	var spec node.WaitSpec
 	if len(wait) > 0 {
 		w := wait[len(wait)-1]
@@ -195,8 +200,49 @@ func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []
 	if err != nil {
 		return err
 	}
+	if cond.Set {
+		_, err = node.CallNodeIf(ctx, c.peer, verb, key, b, spec, cond)
+		return err
+	}
 	_, err = c.callNode(ctx, "fero.write", verb, key, b, spec)
 	return err
+}
+
+// GetVersion decodes the owner's value at key into v, as [Remote.Get],
+// and returns its version, read together (a read through the owner, so
+// the version names a write that no later owner loses).
+func (c *Remote) GetVersion(ctx context.Context, key string, v any) (ok bool, ver Version, err error) {
+	out, err := c.callNode(ctx, "fero.get", VerbVersion, key, nil, node.WaitSpec{})
+	if err != nil {
+		return false, 0, err
+	}
+	var pair struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Version  uint64
+		Value    msgpack.RawMessage
+	}
+	if err := wire.DecodeValue(out, &pair); err != nil {
+		return false, 0, errs.Errorf(errs.Internal, "fero: decode the version of %q: %w", key, err)
+	}
+	if len(pair.Value) == 0 || pair.Value[0] == 0xc0 { // nil: no value
+		return false, Version(pair.Version), nil
+	}
+	if err := wire.DecodeValue(pair.Value, v); err != nil {
+		return true, Version(pair.Version), errs.Errorf(errs.Internal, "fero: decode %q: %w", key, err)
+	}
+	return true, Version(pair.Version), nil
+}
+
+// UpdateIf sets the value at key only if key is at version ver; see
+// [Resource.UpdateIf].
+func (c *Remote) UpdateIf(ctx context.Context, key string, ver Version, value any, wait ...Wait) error {
+	return c.writeIf(ctx, VerbUpdate, key, value, wait, node.IfVersion{Set: true, Version: uint64(ver)})
+}
+
+// RemoveIf deletes the value at key only if key is at version ver; see
+// [Resource.UpdateIf].
+func (c *Remote) RemoveIf(ctx context.Context, key string, ver Version, wait ...Wait) error {
+	return c.writeIf(ctx, VerbRemove, key, nil, wait, node.IfVersion{Set: true, Version: uint64(ver)})
 }
 
 // Status returns the node's view of its cluster.
