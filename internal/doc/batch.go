@@ -14,8 +14,9 @@ type Batch struct {
 	Changes []Change
 	// Writer, Seq and Reply identify the write the batch commits and keep
 	// its answer, so that a writer's retry can be answered without
-	// applying the batch twice. The store does not look at them; they are
-	// in the encoding because batches go to disk.
+	// applying the batch twice: ApplyBatch records them in the
+	// partition's exactly-once table (Store.Outcome). Seq must not be 0
+	// when Writer is set; without a Writer nothing is recorded.
 	Writer string
 	Seq    uint64
 	Reply  []byte // raw bytes; nil for none
@@ -158,7 +159,13 @@ func aliasString(b []byte) string {
 // both, reporting the key's version before the batch; one it left absent
 // is at 0.
 //
-// The batch's values are not retained, as with Apply.
+// A batch with a Writer also records its outcome in the partition's
+// exactly-once table, with the keys, so a reader that sees the batch's
+// changes sees its Outcome too; a batch whose (Writer, Seq) the table
+// remembers, or whose Seq is at or below the writer's floor, keeps what
+// the table held. A failed batch records nothing.
+//
+// The batch's values and reply are not retained, as with Apply.
 func (s *Store) ApplyBatch(p int, version uint64, bt *Batch) error {
 	return s.applyBatch(p, max(version, 1), bt, true)
 }
@@ -184,6 +191,10 @@ func (s *Store) applyBatch(p int, version uint64, bt *Batch, commit bool) error 
 		return errs.Errorf(errs.InvalidArgument, "%w: no changes", ErrBatch)
 	case n > MaxBatchChanges:
 		return errs.Errorf(errs.InvalidArgument, "%w: %d changes, more than %d", ErrBatch, n, MaxBatchChanges)
+	case len(bt.Writer) > MaxBatchWriter:
+		return errs.Errorf(errs.InvalidArgument, "%w: a writer of %d bytes, more than %d", ErrBatch, len(bt.Writer), MaxBatchWriter)
+	case bt.Writer != "" && bt.Seq == 0:
+		return errs.Errorf(errs.InvalidArgument, "%w: writer %q without a sequence number", ErrBatch, bt.Writer)
 	}
 	pcs := make([]prepared, len(bt.Changes))
 	for i := range bt.Changes {
@@ -235,6 +246,10 @@ func (s *Store) applyBatch(p int, version uint64, bt *Batch, commit bool) error 
 			added++
 		}
 	}
+	var o outcome
+	if bt.Writer != "" {
+		o = newOutcome(bt, version)
+	}
 	pt.mu.Lock()
 	for i := range pend {
 		switch pd := &pend[i]; {
@@ -248,6 +263,9 @@ func (s *Store) applyBatch(p int, version uint64, bt *Batch, commit bool) error 
 			pt.t.remove(pd.top, pd.h)
 			added--
 		}
+	}
+	if bt.Writer != "" {
+		pt.dd.record(bt.Writer, o)
 	}
 	pt.ver++
 	pt.mu.Unlock()

@@ -48,5 +48,5 @@ func TestSnapshotChunks(t *testing.T) {
 	require.NoError(t, err)
 	pieces, err = empty.SnapshotChunks(0, 1000)
 	require.NoError(t, err)
-	require.Equal(t, [][]byte{{0x92, snapshotFormat, 0x80}}, pieces)
+	require.Equal(t, [][]byte{{0x92, snapshotFormatV1, 0x80}}, pieces)
 }

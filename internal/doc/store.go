@@ -64,14 +64,15 @@ type Store struct {
 type partition struct {
 	// staged is a restore arriving in pieces (StageChunk), until
 	// RestoreStaged swaps it in; only the engine's driver touches it.
-	staged *table
+	staged *restored
 	// write serializes changes to the partition; a writer builds the new
 	// value holding only write, so readers wait for nothing but the swap.
 	write sync.Mutex
-	// mu guards t and the cells in it. Writers hold write as well, so a
-	// writer may read them without mu.
+	// mu guards t, the cells in it and dd. Writers hold write as well,
+	// so a writer may read them without mu.
 	mu sync.RWMutex
 	t  table
+	dd dedup // the exactly-once table
 	// ver counts the changes to t (under mu, written), so a digest of
 	// the partition is computed again only when it changed: status calls
 	// hashed the whole state each time, a second of CPU per call with
@@ -83,6 +84,13 @@ type partition struct {
 		ver, sum uint64
 		ok       bool
 	}
+}
+
+// restored is a partition's state to swap in (replace): a restore, whole
+// or staged in pieces, or nothing, for Clear.
+type restored struct {
+	t  table
+	dd dedup
 }
 
 // entry is one top-level key's value. It is never modified once stored:
@@ -599,15 +607,39 @@ func (pt *partition) sorted() []kv {
 // sortedAt is sorted, with the partition's version the entries are of.
 func (pt *partition) sortedAt() ([]kv, uint64) {
 	pt.mu.RLock()
+	es := pt.unsorted()
+	ver := pt.ver
+	pt.mu.RUnlock()
+	sortEntries(es)
+	return es, ver
+}
+
+// snapshotState returns partition p's entries in key order and the
+// encoding of its exactly-once table (nil when it is empty), as of one
+// moment. The table is encoded holding mu, since ApplyBatch changes it in
+// place.
+func (pt *partition) snapshotState() ([]kv, []byte) {
+	pt.mu.RLock()
+	es := pt.unsorted()
+	var dd []byte
+	if len(pt.dd.writers) > 0 {
+		dd = pt.dd.appendTo(nil)
+	}
+	pt.mu.RUnlock()
+	sortEntries(es)
+	return es, dd
+}
+
+// unsorted returns the partition's entries; the caller holds mu.
+func (pt *partition) unsorted() []kv {
 	es := make([]kv, 0, pt.t.n)
 	for cl := range pt.t.all {
 		es = append(es, kv{cl.key, cl.e, cl.ver})
 	}
-	ver := pt.ver
-	pt.mu.RUnlock()
-	slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
-	return es, ver
+	return es
 }
+
+func sortEntries(es []kv) { slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) }) }
 
 // Entries yields partition p's top-level keys and values in key order, as
 // they were when iteration began. Values are read-only, as with Get. An
@@ -649,20 +681,35 @@ func (s *Store) Snapshot(p int) ([]byte, error) {
 	if p < 0 || p >= len(s.parts) {
 		return nil, errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	es := s.parts[p].sorted()
-	n := snapshotHead
+	es, dd := s.parts[p].snapshotState()
+	n := snapshotHead + len(dd)
 	for _, e := range es {
 		n += snapshotSize(e)
 	}
-	return appendSnapshot(make([]byte, 0, n), es), nil
+	return appendSnapshot(make([]byte, 0, n), es, dd), nil
 }
 
 // snapshotFormat is the number a snapshot starts with, in a msgpack
-// array of two: [snapshotFormat, {key: [version, value], ...}], keys
-// sorted. A snapshot written before versions were kept is the bare map
-// {key: value, ...}; Restore takes both, and gives each key of the old
-// form version 1, as last written before versions were kept.
-const snapshotFormat = 1
+// array: [snapshotFormat, {key: [version, value], ...}, table], keys
+// sorted. table is the exactly-once table:
+//
+//	[[writer str, floor uint, latest offset uint, [outcome, ...]], ...]
+//	outcome: [seq uint, offset uint, reply bin|nil], or [seq uint, offset uint]
+//	         when the reply was larger than DedupMaxReply and not kept
+//
+// writers sorted by name, outcomes by seq.
+//
+// A partition whose table is empty is written as format 1,
+// [1, {key: [version, value], ...}], which is what was written before the
+// table was kept, so that stores which have not yet seen a writer keep
+// exchanging snapshots with older ones. A snapshot written before
+// versions were kept is the bare map {key: value, ...}. Restore takes all
+// three: formats 1 and the bare map with an empty table, and the bare
+// map's keys at version 1, as last written before versions were kept.
+const (
+	snapshotFormat   = 2
+	snapshotFormatV1 = 1
+)
 
 // snapshotHead bounds the bytes of a snapshot's array and map headers.
 const snapshotHead = 2 + 5
@@ -670,15 +717,21 @@ const snapshotHead = 2 + 5
 // snapshotSize bounds the bytes e takes in a snapshot.
 func snapshotSize(e kv) int { return 5 + len(e.key) + 1 + 9 + len(e.e.encoding()) }
 
-func appendSnapshot(b []byte, es []kv) []byte {
-	b = wire.AppendUint(wire.AppendArrayHeader(b, 2), snapshotFormat)
+// appendSnapshot appends a snapshot of es and the encoded table dd (nil:
+// empty, written as format 1).
+func appendSnapshot(b []byte, es []kv, dd []byte) []byte {
+	if dd == nil {
+		b = wire.AppendUint(wire.AppendArrayHeader(b, 2), snapshotFormatV1)
+	} else {
+		b = wire.AppendUint(wire.AppendArrayHeader(b, 3), snapshotFormat)
+	}
 	b = appendMapHeader(b, len(es))
 	for _, e := range es {
 		b = wire.AppendStr(b, e.key)
 		b = wire.AppendUint(wire.AppendArrayHeader(b, 2), e.ver)
 		b = append(b, e.e.encoding()...)
 	}
-	return b
+	return append(b, dd...)
 }
 
 func appendMapHeader(b []byte, n int) []byte {
@@ -691,11 +744,13 @@ func appendMapHeader(b []byte, n int) []byte {
 	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
 }
 
-// Restore replaces partition p's state with a snapshot. The bytes are
-// validated first: they must be one msgpack map whose keys are top-level
-// keys of partition p (no separator), each once, and whose values are
-// valid. On error the partition is unchanged. b is not retained. An empty
-// b (no bytes at all) empties the partition.
+// Restore replaces partition p's state, its exactly-once table included,
+// with a snapshot. The bytes are validated first: they must be one
+// msgpack map whose keys are top-level keys of partition p (no
+// separator), each once, and whose values are valid, in a snapshot of a
+// known format (see snapshotFormat) whose table is within the table's
+// bounds. On error the partition is unchanged. b is not retained. An
+// empty b (no bytes at all) empties the partition and its table.
 //
 // Values are kept as the msgpack they arrived as, each checked without
 // decoding (wire.NextValue), and decoded when first read, as a written
@@ -716,34 +771,38 @@ func (s *Store) restore(p int, b []byte, shared bool) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	var t table
+	var st restored
 	if len(b) > 0 {
-		if err := s.parseSnapshot(p, b, &t, shared); err != nil {
+		dd, err := s.parseSnapshot(p, b, &st.t, shared)
+		if err != nil {
 			return err
 		}
+		st.dd = dd
 	}
-	s.replace(p, t)
+	s.replace(p, &st)
 	return nil
 }
 
 // SnapshotChunks encodes partition p as Snapshot does, in pieces of about
 // max bytes (one key's value may pass it), each a map of its keys: a
 // piece restores on its own, and StageChunk takes them one by one. There
-// is always at least one piece.
+// is always at least one piece. The first carries the whole exactly-once
+// table, beside as many keys as fit; a table larger than max makes it
+// larger, as a large value does.
 func (s *Store) SnapshotChunks(p, max int) ([][]byte, error) {
 	if p < 0 || p >= len(s.parts) {
 		return nil, errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	es := s.parts[p].sorted()
+	es, dd := s.parts[p].snapshotState()
 	var pieces [][]byte
 	for len(es) > 0 || pieces == nil {
-		n, size := 0, snapshotHead
+		n, size := 0, snapshotHead+len(dd)
 		for n < len(es) && (n == 0 || size+snapshotSize(es[n]) <= max) {
 			size += snapshotSize(es[n])
 			n++
 		}
-		pieces = append(pieces, appendSnapshot(make([]byte, 0, size), es[:n]))
-		es = es[n:]
+		pieces = append(pieces, appendSnapshot(make([]byte, 0, size), es[:n], dd))
+		es, dd = es[n:], nil
 	}
 	return pieces, nil
 }
@@ -751,22 +810,30 @@ func (s *Store) SnapshotChunks(p, max int) ([][]byte, error) {
 // StageChunk adds a piece of a snapshot (SnapshotChunks) to partition p's
 // staged restore, which first starts anew. The partition is unchanged
 // until RestoreStaged; a piece that does not check leaves the staged
-// restore as it was.
+// restore as it was. The exactly-once table comes in the piece that
+// starts the restore; a later piece with one is refused.
 func (s *Store) StageChunk(p int, piece []byte, first bool) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
 	pt := &s.parts[p]
 	if first || pt.staged == nil {
-		pt.staged = &table{}
+		pt.staged = &restored{}
+		first = true
 	}
 	var t table
-	if err := s.parseSnapshot(p, piece, &t, false); err != nil {
+	dd, err := s.parseSnapshot(p, piece, &t, false)
+	switch {
+	case err != nil:
 		return err
+	case !first && len(dd.writers) > 0:
+		return errs.Errorf(errs.InvalidArgument, "%w: an exactly-once table in a piece after the first", ErrSnapshot)
+	case first:
+		pt.staged.dd = dd
 	}
 	var dup *cell
 	t.all(func(c *cell) bool {
-		if pt.staged.get(c.key, keyHash(c.key)) != nil {
+		if pt.staged.t.get(c.key, keyHash(c.key)) != nil {
 			dup = c
 			return false
 		}
@@ -776,7 +843,7 @@ func (s *Store) StageChunk(p int, piece []byte, first bool) error {
 		return errs.Errorf(errs.InvalidArgument, "%w: key %q in two pieces", ErrSnapshot, dup.key)
 	}
 	t.all(func(c *cell) bool {
-		pt.staged.add(c, keyHash(c.key))
+		pt.staged.t.add(c, keyHash(c.key))
 		return true
 	})
 	return nil
@@ -787,9 +854,9 @@ func (s *Store) RestoreStaged(p int) error {
 	if p < 0 || p >= len(s.parts) || s.parts[p].staged == nil {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d has no staged restore", ErrSnapshot, p)
 	}
-	t := s.parts[p].staged
+	st := s.parts[p].staged
 	s.parts[p].staged = nil
-	s.replace(p, *t)
+	s.replace(p, st)
 	return nil
 }
 
@@ -800,11 +867,13 @@ func (s *Store) DropStaged(p int) {
 	}
 }
 
-// parseSnapshot checks a snapshot of partition p (or a piece of one) and
-// adds its keys to t; shared: large values keep their bytes in b.
-func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
-	bad := func(format string, args ...any) error {
-		return errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
+// parseSnapshot checks a snapshot of partition p (or a piece of one),
+// adds its keys to t and returns its exactly-once table (empty for the
+// formats without one); shared: large values and the table's replies keep
+// their bytes in b.
+func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) (dedup, error) {
+	bad := func(format string, args ...any) (dedup, error) {
+		return dedup{}, errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
 	}
 	r := bytes.NewReader(b)
 	// A decoder of its own, not one from msgpack's pool: a pooled decoder
@@ -813,7 +882,7 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 	// GB grew one pooled buffer by a quarter or more per call, without
 	// bound (a FuzzRestore worker reached 24 GB).
 	dec := msgpack.NewDecoder(r)
-	versioned := len(b) > 0 && b[0]&0xf0 == 0x90 // a fixarray: snapshotFormat's wrapper
+	versioned := len(b) > 0 && b[0]&0xf0 == 0x90 // a fixarray: the formats' wrapper
 	// pair reads the header of an array of two, and says what is wrong
 	// with it, if anything.
 	pair := func() string {
@@ -825,15 +894,23 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 		}
 		return ""
 	}
+	var withTable bool
 	if versioned {
-		if why := pair(); why != "" {
-			return bad("the snapshot: %s", why)
+		n, err := dec.DecodeArrayLen()
+		if err != nil {
+			return bad("the snapshot: %v", err)
 		}
-		switch f, err := decodeUint(dec); {
+		f, err := decodeUint(dec)
+		switch {
 		case err != nil:
 			return bad("the format: %v", err)
-		case f != snapshotFormat:
-			return bad("format %d, want %d", f, snapshotFormat)
+		case f == snapshotFormatV1 && n == 2:
+		case f == snapshotFormat && n == 3:
+			withTable = true
+		case f == snapshotFormatV1 || f == snapshotFormat:
+			return bad("format %d in an array of %d", f, n)
+		default:
+			return bad("format %d, want %d or %d", f, snapshotFormatV1, snapshotFormat)
 		}
 	}
 	n, err := dec.DecodeMapLen()
@@ -888,10 +965,17 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) error {
 			return bad("%v", err)
 		}
 	}
-	if r.Len() > 0 {
+	var dd dedup
+	if withTable {
+		c := wire.NewCursor(b[len(b)-r.Len():])
+		dd = parseDedup(&c, shared)
+		if err := c.End(); err != nil {
+			return bad("the exactly-once table: %v", err)
+		}
+	} else if r.Len() > 0 {
 		return bad("%d trailing bytes", r.Len())
 	}
-	return nil
+	return dd, nil
 }
 
 // decodeUint reads a non-negative integer, which msgpack's DecodeUint64
@@ -911,25 +995,27 @@ func decodeUint(dec *msgpack.Decoder) (uint64, error) {
 	return dec.DecodeUint64()
 }
 
-// Clear removes every key of partition p.
+// Clear removes every key of partition p, and empties its exactly-once
+// table.
 func (s *Store) Clear(p int) error {
 	if p < 0 || p >= len(s.parts) {
 		return errs.Errorf(errs.InvalidArgument, "%w: partition %d of %d", ErrPartition, p, len(s.parts))
 	}
-	s.replace(p, table{})
+	s.replace(p, &restored{})
 	return nil
 }
 
-func (s *Store) replace(p int, t table) {
+// replace makes st partition p's state.
+func (s *Store) replace(p int, st *restored) {
 	pt := &s.parts[p]
 	pt.write.Lock()
 	defer pt.write.Unlock()
 	pt.mu.Lock()
 	old := pt.t.n
-	pt.t = t
+	pt.t, pt.dd = st.t, st.dd
 	pt.ver++
 	pt.mu.Unlock()
-	s.n.Add(int64(t.n - old))
+	s.n.Add(int64(st.t.n - old))
 }
 
 // Digest returns a hash of the whole state: every partition's number, keys

@@ -145,7 +145,7 @@ func TestSnapshotRestore(t *testing.T) {
 	empty := newStore(t)
 	b, err := empty.Snapshot(0)
 	require.NoError(t, err)
-	require.Equal(t, []byte{0x92, snapshotFormat, 0x80}, b, "[format, {}]")
+	require.Equal(t, []byte{0x92, snapshotFormatV1, 0x80}, b, "[1, {}]: no table, the format before it")
 
 	// Restore replaces; Clear empties.
 	p := partOf(s, "n")
