@@ -639,7 +639,9 @@ func (pt *partition) unsorted() []kv {
 	return es
 }
 
-func sortEntries(es []kv) { slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) }) }
+func sortEntries(es []kv) {
+	slices.SortFunc(es, func(a, b kv) int { return cmp.Compare(a.key, b.key) })
+}
 
 // Entries yields partition p's top-level keys and values in key order, as
 // they were when iteration began. Values are read-only, as with Get. An
