@@ -1,8 +1,12 @@
 package doc
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,4 +25,178 @@ func TestApplyBatchAllocates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}))
+}
+
+// write is a batch of writer's write seq, which sets key to seq and
+// answers reply.
+func write(t testing.TB, s *Store, writer string, seq uint64, reply []byte, key string) *Batch {
+	t.Helper()
+	return &Batch{Writer: writer, Seq: seq, Reply: reply, Changes: []Change{change(t, s, update, key, seq)}}
+}
+
+// requireOutcome checks what partition p knows of writer's write seq.
+func requireOutcome(t testing.TB, s *Store, p int, writer string, seq uint64, want DedupStatus, version uint64, reply []byte) {
+	t.Helper()
+	o, st := s.Outcome(p, writer, seq)
+	require.Equal(t, want, st, "%s %d: %s", writer, seq, st)
+	require.Equal(t, Outcome{Version: version, Reply: reply}, o, "%s %d", writer, seq)
+}
+
+func TestOutcome(t *testing.T) {
+	s, err := New(2)
+	require.NoError(t, err)
+	key := "k"
+	for s.PartitionOf(key) != 0 {
+		key += "0"
+	}
+	reply := []byte("the first answer")
+	bt := write(t, s, "w1", 7, reply, key)
+	requireOutcome(t, s, 0, "w1", 7, DedupNew, 0, nil)
+	require.NoError(t, s.CheckBatch(0, bt))
+	requireOutcome(t, s, 0, "w1", 7, DedupNew, 0, nil)
+
+	require.NoError(t, s.ApplyBatch(0, 20, bt))
+	requireOutcome(t, s, 0, "w1", 7, DedupDone, 20, []byte("the first answer"))
+	copy(reply, "changed!")
+	requireOutcome(t, s, 0, "w1", 7, DedupDone, 20, []byte("the first answer"))
+	requireOutcome(t, s, 0, "w1", 6, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, "w1", 8, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, "w2", 7, DedupNew, 0, nil)
+	requireOutcome(t, s, 1, "w1", 7, DedupNew, 0, nil)
+	requireOutcome(t, s, 2, "w1", 7, DedupNew, 0, nil)
+
+	// A retry applied anyway keeps the first outcome.
+	require.NoError(t, s.ApplyBatch(0, 21, write(t, s, "w1", 7, []byte("second"), key)))
+	requireOutcome(t, s, 0, "w1", 7, DedupDone, 20, []byte("the first answer"))
+
+	// No reply, an empty one, and one too large to keep.
+	require.NoError(t, s.ApplyBatch(0, 22, write(t, s, "w1", 8, nil, key)))
+	require.NoError(t, s.ApplyBatch(0, 23, write(t, s, "w1", 9, []byte{}, key)))
+	require.NoError(t, s.ApplyBatch(0, 24, write(t, s, "w1", 10, make([]byte, DedupMaxReply), key)))
+	require.NoError(t, s.ApplyBatch(0, 25, write(t, s, "w1", 11, make([]byte, DedupMaxReply+1), key)))
+	requireOutcome(t, s, 0, "w1", 8, DedupDone, 22, nil)
+	requireOutcome(t, s, 0, "w1", 9, DedupDone, 23, nil)
+	requireOutcome(t, s, 0, "w1", 10, DedupDone, 24, make([]byte, DedupMaxReply))
+	requireOutcome(t, s, 0, "w1", 11, DedupReplyTooLarge, 25, nil)
+
+	// A batch without a writer records nothing, nor does a failed one.
+	before := snapshots(t, s)
+	require.NoError(t, s.ApplyBatch(0, 26, &Batch{Seq: 12, Reply: []byte("x"), Changes: []Change{change(t, s, update, key, 1)}}))
+	requireOutcome(t, s, 0, "", 12, DedupNew, 0, nil)
+	failing := write(t, s, "w1", 12, []byte("no"), key)
+	failing.Changes = append(failing.Changes, change(t, s, add, key, 1))
+	requireCode(t, s.ApplyBatch(0, 27, failing), errs.FailedPrecondition, ErrExists)
+	requireOutcome(t, s, 0, "w1", 12, DedupNew, 0, nil)
+	after := snapshots(t, s)
+	require.NotEqual(t, before[0], after[0], "the batch without a writer changed the key")
+	s2, err := New(2)
+	require.NoError(t, err)
+	require.NoError(t, s2.Restore(0, after[0]))
+	requireOutcome(t, s2, 0, "w1", 12, DedupNew, 0, nil)
+
+	// A writer needs a sequence number, and a name of bounded length.
+	for _, bt := range []*Batch{
+		write(t, s, "w1", 0, nil, key),
+		write(t, s, strings.Repeat("w", MaxBatchWriter+1), 1, nil, key),
+	} {
+		requireCode(t, s.CheckBatch(0, bt), errs.InvalidArgument, ErrBatch)
+		requireCode(t, s.ApplyBatch(0, 28, bt), errs.InvalidArgument, ErrBatch)
+	}
+	require.Equal(t, after, snapshots(t, s))
+}
+
+// TestOutcomeKeepsNoReceiveBuffer: the writer and reply of a decoded batch
+// alias its bytes, which a receive buffer may reuse; the table keeps
+// copies.
+func TestOutcomeKeepsNoReceiveBuffer(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	buf := AppendBatch(nil, write(t, s, "writer", 3, []byte("reply"), "k"))
+	bt, err := DecodeBatch(buf)
+	require.NoError(t, err)
+	require.NoError(t, s.ApplyBatch(0, 5, &bt))
+	clear(buf)
+	requireOutcome(t, s, 0, "writer", 3, DedupDone, 5, []byte("reply"))
+	_, st := s.Outcome(0, string(make([]byte, len("writer"))), 3)
+	require.Equal(t, DedupNew, st)
+}
+
+// TestDedupPerWriter: a partition remembers a writer's DedupPerWriter
+// highest sequence numbers; below them, it can no longer tell.
+func TestDedupPerWriter(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	// Pipelined: odd sequence numbers commit before the even ones below
+	// them, and 2 never does.
+	var order []uint64
+	for seq := uint64(1); seq <= 2*DedupPerWriter; seq += 2 {
+		order = append(order, seq+2, seq+1)
+	}
+	order = slices.DeleteFunc(order, func(seq uint64) bool { return seq == 2 })
+	ver := uint64(100)
+	at := map[uint64]uint64{}
+	for _, seq := range order {
+		ver++
+		at[seq] = ver
+		require.NoError(t, s.ApplyBatch(0, ver, write(t, s, "w", seq, []byte(fmt.Sprint(seq)), "k")))
+	}
+	// 3 to 129 recorded: the highest 64 are 66 to 129, and 65 was the
+	// last forgotten.
+	top := uint64(2*DedupPerWriter + 1)
+	floor := top - DedupPerWriter
+	for seq := uint64(1); seq <= top+2; seq++ {
+		switch {
+		case seq > top:
+			requireOutcome(t, s, 0, "w", seq, DedupNew, 0, nil)
+		case seq > floor:
+			requireOutcome(t, s, 0, "w", seq, DedupDone, at[seq], []byte(fmt.Sprint(seq)))
+		default:
+			requireOutcome(t, s, 0, "w", seq, DedupTooOld, 0, nil)
+		}
+	}
+	// A write below the floor is not recorded: it could be a retry.
+	require.NoError(t, s.ApplyBatch(0, 1000, write(t, s, "w", 2, nil, "k")))
+	requireOutcome(t, s, 0, "w", 2, DedupTooOld, 0, nil)
+	requireOutcome(t, s, 0, "w", floor+1, DedupDone, at[floor+1], []byte(fmt.Sprint(floor+1)))
+	// One more above forgets the lowest remembered.
+	require.NoError(t, s.ApplyBatch(0, 1001, write(t, s, "w", 1000, nil, "k")))
+	requireOutcome(t, s, 0, "w", floor+1, DedupTooOld, 0, nil)
+	requireOutcome(t, s, 0, "w", floor+2, DedupDone, at[floor+2], []byte(fmt.Sprint(floor+2)))
+	requireOutcome(t, s, 0, "w", 999, DedupNew, 0, nil)
+}
+
+// TestDedupWriters: a partition remembers DedupWriters writers; a new one
+// forgets the writer whose latest record has the lowest offset, the
+// first by name among equals.
+func TestDedupWriters(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	name := func(i int) string { return fmt.Sprintf("w%04d", i) }
+	for i := range DedupWriters {
+		require.NoError(t, s.ApplyBatch(0, uint64(10+i), write(t, s, name(i), 1, nil, "k")))
+	}
+	// w0000 writes again, so w0001 is now the longest silent.
+	next := uint64(10 + DedupWriters)
+	require.NoError(t, s.ApplyBatch(0, next, write(t, s, name(0), 2, nil, "k")))
+	requireOutcome(t, s, 0, name(1), 1, DedupDone, 11, nil)
+	require.NoError(t, s.ApplyBatch(0, next+1, write(t, s, "new", 1, nil, "k")))
+	requireOutcome(t, s, 0, name(1), 1, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, name(0), 1, DedupDone, 10, nil)
+	requireOutcome(t, s, 0, name(2), 1, DedupDone, 12, nil)
+	requireOutcome(t, s, 0, "new", 1, DedupDone, next+1, nil)
+	require.NoError(t, s.ApplyBatch(0, next+2, write(t, s, "newer", 1, nil, "k")))
+	requireOutcome(t, s, 0, name(2), 1, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, name(3), 1, DedupDone, 13, nil)
+
+	// Writers at one offset (batches applied without one) go by name.
+	s, err = New(1)
+	require.NoError(t, err)
+	for i := DedupWriters; i >= 0; i-- {
+		require.NoError(t, s.ApplyBatch(0, 0, write(t, s, name(i), 1, nil, "k")))
+	}
+	// The first to arrive is kept; the first by name was already there.
+	requireOutcome(t, s, 0, name(DedupWriters), 1, DedupDone, 1, nil)
+	requireOutcome(t, s, 0, name(1), 1, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, name(0), 1, DedupDone, 1, nil)
+	requireOutcome(t, s, 0, name(2), 1, DedupDone, 1, nil)
 }
