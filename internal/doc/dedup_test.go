@@ -2,6 +2,7 @@ package doc
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -199,4 +200,77 @@ func TestDedupWriters(t *testing.T) {
 	requireOutcome(t, s, 0, name(1), 1, DedupNew, 0, nil)
 	requireOutcome(t, s, 0, name(0), 1, DedupDone, 1, nil)
 	requireOutcome(t, s, 0, name(2), 1, DedupDone, 1, nil)
+}
+
+// feed applies n batches of writers drawn from a pool larger than
+// DedupWriters, and of a few busy ones, each pipelining its sequence numbers (a few commit before
+// lower ones), with replies of every kind, to every partition of each
+// store, from offset from on; it returns the writers' next sequence
+// numbers, for a later call.
+func feed(t testing.TB, rng *rand.Rand, n int, from uint64, next map[string]uint64, stores ...*Store) {
+	t.Helper()
+	keys := make([]string, stores[0].Partitions())
+	for i := 0; slices.Contains(keys, ""); i++ {
+		k := fmt.Sprint("key", i)
+		keys[stores[0].PartitionOf(k)] = k
+	}
+	for i := range n {
+		w := fmt.Sprintf("writer-%d", rng.IntN(DedupWriters+DedupWriters/8))
+		if rng.IntN(10) == 0 {
+			w = fmt.Sprintf("busy-%d", rng.IntN(4))
+		}
+		next[w]++
+		seq := next[w] + uint64(rng.IntN(3)) // out of order, and now and then twice
+		var reply []byte
+		switch rng.IntN(100) {
+		case 0:
+			reply = make([]byte, DedupMaxReply+1)
+		case 1, 2, 3:
+		default:
+			reply = fmt.Appendf(nil, "reply %d", i)
+		}
+		p := rng.IntN(len(keys))
+		for _, s := range stores {
+			require.NoError(t, s.ApplyBatch(p, from+uint64(i), write(t, s, w, seq, reply, keys[p])))
+		}
+	}
+}
+
+// TestDedupDeterministic: stores fed the same batches hold the same
+// tables, byte for byte, and so does one restored from a snapshot midway
+// and fed the rest: what a table forgets next survives the snapshot.
+func TestDedupDeterministic(t *testing.T) {
+	stores := make([]*Store, 3)
+	for i := range stores {
+		var err error
+		stores[i], err = New(2)
+		require.NoError(t, err)
+	}
+	a, b, c := stores[0], stores[1], stores[2]
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := map[string]uint64{}
+	feed(t, rng, 4000, 1, next, a, b)
+	for p, snap := range snapshots(t, a) {
+		require.NoError(t, c.Restore(p, snap))
+	}
+	feed(t, rng, 4000, 4001, next, a, b, c)
+	want := snapshots(t, a)
+	require.Equal(t, want, snapshots(t, b))
+	require.Equal(t, want, snapshots(t, c))
+	for p := range a.Partitions() {
+		require.Len(t, a.parts[p].dd.writers, DedupWriters, "partition %d forgot writers", p)
+		statuses := map[DedupStatus]int{}
+		for w := range next {
+			for seq := range next[w] + 3 {
+				oa, sa := a.Outcome(p, w, seq)
+				oc, sc := c.Outcome(p, w, seq)
+				require.Equal(t, sa, sc)
+				require.Equal(t, oa, oc)
+				statuses[sa]++
+			}
+		}
+		for _, st := range []DedupStatus{DedupNew, DedupDone, DedupReplyTooLarge, DedupTooOld} {
+			require.NotZero(t, statuses[st], "partition %d: no outcome %s", p, st)
+		}
+	}
 }
