@@ -2,7 +2,10 @@ package doc
 
 import (
 	"fmt"
+	"errors"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -202,6 +205,15 @@ func TestDedupWriters(t *testing.T) {
 	requireOutcome(t, s, 0, name(2), 1, DedupDone, 1, nil)
 }
 
+// keyIn returns a top-level key of partition p.
+func keyIn(s *Store, p int) string {
+	k := "key"
+	for s.PartitionOf(k) != p {
+		k += "0"
+	}
+	return k
+}
+
 // feed applies n batches of writers drawn from a pool larger than
 // DedupWriters, and of a few busy ones, each pipelining its sequence numbers (a few commit before
 // lower ones), with replies of every kind, to every partition of each
@@ -209,11 +221,6 @@ func TestDedupWriters(t *testing.T) {
 // numbers, for a later call.
 func feed(t testing.TB, rng *rand.Rand, n int, from uint64, next map[string]uint64, stores ...*Store) {
 	t.Helper()
-	keys := make([]string, stores[0].Partitions())
-	for i := 0; slices.Contains(keys, ""); i++ {
-		k := fmt.Sprint("key", i)
-		keys[stores[0].PartitionOf(k)] = k
-	}
 	for i := range n {
 		w := fmt.Sprintf("writer-%d", rng.IntN(DedupWriters+DedupWriters/8))
 		if rng.IntN(10) == 0 {
@@ -229,9 +236,9 @@ func feed(t testing.TB, rng *rand.Rand, n int, from uint64, next map[string]uint
 		default:
 			reply = fmt.Appendf(nil, "reply %d", i)
 		}
-		p := rng.IntN(len(keys))
+		p := rng.IntN(stores[0].Partitions())
 		for _, s := range stores {
-			require.NoError(t, s.ApplyBatch(p, from+uint64(i), write(t, s, w, seq, reply, keys[p])))
+			require.NoError(t, s.ApplyBatch(p, from+uint64(i), write(t, s, w, seq, reply, keyIn(s, p))))
 		}
 	}
 }
@@ -273,4 +280,137 @@ func TestDedupDeterministic(t *testing.T) {
 			require.NotZero(t, statuses[st], "partition %d: no outcome %s", p, st)
 		}
 	}
+}
+
+// outcomes returns everything partition p of s knows of writers' writes
+// up to seq max.
+func outcomes(s *Store, p int, writers []string, max uint64) map[string]DedupStatus {
+	m := map[string]DedupStatus{}
+	for _, w := range writers {
+		for seq := range max + 1 {
+			o, st := s.Outcome(p, w, seq)
+			m[fmt.Sprintf("%s %d %d %q", w, seq, o.Version, o.Reply)] = st
+		}
+	}
+	return m
+}
+
+// TestDedupThroughSnapshots: every way a partition travels carries its
+// exactly-once table, which replaces the one the partition held.
+func TestDedupThroughSnapshots(t *testing.T) {
+	src := newStore(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	next := map[string]uint64{}
+	feed(t, rng, 3000, 1, next, src)
+	for i := range 100 {
+		applyAt(t, src, uint64(4000+i), update, fmt.Sprint("k", i), i)
+	}
+	// A partition with keys and no table, written as format 1.
+	plain := partOf(src, "plain")
+	require.NoError(t, src.Clear(plain))
+	applyAt(t, src, 1<<40, update, "plain", 1)
+	writers := slices.Sorted(maps.Keys(next))
+	writers = append(writers, "mine")
+	want := snapshots(t, src)
+	require.Equal(t, byte(snapshotFormatV1), want[plain][1])
+
+	for name, restore := range map[string]func(t *testing.T, dst *Store, p int) error{
+		"Restore":       func(_ *testing.T, dst *Store, p int) error { return dst.Restore(p, want[p]) },
+		"RestoreShared": func(_ *testing.T, dst *Store, p int) error { return dst.RestoreShared(p, slices.Clone(want[p])) },
+		"StageChunk": func(t *testing.T, dst *Store, p int) error {
+			pieces := must(src.SnapshotChunks(p, 200))
+			if p != plain {
+				require.Greater(t, len(pieces), 1)
+				require.Equal(t, byte(snapshotFormat), pieces[0][1], "the table comes first")
+				for _, b := range pieces[1:] {
+					require.Equal(t, byte(snapshotFormatV1), b[1])
+				}
+			}
+			for i, b := range pieces {
+				require.NoError(t, dst.StageChunk(p, b, i == 0))
+			}
+			return dst.RestoreStaged(p)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dst := newStore(t)
+			for p := range testPartitions {
+				require.NoError(t, dst.ApplyBatch(p, 1, write(t, dst, "mine", 1, nil, keyIn(dst, p))))
+				requireOutcome(t, dst, p, "mine", 1, DedupDone, 1, nil)
+				require.NoError(t, restore(t, dst, p))
+			}
+			require.Equal(t, want, snapshots(t, dst))
+			for p := range testPartitions {
+				require.Equal(t, outcomes(src, p, writers, 12), outcomes(dst, p, writers, 12), "partition %d", p)
+			}
+		})
+	}
+}
+
+// TestDedupEmptied: a partition cleared, restored from nothing or from a
+// snapshot of a format without a table, forgets its table; so does a
+// staged restore.
+func TestDedupEmptied(t *testing.T) {
+	unversioned, err := os.ReadFile("testdata/snapshot-unversioned.msgpack")
+	require.NoError(t, err)
+	for name, empty := range map[string]func(s *Store) error{
+		"Clear":          func(s *Store) error { return s.Clear(0) },
+		"Restore(nil)":   func(s *Store) error { return s.Restore(0, nil) },
+		"format 1":       func(s *Store) error { return s.Restore(0, []byte{0x92, 0x01, 0x81, 0xa1, 'n', 0x92, 0x05, 0x01}) },
+		"bare map":       func(s *Store) error { return s.RestoreShared(0, unversioned) },
+		"staged, bare":   func(s *Store) error { return errors.Join(s.StageChunk(0, unversioned, true), s.RestoreStaged(0)) },
+		"staged, empty": func(s *Store) error { return errors.Join(s.StageChunk(0, []byte{0x80}, true), s.RestoreStaged(0)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(1)
+			require.NoError(t, err)
+			require.NoError(t, s.ApplyBatch(0, 9, write(t, s, "w", 1, []byte("r"), "k")))
+			requireOutcome(t, s, 0, "w", 1, DedupDone, 9, []byte("r"))
+			require.NoError(t, empty(s))
+			requireOutcome(t, s, 0, "w", 1, DedupNew, 0, nil)
+			snap, err := s.Snapshot(0)
+			require.NoError(t, err)
+			require.Equal(t, byte(snapshotFormatV1), snap[1], "no table left")
+		})
+	}
+}
+
+// TestStageChunkTableFirst: the table comes with the piece that starts a
+// staged restore; a later piece that carries one is refused, and leaves
+// the staged restore as it was.
+func TestStageChunkTableFirst(t *testing.T) {
+	src, err := New(1)
+	require.NoError(t, err)
+	for i := range 20 {
+		require.NoError(t, src.ApplyBatch(0, uint64(10+i), write(t, src, "w", uint64(i+1), nil, fmt.Sprint("k", i))))
+	}
+	pieces, err := src.SnapshotChunks(0, 100)
+	require.NoError(t, err)
+	require.Greater(t, len(pieces), 2)
+	dst, err := New(1)
+	require.NoError(t, err)
+	require.NoError(t, dst.StageChunk(0, pieces[1], true))
+	err = dst.StageChunk(0, pieces[0], false)
+	requireCode(t, err, errs.InvalidArgument, ErrSnapshot)
+	require.Contains(t, err.Error(), "exactly-once table in a piece after the first")
+	require.NoError(t, dst.StageChunk(0, pieces[2], false))
+	require.NoError(t, dst.RestoreStaged(0))
+	requireOutcome(t, dst, 0, "w", 1, DedupNew, 0, nil)
+	n := 0
+	for _, b := range pieces[1:3] {
+		one, err := New(1)
+		require.NoError(t, err)
+		require.NoError(t, one.Restore(0, b))
+		n += one.Len()
+	}
+	require.Equal(t, n, dst.Len(), "the keys of the second and third pieces")
+
+	// A piece that starts a restore, without first, carries the table.
+	dst.DropStaged(0)
+	require.NoError(t, dst.StageChunk(0, pieces[0], false))
+	for _, b := range pieces[1:] {
+		require.NoError(t, dst.StageChunk(0, b, false))
+	}
+	require.NoError(t, dst.RestoreStaged(0))
+	require.Equal(t, snapshots(t, src), snapshots(t, dst))
 }
