@@ -1,8 +1,8 @@
 package doc
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -354,11 +354,11 @@ func TestDedupEmptied(t *testing.T) {
 	unversioned, err := os.ReadFile("testdata/snapshot-unversioned.msgpack")
 	require.NoError(t, err)
 	for name, empty := range map[string]func(s *Store) error{
-		"Clear":          func(s *Store) error { return s.Clear(0) },
-		"Restore(nil)":   func(s *Store) error { return s.Restore(0, nil) },
-		"format 1":       func(s *Store) error { return s.Restore(0, []byte{0x92, 0x01, 0x81, 0xa1, 'n', 0x92, 0x05, 0x01}) },
-		"bare map":       func(s *Store) error { return s.RestoreShared(0, unversioned) },
-		"staged, bare":   func(s *Store) error { return errors.Join(s.StageChunk(0, unversioned, true), s.RestoreStaged(0)) },
+		"Clear":         func(s *Store) error { return s.Clear(0) },
+		"Restore(nil)":  func(s *Store) error { return s.Restore(0, nil) },
+		"format 1":      func(s *Store) error { return s.Restore(0, []byte{0x92, 0x01, 0x81, 0xa1, 'n', 0x92, 0x05, 0x01}) },
+		"bare map":      func(s *Store) error { return s.RestoreShared(0, unversioned) },
+		"staged, bare":  func(s *Store) error { return errors.Join(s.StageChunk(0, unversioned, true), s.RestoreStaged(0)) },
 		"staged, empty": func(s *Store) error { return errors.Join(s.StageChunk(0, []byte{0x80}, true), s.RestoreStaged(0)) },
 	} {
 		t.Run(name, func(t *testing.T) {
