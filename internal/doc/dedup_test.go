@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -413,4 +414,104 @@ func TestStageChunkTableFirst(t *testing.T) {
 	}
 	require.NoError(t, dst.RestoreStaged(0))
 	require.Equal(t, snapshots(t, src), snapshots(t, dst))
+}
+
+// tableSnapshot is a format 2 snapshot with no keys and the given table.
+func tableSnapshot(writers ...[]byte) []byte {
+	b := append([]byte{0x93, snapshotFormat, 0x80}, wire.AppendArrayHeader(nil, len(writers))...)
+	for _, w := range writers {
+		b = append(b, w...)
+	}
+	return b
+}
+
+// writerOf encodes a writer of a table.
+func writerOf(name string, floor, last uint64, outcomes ...[]byte) []byte {
+	b := wire.AppendArrayHeader(nil, 4)
+	b = wire.AppendUint(wire.AppendStr(b, name), floor)
+	b = wire.AppendArrayHeader(wire.AppendUint(b, last), len(outcomes))
+	for _, o := range outcomes {
+		b = append(b, o...)
+	}
+	return b
+}
+
+// outcomeOf encodes an outcome of a table: without a reply, one whose
+// reply was too large.
+func outcomeOf(seq, version uint64, reply ...[]byte) []byte {
+	b := wire.AppendArrayHeader(nil, 2+len(reply))
+	b = wire.AppendUint(wire.AppendUint(b, seq), version)
+	for _, r := range reply {
+		b = wire.AppendBin(b, r)
+	}
+	return b
+}
+
+// TestRestoreTable: a table written by hand restores to what it says, and
+// snapshots to the same bytes; one that the table's encoding could not
+// have written, or past its bounds, is refused.
+func TestRestoreTable(t *testing.T) {
+	good := tableSnapshot(
+		writerOf("a", 0, 5, outcomeOf(1, 5, []byte("r"))),
+		writerOf("b", 10, 9, outcomeOf(11, 7), outcomeOf(13, 8, nil), outcomeOf(20, 9, []byte("x"))),
+	)
+	s, err := New(1)
+	require.NoError(t, err)
+	require.NoError(t, s.Restore(0, good))
+	require.Equal(t, good, must(s.Snapshot(0)))
+	requireOutcome(t, s, 0, "a", 1, DedupDone, 5, []byte("r"))
+	requireOutcome(t, s, 0, "b", 10, DedupTooOld, 0, nil)
+	requireOutcome(t, s, 0, "b", 11, DedupReplyTooLarge, 7, nil)
+	requireOutcome(t, s, 0, "b", 12, DedupNew, 0, nil)
+	requireOutcome(t, s, 0, "b", 13, DedupDone, 8, nil)
+	requireOutcome(t, s, 0, "b", 20, DedupDone, 9, []byte("x"))
+
+	ok := outcomeOf(1, 1)
+	many := func(n int) [][]byte {
+		outs := make([][]byte, n)
+		for i := range outs {
+			outs[i] = outcomeOf(uint64(i+1), 1)
+		}
+		return outs
+	}
+	tooMany := wire.AppendArrayHeader([]byte{0x93, snapshotFormat, 0x80}, DedupWriters+1)
+	for i := range DedupWriters + 1 {
+		tooMany = append(tooMany, writerOf(fmt.Sprintf("w%04d", i), 0, 1, ok)...)
+	}
+	for name, b := range map[string][]byte{
+		"format 1 of 3":     {0x93, 0x01, 0x80, 0x90},
+		"format 3":          {0x93, 0x03, 0x80, 0x90},
+		"no table":          {0x92, snapshotFormat, 0x80},
+		"table not array":   {0x93, snapshotFormat, 0x80, 0x80},
+		"trailing":          append(tableSnapshot(), 0xc0),
+		"too many writers":  tooMany,
+		"writers unsorted":  tableSnapshot(writerOf("b", 0, 1, ok), writerOf("a", 0, 1, ok)),
+		"writer twice":      tableSnapshot(writerOf("a", 0, 1, ok), writerOf("a", 0, 1, ok)),
+		"empty writer":      tableSnapshot(writerOf("", 0, 1, ok)),
+		"long writer":       tableSnapshot(writerOf(strings.Repeat("w", MaxBatchWriter+1), 0, 1, ok)),
+		"writer of 3":       tableSnapshot([]byte{0x93, 0xa1, 'a', 0x00, 0x01}),
+		"no outcomes":       tableSnapshot(writerOf("a", 0, 1)),
+		"too many outcomes": tableSnapshot(writerOf("a", 0, 1, many(DedupPerWriter+1)...)),
+		"seq at floor":      tableSnapshot(writerOf("a", 1, 1, ok)),
+		"seq 0":             tableSnapshot(writerOf("a", 0, 1, outcomeOf(0, 1))),
+		"seqs unsorted":     tableSnapshot(writerOf("a", 0, 1, outcomeOf(2, 1), outcomeOf(1, 1))),
+		"seq twice":         tableSnapshot(writerOf("a", 0, 1, outcomeOf(1, 1), outcomeOf(1, 1))),
+		"offset 0":          tableSnapshot(writerOf("a", 0, 1, outcomeOf(1, 0))),
+		"offset past last":  tableSnapshot(writerOf("a", 0, 1, outcomeOf(1, 2))),
+		"reply too large":   tableSnapshot(writerOf("a", 0, 1, outcomeOf(1, 1, make([]byte, DedupMaxReply+1)))),
+		"outcome of 4":      tableSnapshot(writerOf("a", 0, 1, []byte{0x94, 0x01, 0x01, 0xc0, 0xc0})),
+		"outcome of 1":      tableSnapshot(writerOf("a", 0, 1, []byte{0x91, 0x01})),
+		"negative seq":      tableSnapshot(writerOf("a", 0, 1, []byte{0x92, 0xff, 0x01})),
+		"int reply":         tableSnapshot(writerOf("a", 0, 1, []byte{0x93, 0x01, 0x01, 0x01})),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := New(1)
+			require.NoError(t, err)
+			require.NoError(t, s.ApplyBatch(0, 3, write(t, s, "w", 1, []byte("r"), "k")))
+			before := must(s.Snapshot(0))
+			requireCode(t, s.Restore(0, b), errs.InvalidArgument, ErrSnapshot)
+			require.Equal(t, before, must(s.Snapshot(0)))
+			requireCode(t, s.StageChunk(0, b, true), errs.InvalidArgument, ErrSnapshot)
+		})
+	}
 }
