@@ -64,6 +64,11 @@ type Config struct {
 	// key's turn (turn.go): verbs that only read. Nil: every verb but GET
 	// takes it.
 	Concurrent func(verb string) bool
+	// NoRetry: writes and verb calls carry no writer ID and are not sent
+	// again after an indefinite failure (once.go). By default they are,
+	// within the caller's deadline (or the write timeout without one), and
+	// apply once.
+	NoRetry bool
 	// MaxRequests bounds the handlers running at once; beyond it requests
 	// are refused with ErrTooManyRequests (default DefaultMaxRequests).
 	MaxRequests int
@@ -118,6 +123,10 @@ type Node struct {
 	id      string
 	logger  *slog.Logger
 	started atomic.Bool // Start has set everything up; requests are served
+	// writer names this node's life as a writer, and seq counts its
+	// writes and calls (once.go).
+	writer string
+	seq    atomic.Uint64
 	// hot is the write and call metrics (Config.Metrics); nil without.
 	hot *hotMetrics
 	// fwdSpans are the owner's spans of traced forwarded writes awaiting
@@ -334,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.ID = randomID()
 	}
 	n := &Node{
-		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID),
+		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID), writer: newWriterID(cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), decoders: newFreeDecoders(), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
 		dialing: make(map[string][][]byte),
 		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
@@ -559,13 +568,40 @@ func (n *Node) Write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	return n.write(ctx, c, wait, k)
 }
 
-// write is Write without the span.
+// write is Write without the span. A write that fails indefinite is sent
+// again, with its writer's sequence, until it succeeds, fails definite,
+// or its budget ends: the caller's deadline, or the write timeout from now
+// without one (rule 16).
 func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k int) (partition.Position, error) {
 	if wait == partition.WaitNone {
 		return partition.Position{}, n.WriteAsync(ctx, c, wait, k, nil)
 	}
+	o := n.nextOnce()
+	if o.Writer == "" || turnOf(ctx) != nil {
+		return n.writeOnce(ctx, c, wait, k, o)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
+		defer cancel()
+	}
+	backoff := retryBackoffMin
+	for {
+		pos, err := n.writeOnce(ctx, c, wait, k, o)
+		if !retryable(err) {
+			return pos, err
+		}
+		n.logger.Debug("fero: node: retrying a write that failed indefinite", "key", c.Key, "seq", o.Seq, "err", err)
+		if pause(ctx, n.ctx, &backoff) != nil {
+			return pos, err // the attempt's answer: it may have applied
+		}
+	}
+}
+
+// writeOnce is one attempt of a write that waits.
+func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait, k int, o Once) (partition.Position, error) {
 	done := make(chan partition.Completion, 1) // the driver never blocks on a caller that left
-	if err := n.WriteAsync(ctx, c, wait, k, func(c partition.Completion) { done <- c }); err != nil {
+	if err := n.writeAsync(ctx, c, wait, k, CompleteFunc(func(c partition.Completion) { done <- c }), queued, o); err != nil {
 		return partition.Position{}, err
 	}
 	select {
@@ -603,14 +639,14 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if done != nil {
 		to = CompleteFunc(done)
 	}
-	return n.writeAsync(ctx, c, wait, k, to, queued)
+	return n.writeAsync(ctx, c, wait, k, to, queued, Once{})
 }
 
 // WriteAsyncTo is WriteAsync with the completion given to done: a caller
 // that keeps a write's state in a record of its own can have the record
 // take the completion, rather than a closure allocated for every write.
 func (n *Node) WriteAsyncTo(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer) error {
-	return n.writeAsync(ctx, c, wait, k, done, queued)
+	return n.writeAsync(ctx, c, wait, k, done, queued, Once{})
 }
 
 // proposeMode says where a write is proposed.
@@ -636,7 +672,7 @@ const (
 // takes no lock may ask for inline or burst (the built-in request
 // handling): done may run before writeAsync returns, or on a connection's
 // reader.
-func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode) error {
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, o Once) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
@@ -653,17 +689,15 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 			return nil
 		}
 	}
-	if c.Cond {
-		// A condition travels in a batch record, which the owner's state
-		// checks as it commits it.
-		c = doc.Change{Type: wire.RecordBatch, Key: c.Key, Value: doc.AppendBatch(nil, &doc.Batch{Changes: []doc.Change{c}})}
-	}
+	// A condition, and a writer's sequence, travel in a batch record,
+	// which the owner's state checks as it commits it.
+	c = onceRecord(c, o)
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
-		return n.proposeWrite(ctx, c, wait, k, done, mode, 0)
+		return n.proposeWrite(ctx, c, wait, k, done, mode, 0, o)
 	}
 	if done == nil {
-		err := n.proposeWrite(ctx, c, wait, k, done, mode, 0)
+		err := n.proposeWrite(ctx, c, wait, k, done, mode, 0, o)
 		if err != nil {
 			m.wrote(wait, err, 0)
 		} else {
@@ -674,7 +708,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	// Timed when its waiter completes (Node.complete): a field in the
 	// waiter, not a closure around done, which cost an allocation a write.
 	began := n.since()
-	err := n.proposeWrite(ctx, c, wait, k, done, mode, began)
+	err := n.proposeWrite(ctx, c, wait, k, done, mode, began, o)
 	if err != nil {
 		m.wrote(wait, err, time.Duration(n.since()-began)) // done is not called
 	}
@@ -682,11 +716,11 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 }
 
 // proposeWrite is writeAsync without the metrics.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64) error {
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64, o Once) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
-	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k}
+	req := partition.Request{Partition: n.store.PartitionOf(c.Key), Type: c.Type, Key: c.Key, Value: c.Value, Wait: wait, K: k, Writer: o.Writer, Seq: o.Seq}
 	if n.cfg.Tracer != nil {
 		// For the owner's span, should the write travel to another node.
 		if owner, ok := n.ownerOf(req.Partition); !ok || owner != n.id || n.cfg.Client {

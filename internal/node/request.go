@@ -57,6 +57,9 @@ type Request struct {
 	// If makes a built-in write a compare-and-set: it commits only if
 	// the key's version is If.Version (doc.Change.Cond).
 	If IfVersion
+	// Once names the write or verb call for exactly-once (once.go): a
+	// retry of one committed before is answered with its first outcome.
+	Once Once
 	// Meta is the request's metadata (the W3C trace context, ...), nil
 	// when it carried none. Read-only.
 	Meta Meta
@@ -166,7 +169,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 	switch w := req.Wait; {
 	case w.Set && w.Kind == partition.WaitNone:
 		// Queued is all the caller asked for.
-		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, mode); err == nil {
+		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, mode, req.Once); err == nil {
 			done.Answer(nil, nil)
 		}
 	default:
@@ -178,7 +181,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 		if !ok {
 			to = CompleteFunc(func(c partition.Completion) { done.Answer(nil, c.Err) })
 		}
-		err = n.writeAsync(ctx, change, kind, k, to, mode)
+		err = n.writeAsync(ctx, change, kind, k, to, mode, req.Once)
 	}
 	if errors.Is(err, ErrClosed) {
 		return false
@@ -262,6 +265,9 @@ type wireRequest struct {
 	// If is a built-in write's expected version, carried as the pair
 	// "fero-if-version" (decimal).
 	If IfVersion
+	// Once names the write or call for exactly-once, carried as the pairs
+	// "fero-writer" and "fero-seq" (decimal).
+	Once Once
 }
 
 // ifVersionName is the metadata name of a compare-and-set's version.
@@ -311,6 +317,9 @@ func (w *wireRequest) append(b []byte) []byte {
 	if w.If.Set {
 		metaLen += 2
 	}
+	if w.Once.Writer != "" {
+		metaLen += 4
+	}
 	var state string
 	if w.Trace.IsValid() {
 		metaLen += 2
@@ -354,6 +363,14 @@ func (w *wireRequest) append(b []byte) []byte {
 			b = wire.AppendStr(b, ifVersionName)
 			b = append(wire.AppendStrHeader(b, len(d)), d...)
 		}
+		if w.Once.Writer != "" {
+			var digits [20]byte
+			d := strconv.AppendUint(digits[:0], w.Once.Seq, 10)
+			b = wire.AppendStr(b, writerName)
+			b = wire.AppendStr(b, w.Once.Writer)
+			b = wire.AppendStr(b, seqName)
+			b = append(wire.AppendStrHeader(b, len(d)), d...)
+		}
 		if w.Trace.IsValid() {
 			b = wire.AppendStr(b, traceparentName)
 			b = appendTraceparent(wire.AppendStrHeader(b, traceparentLen), w.Trace)
@@ -388,6 +405,7 @@ func (w *wireRequest) decode(b []byte) error {
 	w.Trace = trace.SpanContext{}
 	w.Timeout = 0
 	w.If = IfVersion{}
+	w.Once = Once{}
 	if n >= 6 {
 		if c.Nil() { // no wait level: k is nil too
 			if !c.Nil() {
@@ -434,9 +452,23 @@ func (w *wireRequest) decode(b []byte) error {
 					c.Fail("request: %s %q is not a version", ifVersionName, value)
 				}
 				w.If = IfVersion{Set: true, Version: v}
+			case writerName:
+				if len(value) == 0 || len(value) > doc.MaxBatchWriter {
+					c.Fail("request: %s of %d bytes, want 1 to %d", writerName, len(value), doc.MaxBatchWriter)
+				}
+				w.Once.Writer = string(value)
+			case seqName:
+				v, err := strconv.ParseUint(string(value), 10, 64)
+				if err != nil || v == 0 {
+					c.Fail("request: %s %q is not a sequence number", seqName, value)
+				}
+				w.Once.Seq = v
 			default:
 				w.Meta = append(w.Meta, string(name), string(value))
 			}
+		}
+		if (w.Once.Writer == "") != (w.Once.Seq == 0) {
+			c.Fail("request: %s and %s go together", writerName, seqName)
 		}
 		if len(state) > 0 && w.Trace.IsValid() {
 			if ts, err := trace.ParseTraceState(string(state)); err == nil {
@@ -571,6 +603,16 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		return nil, err
 	}
 	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true, Meta: meta}
+	if !oneway && verb != VerbGet && verb != VerbVersion {
+		// A call that fails indefinite is made again with the same
+		// sequence, and its verb runs once (rule 16).
+		req.Once = n.nextOnce()
+		if _, ok := ctx.Deadline(); !ok && req.Once.Writer != "" {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
+			defer cancel()
+		}
+	}
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -586,6 +628,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 	deadline, hasDeadline := ctx.Deadline()
 	hasDeadline = hasDeadline && !oneway
 	backoff := retryBackoffMin
+	var lastErr error // an indefinite failure being retried
 	for {
 		owner, ok := n.ownerOf(req.Partition)
 		switch {
@@ -611,8 +654,13 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				hctx = handlerCtx{ctx}
 			}
 			reply, err := n.handle(hctx, req)
-			if errors.Is(err, errTurnElsewhere) {
-				break // the handler did not run: to the owner by a fresher map
+			if errors.Is(err, errTurnElsewhere) || errors.Is(err, errTurnMoved) {
+				lastErr = err
+				break // nothing committed: to the owner by a fresher map
+			}
+			if req.Once.Writer != "" && retryable(err) {
+				lastErr = err
+				break // again, as the same call
 			}
 			if sink != nil && err == nil {
 				*sink = append(*sink, req.ReplyMeta...)
@@ -623,7 +671,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				if bp == nil {
 					bp = requestBufs.Get().(*[]byte)
 				}
-				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc, Meta: meta}
+				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc, Meta: meta, Once: req.Once}
 				if hasDeadline {
 					if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
 						return nil, context.DeadlineExceeded
@@ -645,11 +693,17 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				return nil, nil
 			}
 			reply, retry, err := callOnce(ctx, c, wbuf)
-			if !retry {
+			if !retry && (req.Once.Writer == "" || !retryable(err)) {
 				return reply, err
+			}
+			if !retry {
+				lastErr = err
 			}
 		}
 		if err := pause(ctx, n.ctx, &backoff); err != nil {
+			if lastErr != nil {
+				return nil, lastErr // the last attempt's answer: it may have run
+			}
 			return nil, err
 		}
 	}
@@ -699,19 +753,19 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 	if !n.needsTurn(req) {
 		return n.cfg.Handler(ctx, req)
 	}
-	t, err := n.beginTurn(ctx, req)
-	if err != nil {
-		return nil, err
+	t, dup, err := n.beginTurn(ctx, req)
+	if err != nil || t == nil {
+		return dup, err // a retry of a call whose record was committed: its first reply
 	}
 	returned := false
 	defer func() {
 		if !returned { // it panicked: the turn goes back with nothing
-			_ = t.end(ctx, errHandlerPanicked)
+			_ = t.end(ctx, nil, errHandlerPanicked)
 		}
 	}()
 	reply, err = n.cfg.Handler(context.WithValue(ctx, turnCtxKey{}, t), req)
 	returned = true
-	if err = t.end(ctx, err); err != nil {
+	if err = t.end(ctx, reply, err); err != nil {
 		return nil, err
 	}
 	return reply, nil
@@ -763,7 +817,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 			// names.
 			ctx = &deadlineCtx{ctx, deadline}
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, If: wr.If, Meta: wr.Meta}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, If: wr.If, Once: wr.Once, Meta: wr.Meta}
 		// The write queues without waking the driver; once the reader
 		// has dispatched its burst (this request alone, or all that
 		// arrived with it), it proposes the burst itself as one round if
@@ -782,7 +836,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 		if oneway {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, If: wr.If, Meta: wr.Meta}
+		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, If: wr.If, Once: wr.Once, Meta: wr.Meta}
 		parent := wr.Trace
 		ok := n.spawn(func() {
 			ctx := r.Context()
@@ -799,8 +853,9 @@ func (n *Node) serveRequest(r *transport.Request) {
 			if span != nil {
 				endSpan(span, err)
 			}
-			if errors.Is(err, errTurnElsewhere) {
-				_ = r.Reply([]byte{replyRetry}) // before the handler ran
+			if errors.Is(err, errTurnElsewhere) || errors.Is(err, errTurnMoved) {
+				// Nothing committed: the caller goes to the owner by then.
+				_ = r.Reply([]byte{replyRetry})
 				return
 			}
 			if err != nil {
@@ -927,13 +982,30 @@ func CallNode(ctx context.Context, c transport.Caller, verb, key string, payload
 // CallNodeWait is CallNode with the wait level a built-in write waits for
 // on the owner (unset: the owner's commit).
 func CallNodeWait(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec) ([]byte, error) {
-	return CallNodeIf(ctx, c, verb, key, payload, wait, IfVersion{})
+	return CallNodeWith(ctx, c, verb, key, payload, CallOpts{Wait: wait})
 }
 
-// CallNodeIf is CallNodeWait for a built-in write that commits only if
-// the key is at version cond (when cond is Set): a compare-and-set.
-func CallNodeIf(ctx context.Context, c transport.Caller, verb, key string, payload []byte, wait WaitSpec, cond IfVersion) ([]byte, error) {
-	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: wait, If: cond}
+// CallOpts are what a request may carry besides its verb, key and
+// payload.
+type CallOpts struct {
+	// Wait is what a built-in write waits for on the owner.
+	Wait WaitSpec
+	// If makes a built-in write a compare-and-set.
+	If IfVersion
+	// Once names the write or call for exactly-once: an attempt that
+	// fails indefinite is made again, as the same write, until ctx ends
+	// (the write timeout from now, without a deadline).
+	Once Once
+}
+
+// CallNodeWith is CallNode with what o asks.
+func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, payload []byte, o CallOpts) ([]byte, error) {
+	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: o.Wait, If: o.If, Once: o.Once}
+	if _, ok := ctx.Deadline(); !ok && o.Once.Writer != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
+		defer cancel()
+	}
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
 	if w.Meta = MetaFrom(ctx); len(w.Meta) > 0 {
@@ -954,13 +1026,34 @@ func CallNodeIf(ctx context.Context, c transport.Caller, verb, key string, paylo
 			b = w.append(b[:0])
 		}
 		reply, retry, err := callOnce(ctx, c, b)
-		if !retry {
+		if !retry && (o.Once.Writer == "" || !retryable(err)) {
 			return reply, err
 		}
-		if err := pause(ctx, context.Background(), &backoff); err != nil {
-			return nil, err
+		if perr := pause(ctx, context.Background(), &backoff); perr != nil {
+			if !retry {
+				return nil, err // the last attempt's answer: it may have applied
+			}
+			return nil, perr
 		}
 	}
+}
+
+// Writer names the writes and calls of one process that is not a node
+// (a Remote) for exactly-once: a life's ID and a count.
+type Writer struct {
+	id  string
+	seq atomic.Uint64
+}
+
+// NewWriter returns a writer named after name and random bytes.
+func NewWriter(name string) *Writer { return &Writer{id: newWriterID(name)} }
+
+// Next names a new write or call; a nil Writer names none.
+func (w *Writer) Next() Once {
+	if w == nil {
+		return Once{}
+	}
+	return Once{Writer: w.id, Seq: w.seq.Add(1)}
 }
 
 // CallNodeAsync is CallNodeWait without waiting: done is called exactly

@@ -96,3 +96,29 @@ func (d docState) StageChunk(p int, piece []byte, first bool) error {
 func (d docState) RestoreStaged(p int) error { return d.store.RestoreStaged(p) }
 
 func (d docState) DropStaged(p int) { d.store.DropStaged(p) }
+
+var _ partition.Deduper = docState{}
+
+// WriterOf reads the writer and sequence a batch record names.
+func (d docState) WriterOf(e partition.Entry) (string, uint64) {
+	if e.Type != wire.RecordBatch {
+		return "", 0
+	}
+	bt, err := doc.DecodeBatch(e.Value)
+	if err != nil {
+		return "", 0 // refused as it commits
+	}
+	return bt.Writer, bt.Seq
+}
+
+// Outcome is what the partition's table remembers of writer's seq.
+func (d docState) Outcome(p int, writer string, seq uint64) (uint64, []byte, partition.DedupStatus) {
+	o, st := d.store.Outcome(p, writer, seq)
+	switch st {
+	case doc.DedupDone:
+		return o.Version, o.Reply, partition.DedupDone
+	case doc.DedupTooOld:
+		return 0, nil, partition.DedupTooOld
+	}
+	return 0, nil, partition.DedupNew
+}

@@ -29,6 +29,12 @@ import (
 // the owner by a fresher map, as a request that met a non-owner does.
 var errTurnElsewhere = errs.New(errs.Unavailable, "fero: not the key's owner, ring changing")
 
+// errTurnMoved says that a handler's record was refused because its turn
+// ended while it ran (the partition moved, or the deadline passed):
+// nothing it wrote was committed, and the call is made again at the
+// key's owner, as one that met a non-owner is.
+var errTurnMoved = errs.New(errs.Unavailable, "fero: the key's owner changed, or the caller's deadline passed, while the handler ran: nothing it wrote was committed")
+
 // turn is a handler's hold on its key, and the writes it staged.
 type turn struct {
 	n         *Node
@@ -36,6 +42,7 @@ type turn struct {
 	key       string // the request's key
 	top       string // its top-level key
 	id        uint64 // the engine's name for the turn
+	once      Once   // the call's, kept with its record
 
 	mu      sync.Mutex
 	changes []doc.Change
@@ -64,19 +71,23 @@ func (n *Node) needsTurn(req *Request) bool {
 
 // beginTurn takes req's key's turn on this node, waiting behind the writes
 // and turns ahead of it. It fails with errTurnElsewhere where the node
-// does not own the key's partition.
-func (n *Node) beginTurn(ctx context.Context, req *Request) (*turn, error) {
+// does not own the key's partition. A call whose record was committed
+// before (a retry, rule 16) gets no turn: its first reply instead.
+func (n *Node) beginTurn(ctx context.Context, req *Request) (t *turn, dup []byte, err error) {
 	top, _, _ := strings.Cut(req.Key, string(rune(ring.DefaultSeparator)))
-	t := &turn{n: n, partition: req.Partition, key: req.Key, top: top, wait: partition.WaitAck}
-	c, err := n.proposeTurn(ctx, partition.Request{Partition: req.Partition, Key: req.Key, Wait: partition.WaitAck, Turn: partition.TurnBegin})
-	if err != nil {
-		if errors.Is(err, partition.ErrNotOwner) || errors.Is(err, partition.ErrNoOwner) {
-			return nil, errTurnElsewhere
-		}
-		return nil, err
+	t = &turn{n: n, partition: req.Partition, key: req.Key, top: top, once: req.Once, wait: partition.WaitAck}
+	c, err := n.proposeTurn(ctx, partition.Request{Partition: req.Partition, Key: req.Key, Wait: partition.WaitAck, Turn: partition.TurnBegin,
+		Writer: req.Once.Writer, Seq: req.Once.Seq})
+	switch {
+	case errors.Is(err, partition.ErrNotOwner), errors.Is(err, partition.ErrNoOwner):
+		return nil, nil, errTurnElsewhere
+	case err != nil:
+		return nil, nil, err
+	case c.Duplicate:
+		return nil, c.Reply, nil
 	}
 	t.id = c.Token
-	return t, nil
+	return t, nil, nil
 }
 
 // proposeTurn proposes a turn's begin or end and waits for its answer, or
@@ -162,11 +173,12 @@ func (t *turn) stage(c doc.Change, wait partition.Wait, k int) error {
 	return nil
 }
 
-// end commits what the turn staged, as one record in the turn's epoch, and
-// waits for it as the staged writes asked; or, when the handler failed
-// (herr), gives the turn back with nothing committed. It returns the
-// handler's error, or the commit's.
-func (t *turn) end(ctx context.Context, herr error) error {
+// end commits what the turn staged, as one record in the turn's epoch,
+// with the call's writer, sequence and reply when it has them, and waits
+// for it as the staged writes asked; or, when the handler failed (herr),
+// gives the turn back with nothing committed. It returns the handler's
+// error, or the commit's.
+func (t *turn) end(ctx context.Context, reply []byte, herr error) error {
 	t.mu.Lock()
 	t.ended = true
 	changes := t.changes
@@ -176,10 +188,15 @@ func (t *turn) end(ctx context.Context, herr error) error {
 		return herr
 	}
 	req := partition.Request{Partition: t.partition, Key: t.key, Wait: t.wait, K: t.k, Turn: partition.TurnEnd, TurnID: t.id}
-	if len(changes) == 1 && !changes[0].Cond {
+	switch {
+	case len(changes) == 1 && !changes[0].Cond && t.once.Writer == "":
 		req.Type, req.Key, req.Value = changes[0].Type, changes[0].Key, changes[0].Value
-	} else {
-		req.Type, req.Value = wire.RecordBatch, doc.AppendBatch(nil, &doc.Batch{Changes: changes})
+	default:
+		b := doc.Batch{Changes: changes, Writer: t.once.Writer, Seq: t.once.Seq}
+		if t.once.Writer != "" && len(reply) <= doc.DedupMaxReply {
+			b.Reply = reply
+		}
+		req.Type, req.Value = wire.RecordBatch, doc.AppendBatch(nil, &b)
 	}
 	// The record commits before the caller's deadline or never (the turn
 	// ends then), and the engine answers by the deadline: the handler
@@ -190,7 +207,9 @@ func (t *turn) end(ctx context.Context, herr error) error {
 	}
 	_, err := t.n.proposeTurn(wctx, req)
 	if errors.Is(err, partition.ErrTurnEnded) {
-		return errs.Errorf(errs.Unavailable, "fero: %s: the key's owner changed, or the caller's deadline passed, while the handler ran: nothing it wrote was committed", t.key)
+		// Nothing committed: the call goes again, to the owner by then
+		// (until the caller's deadline, which may be what ended it).
+		return errTurnMoved
 	}
 	return err
 }

@@ -119,6 +119,10 @@ type write struct {
 	// turn and turnID: a turn's begin or end (turns.go).
 	turn   TurnOp
 	turnID uint64
+	// writer and seq: a turn's begin's caller, for its verb's outcome
+	// (dedup.go).
+	writer string
+	seq    uint64
 }
 
 type queued struct {
@@ -134,6 +138,11 @@ type wait struct {
 	voters   bool
 	origin   origin
 	deadline time.Time
+	// dup: a duplicate (dedup.go), answered at first with reply once its
+	// first commit is as durable as asked.
+	dup   bool
+	first Position
+	reply []byte
 }
 
 // peer is what an owner knows of one copy.

@@ -126,6 +126,9 @@ type forwarded struct {
 	partition int
 	to        string
 	deadline  time.Time
+	// retried: its caller sends it again, with its writer's sequence, on
+	// an indefinite failure (dedup.go).
+	retried bool
 }
 
 // origin is who waits for a write: the local caller (node "") or a
@@ -241,9 +244,25 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 	}
 	// Forwards to a server that left the map keep waiting until their
 	// deadline: the write may still sit in that server's socket, and it
-	// could commit it up to the deadline (rule 1).
+	// could commit it up to the deadline (rule 1). All but those whose
+	// caller will send them again with their writer's sequence: they fail
+	// now, indefinite, and the retry goes to the new owner, where it
+	// applies once (rule 16; fail fast).
+	if prev != nil {
+		for id, f := range e.fwd.All() {
+			if f.retried && !inMap(m, f.to) {
+				e.fwd.Take(id)
+				e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrOwnerGone})
+			}
+		}
+	}
 	return nil
 }
+
+// ErrOwnerGone fails a forwarded write whose owner left the map before it
+// answered: it may have committed it, so the error is indefinite; its
+// caller sends it again with the same sequence (rule 16).
+var ErrOwnerGone = errs.New(errs.Aborted, "the owner left the cluster with the write in flight")
 
 // remap applies a new map to one partition.
 func (e *Engine) remap(pt *part, prev *ring.Map) {
@@ -546,7 +565,7 @@ func (e *Engine) Propose(req Request) error {
 	if !e.now.Before(deadline) {
 		return ErrExpired
 	}
-	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K, deadline: deadline.UnixNano(), turn: req.Turn, turnID: req.TurnID}
+	w := write{typ: req.Type, key: req.Key, value: req.Value, wait: req.Wait, k: req.K, deadline: deadline.UnixNano(), turn: req.Turn, turnID: req.TurnID, writer: req.Writer, seq: req.Seq}
 	owner := e.ownerOf(pt.p)
 	if owner == "" {
 		return ErrNoOwner
@@ -558,7 +577,7 @@ func (e *Engine) Propose(req Request) error {
 		// One hop to the owner by this node's map (rule 10).
 		var id uint64
 		if o.wants {
-			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: deadline})
+			id = e.fwd.Add(forwarded{token: req.Token, partition: pt.p, to: owner, deadline: deadline, retried: req.Writer != ""})
 		}
 		f := take(&e.out.forwards)
 		*f = Forward{Partition: uint32(pt.p), ID: id, Hops: 1, Type: w.typ, Key: w.key, Value: w.value, Wait: w.wait, K: uint8(w.k),

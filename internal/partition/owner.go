@@ -235,6 +235,9 @@ func (e *Engine) startEpoch(pt *part) {
 // commit assigns the next offset to a write and applies it (rule 1: only
 // the epoch's owner gets here).
 func (e *Engine) commit(pt *part, w write, o origin) error {
+	if done, err := e.dedup(pt, w, o); done {
+		return err
+	}
 	k, voters := 0, false
 	switch w.wait {
 	case WaitReplicas:
@@ -341,7 +344,11 @@ func (e *Engine) checkWaits(pt *part) {
 			}
 		}
 		if n >= w.k {
-			e.complete(pt, w.origin, w.pos, nil)
+			if w.dup {
+				e.completeDuplicate(pt, w.origin, w.first, w.reply)
+			} else {
+				e.complete(pt, w.origin, w.pos, nil)
+			}
 		} else {
 			kept = append(kept, w)
 		}

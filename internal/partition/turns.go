@@ -86,10 +86,24 @@ func (e *Engine) writeTurn(pt *part, w write, o origin) error {
 		t.waiting = append(t.waiting, queued{write: w, origin: o})
 		return nil
 	case w.turn == TurnBegin:
+		if done, err := e.beginDuplicate(pt, w, o); done {
+			return err
+		}
 		e.grantTurn(pt, tk, w, o, nil)
 		return nil
 	}
 	return e.commit(pt, w, o)
+}
+
+// beginDuplicate answers a turn asked for a verb whose writer's sequence
+// was committed before, with its first reply, rather than granting it
+// (rule 16): done says it was answered.
+func (e *Engine) beginDuplicate(pt *part, w write, o origin) (done bool, err error) {
+	d, ok := e.st.(Deduper)
+	if !ok || w.writer == "" {
+		return false, nil
+	}
+	return e.answerDuplicate(pt, d, w.writer, w.seq, w, o)
 }
 
 // grantTurn gives the key tk's turn to the TurnBegin w, with waiting behind
@@ -131,6 +145,12 @@ func (e *Engine) passTurn(pt *part, tk string, t *turn) {
 			continue
 		}
 		if q.turn == TurnBegin {
+			if done, err := e.beginDuplicate(pt, q.write, q.origin); done {
+				if err != nil {
+					e.complete(pt, q.origin, Position{}, err)
+				}
+				continue
+			}
 			e.grantTurn(pt, tk, q.write, q.origin, t.waiting[i+1:])
 			return
 		}

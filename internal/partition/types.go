@@ -111,6 +111,14 @@ type Request struct {
 	// ErrNotOwner, never forwarded.
 	Turn   TurnOp
 	TurnID uint64
+	// Writer and Seq name the write for exactly-once (dedup.go): a
+	// TurnBegin's verb, answered with its first reply if its writer's
+	// sequence was committed before. A write's record carries its own (the
+	// State reads them); here they say that its caller retries an
+	// indefinite failure, so a forward to an owner that leaves the map may
+	// be answered at once. The engine does not send them.
+	Writer string
+	Seq    uint64
 }
 
 // Completion reports how a waited-for request ended.
@@ -124,6 +132,11 @@ type Completion struct {
 	// Owner is the answering node's view of the partition's owner when the
 	// write was refused as sent to a non-owner; the caller retries there.
 	Owner string
+	// Duplicate says that the write (or the verb whose turn this was) had
+	// been committed before, at Position, and was not committed again;
+	// Reply is the verb's reply then (dedup.go).
+	Duplicate bool
+	Reply     []byte
 }
 
 // EventKind says what an [Event] reports.

@@ -36,6 +36,8 @@ type config struct {
 	handler Handler
 	// concurrent: the verbs that run without their key's turn (Concurrent).
 	concurrent map[string]bool
+	// noRetry: WithoutRetry.
+	noRetry bool
 	// interceptors wrap handler; callInterceptors wrap Call
 	// (WithInterceptors, WithCallInterceptors).
 	interceptors     []Interceptor
@@ -98,6 +100,21 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // (the original's from function). Without one the node answers ADD, UPDATE
 // and REMOVE (see [Request.Next]) and refuses every other verb.
 func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
+
+// WithoutRetry turns exactly-once retries off (docs/engine.md, rule 16).
+// By default every write a caller waits for (Update, Add, Remove, Push,
+// Set, Patch and the typed map's, on a Resource or a Remote) and every
+// Call carries a writer ID and a sequence number; when an attempt fails
+// with an indefinite error (the owner died or lost the partition with it
+// in flight) it is made again, as the same write, at the key's owner by
+// then, until it succeeds, fails definite, or the caller's deadline (the
+// write timeout, without one) passes; the owner commits it once and
+// answers a retry with the first outcome, a verb's first reply included.
+// Without it, an indefinite error reaches the caller at once, as it did
+// before, and a retry the caller makes may apply twice. Writes that wait
+// for nothing (NoWait, SetAsync, CallAsync) carry no writer ID either
+// way.
+func WithoutRetry() Option { return func(c *config) { c.noRetry = true } }
 
 // Concurrent lets the handler's verbs named run without taking their key's
 // turn (see [Handler]): many at once for one key, beside its writes. Give

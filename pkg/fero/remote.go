@@ -29,8 +29,11 @@ import (
 type Remote struct {
 	peer   *transport.Peer
 	tracer trace.Tracer // WithTracerProvider; nil: no spans
-	call   CallFunc     // Call through its interceptors, composed at Dial
-	stream StreamFunc   // Stream through its interceptors
+	// writer names its writes and calls for exactly-once (nil with
+	// WithoutRetry): one that fails indefinite is made again.
+	writer *node.Writer
+	call   CallFunc   // Call through its interceptors, composed at Dial
+	stream StreamFunc // Stream through its interceptors
 }
 
 // NodeStatus is one node's view of its cluster, as [Remote.Status]
@@ -72,6 +75,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 		return nil, err
 	}
 	c := &Remote{peer: p, tracer: cfg.tracer}
+	if !cfg.noRetry {
+		c.writer = node.NewWriter("remote")
+	}
 	c.call = chainCalls(c.callDirect, callChain(cfg))
 	c.stream = chainStreams(c.streamDirect, cfg.streamInterceptors)
 	return c, nil
@@ -93,12 +99,12 @@ func (c *Remote) span(ctx context.Context, name, verb string) (context.Context, 
 }
 
 // callNode sends one request, as a span when the Remote traces.
-func (c *Remote) callNode(ctx context.Context, name, verb, key string, payload []byte, wait node.WaitSpec) ([]byte, error) {
+func (c *Remote) callNode(ctx context.Context, name, verb, key string, payload []byte, o node.CallOpts) ([]byte, error) {
 	if c.tracer == nil {
-		return node.CallNodeWait(ctx, c.peer, verb, key, payload, wait)
+		return node.CallNodeWith(ctx, c.peer, verb, key, payload, o)
 	}
 	ctx, span := c.span(ctx, name, verb)
-	out, err := node.CallNodeWait(ctx, c.peer, verb, key, payload, wait)
+	out, err := node.CallNodeWith(ctx, c.peer, verb, key, payload, o)
 	if err != nil {
 		span.SetAttributes(attribute.String("fero.code", errs.CodeOf(err).String()))
 		span.SetStatus(codes.Error, err.Error())
@@ -122,7 +128,11 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 	if err != nil {
 		return err
 	}
-	out, err := c.callNode(ctx, "fero.call", verb, key, b, node.WaitSpec{})
+	var once node.Once
+	if verb != VerbGet && verb != VerbVersion {
+		once = c.writer.Next()
+	}
+	out, err := c.callNode(ctx, "fero.call", verb, key, b, node.CallOpts{Once: once})
 	if err != nil || reply == nil || len(out) == 0 {
 		return err
 	}
@@ -154,7 +164,7 @@ func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, d
 // Get decodes the owner's value at key into v; ok is false when there is
 // none.
 func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error) {
-	out, err := c.callNode(ctx, "fero.get", VerbGet, key, nil, node.WaitSpec{})
+	out, err := c.callNode(ctx, "fero.get", VerbGet, key, nil, node.CallOpts{})
 	if err != nil || len(out) == 0 {
 		return false, err
 	}
@@ -200,11 +210,7 @@ func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait 
 	if err != nil {
 		return err
 	}
-	if cond.Set {
-		_, err = node.CallNodeIf(ctx, c.peer, verb, key, b, spec, cond)
-		return err
-	}
-	_, err = c.callNode(ctx, "fero.write", verb, key, b, spec)
+	_, err = c.callNode(ctx, "fero.write", verb, key, b, node.CallOpts{Wait: spec, If: cond, Once: c.writer.Next()})
 	return err
 }
 
@@ -212,7 +218,7 @@ func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait 
 // and returns its version, read together (a read through the owner, so
 // the version names a write that no later owner loses).
 func (c *Remote) GetVersion(ctx context.Context, key string, v any) (ok bool, ver Version, err error) {
-	out, err := c.callNode(ctx, "fero.get", VerbVersion, key, nil, node.WaitSpec{})
+	out, err := c.callNode(ctx, "fero.get", VerbVersion, key, nil, node.CallOpts{})
 	if err != nil {
 		return false, 0, err
 	}

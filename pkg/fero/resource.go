@@ -85,7 +85,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
 		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil, Tracer: cfg.tracer,
-		Servers: cfg.attach,
+		Servers: cfg.attach, NoRetry: cfg.noRetry,
 	}
 	if len(cfg.attach) > 0 {
 		ncfg.Token = cfg.token

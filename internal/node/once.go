@@ -1,0 +1,77 @@
+package node
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// Exactly-once (docs/engine.md, rule 16). Each write a caller waits for,
+// and each verb it calls, carries this node's writer ID and a sequence
+// number of its own. The owner's state remembers the outcome of a writer's
+// recent sequences in each partition (doc.Store's table, replicated with
+// the partition), so when an attempt fails with an indefinite error (the
+// owner died or lost the partition with the write in flight) the node
+// sends it again with the same sequence, to whoever owns the key by then,
+// and the write applies once: a retry of a committed write, or of a verb
+// whose record was committed, is answered with the first outcome.
+
+// Once names one write or verb call for exactly-once: the writer (this
+// node, in this life) and its sequence. The zero Once names none.
+type Once struct {
+	Writer string
+	Seq    uint64
+}
+
+// Metadata names that carry a request's Once to its owner.
+const (
+	writerName = "fero-writer"
+	seqName    = "fero-seq"
+)
+
+// newWriterID names this node's life as a writer: its ID and random
+// bytes, so that two lives of one node never share sequences.
+func newWriterID(id string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	w := id + "~" + hex.EncodeToString(b[:])
+	if len(w) > doc.MaxBatchWriter {
+		w = w[len(w)-doc.MaxBatchWriter:]
+	}
+	return w
+}
+
+// nextOnce names a new write or call of this node's, or none when the
+// node does not retry (Config.NoRetry).
+func (n *Node) nextOnce() Once {
+	if n.cfg.NoRetry {
+		return Once{}
+	}
+	return Once{Writer: n.writer, Seq: n.seq.Add(1)}
+}
+
+// retryable says whether an attempt that failed with err is sent again,
+// with the same Once: the cluster lost track of it (the connection broke
+// with it in flight, its owner left the cluster, or lost the partition
+// after committing it), so it may or may not have happened. A handler's
+// own error is its answer, and the caller's deadline ends the retries.
+func retryable(err error) bool {
+	return errors.Is(err, transport.ErrConnLost) || errors.Is(err, partition.ErrOwnershipLost) ||
+		errors.Is(err, partition.ErrOwnerGone)
+}
+
+// onceRecord is the record of change c sent as o: a batch that names its
+// writer's sequence (and carries c's condition, if any), or c itself when
+// it needs neither.
+func onceRecord(c doc.Change, o Once) doc.Change {
+	if o.Writer == "" && !c.Cond {
+		return c
+	}
+	b := doc.Batch{Changes: []doc.Change{c}, Writer: o.Writer, Seq: o.Seq}
+	return doc.Change{Type: wire.RecordBatch, Key: c.Key, Value: doc.AppendBatch(nil, &b)}
+}
