@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -514,4 +515,45 @@ func TestRestoreTable(t *testing.T) {
 			requireCode(t, s.StageChunk(0, b, true), errs.InvalidArgument, ErrSnapshot)
 		})
 	}
+}
+
+// TestOutcomeWithReaders: a reader that sees a batch's changes sees its
+// outcome too, while batches commit; run with -race.
+func TestOutcomeWithReaders(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	const batches = 2000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		for seq := uint64(1); seq <= batches; seq++ {
+			if err := s.ApplyBatch(0, 100+seq, write(t, s, "w", seq, fmt.Append(nil, seq), "k")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		ver := s.Version("k")
+		if ver == 0 {
+			continue
+		}
+		seq := ver - 100
+		o, st := s.Outcome(0, "w", seq)
+		if st == DedupTooOld {
+			continue // forgotten since
+		}
+		require.Equal(t, DedupDone, st, "seq %d, at version %d", seq, ver)
+		require.Equal(t, Outcome{Version: ver, Reply: fmt.Append(nil, seq)}, o)
+	}
+	wg.Wait()
+	requireOutcome(t, s, 0, "w", batches, DedupDone, 100+batches, fmt.Append(nil, batches))
 }
