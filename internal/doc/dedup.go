@@ -173,10 +173,18 @@ func (d *dedup) record(writer string, o outcome) {
 	if found || o.seq <= w.floor {
 		return
 	}
-	w.seqs = slices.Insert(w.seqs, i, o)
-	if len(w.seqs) > DedupPerWriter {
+	switch {
+	case len(w.seqs) < DedupPerWriter:
+		w.seqs = slices.Insert(w.seqs, i, o)
+	case i == 0:
+		// Below every remembered one: forgotten as soon as recorded.
+		w.floor = o.seq
+	default:
+		// Forget the lowest in place, so that a full writer's slice
+		// stays DedupPerWriter long and recording allocates nothing.
 		w.floor = w.seqs[0].seq
-		w.seqs = slices.Delete(w.seqs, 0, 1)
+		copy(w.seqs, w.seqs[1:i])
+		w.seqs[i-1] = o
 	}
 	if o.version > w.last {
 		w.last = o.version

@@ -31,6 +31,22 @@ func TestApplyBatchAllocates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}))
+
+	// A known writer's, once its window is full, allocates only the copy
+	// of its reply beside that.
+	bt.Writer, bt.Reply = "w", []byte("reply")
+	for range DedupPerWriter {
+		ver++
+		bt.Seq++
+		require.NoError(t, s.ApplyBatch(0, ver, bt))
+	}
+	require.Equal(t, 5.0, testing.AllocsPerRun(100, func() {
+		ver++
+		bt.Seq++
+		if err := s.ApplyBatch(0, ver, bt); err != nil {
+			t.Fatal(err)
+		}
+	}))
 }
 
 // write is a batch of writer's write seq, which sets key to seq and

@@ -1023,10 +1023,10 @@ func (s *Store) replace(p int, st *restored) {
 // Digest returns a hash of the whole state: every partition's number, keys
 // and canonical values in order. Two stores with equal digests hold the
 // same state (up to hash collisions); tests use it to compare replicas.
-// Versions are not hashed: a digest compares values, and copies that hold
-// equal values agree however they came by them (one restored from a
-// snapshot written before versions were kept holds version 1 where the
-// other holds offsets).
+// Versions are not hashed, nor the exactly-once table: a digest compares
+// values, and copies that hold equal values agree however they came by
+// them (one restored from a snapshot written before versions were kept
+// holds version 1 where the other holds offsets).
 func (s *Store) Digest() uint64 {
 	h := xxhash.New()
 	var buf [12]byte
