@@ -871,8 +871,7 @@ func (s *Store) DropStaged(p int) {
 
 // parseSnapshot checks a snapshot of partition p (or a piece of one),
 // adds its keys to t and returns its exactly-once table (empty for the
-// formats without one); shared: large values and the table's replies keep
-// their bytes in b.
+// formats without one); shared: large values keep their bytes in b.
 func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) (dedup, error) {
 	bad := func(format string, args ...any) (dedup, error) {
 		return dedup{}, errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
@@ -970,7 +969,7 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) (dedup, er
 	var dd dedup
 	if withTable {
 		c := wire.NewCursor(b[len(b)-r.Len():])
-		dd = parseDedup(&c, shared)
+		dd = parseDedup(&c)
 		if err := c.End(); err != nil {
 			return bad("the exactly-once table: %v", err)
 		}
