@@ -333,7 +333,7 @@ func TestDedupThroughSnapshots(t *testing.T) {
 	require.Equal(t, byte(snapshotFormatV1), want[plain][1])
 
 	for name, restore := range map[string]func(t *testing.T, dst *Store, p int) error{
-		"Restore":       func(_ *testing.T, dst *Store, p int) error { return dst.Restore(p, want[p]) },
+		"Restore": func(_ *testing.T, dst *Store, p int) error { return dst.Restore(p, want[p]) },
 		"RestoreShared": func(_ *testing.T, dst *Store, p int) error {
 			// Its values are small, so they are copied; and replies
 			// always are, so the bytes may go.
