@@ -173,10 +173,18 @@ func (d *dedup) record(writer string, o outcome) {
 	if found || o.seq <= w.floor {
 		return
 	}
-	w.seqs = slices.Insert(w.seqs, i, o)
-	if len(w.seqs) > DedupPerWriter {
+	switch {
+	case len(w.seqs) < DedupPerWriter:
+		w.seqs = slices.Insert(w.seqs, i, o)
+	case i == 0:
+		// Below every remembered one: forgotten as soon as recorded.
+		w.floor = o.seq
+	default:
+		// Forget the lowest in place, so that a full writer's slice
+		// stays DedupPerWriter long and recording allocates nothing.
 		w.floor = w.seqs[0].seq
-		w.seqs = slices.Delete(w.seqs, 0, 1)
+		copy(w.seqs, w.seqs[1:i])
+		w.seqs[i-1] = o
 	}
 	if o.version > w.last {
 		w.last = o.version
@@ -246,8 +254,11 @@ func (d *dedup) appendTo(b []byte) []byte {
 // DedupWriters, each with 1 to DedupPerWriter outcomes above its floor,
 // sorted, at offsets from 1 to its latest; replies at most DedupMaxReply
 // bytes), so a table restores to one that snapshots to the same bytes.
-// shared: replies keep their bytes in the input.
-func parseDedup(c *wire.Cursor, shared bool) dedup {
+//
+// Replies are copied, even for RestoreShared: an idle writer's outcome
+// may be kept indefinitely, and a reply of a few bytes would keep the
+// whole snapshot in memory with it.
+func parseDedup(c *wire.Cursor) dedup {
 	var d dedup
 	n := c.Array("the exactly-once table", -1)
 	if n > DedupWriters {
@@ -304,11 +315,10 @@ func parseDedup(c *wire.Cursor, shared bool) dedup {
 			if c.Err() != nil {
 				return dedup{}
 			}
-			switch {
-			case len(o.reply) == 0:
-				o.reply = nil
-			case !shared:
+			if len(o.reply) > 0 {
 				o.reply = slices.Clone(o.reply)
+			} else {
+				o.reply = nil
 			}
 		}
 		d.byName[w.name] = w

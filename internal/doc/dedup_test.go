@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -26,6 +27,22 @@ func TestApplyBatchAllocates(t *testing.T) {
 	var ver uint64 = 1
 	require.Equal(t, 4.0, testing.AllocsPerRun(100, func() {
 		ver++
+		if err := s.ApplyBatch(0, ver, bt); err != nil {
+			t.Fatal(err)
+		}
+	}))
+
+	// A known writer's, once its window is full, allocates only the copy
+	// of its reply beside that.
+	bt.Writer, bt.Reply = "w", []byte("reply")
+	for range DedupPerWriter {
+		ver++
+		bt.Seq++
+		require.NoError(t, s.ApplyBatch(0, ver, bt))
+	}
+	require.Equal(t, 5.0, testing.AllocsPerRun(100, func() {
+		ver++
+		bt.Seq++
 		if err := s.ApplyBatch(0, ver, bt); err != nil {
 			t.Fatal(err)
 		}
@@ -316,8 +333,14 @@ func TestDedupThroughSnapshots(t *testing.T) {
 	require.Equal(t, byte(snapshotFormatV1), want[plain][1])
 
 	for name, restore := range map[string]func(t *testing.T, dst *Store, p int) error{
-		"Restore":       func(_ *testing.T, dst *Store, p int) error { return dst.Restore(p, want[p]) },
-		"RestoreShared": func(_ *testing.T, dst *Store, p int) error { return dst.RestoreShared(p, slices.Clone(want[p])) },
+		"Restore": func(_ *testing.T, dst *Store, p int) error { return dst.Restore(p, want[p]) },
+		"RestoreShared": func(_ *testing.T, dst *Store, p int) error {
+			// Its values are small, so they are copied; and replies
+			// always are, so the bytes may go.
+			b := slices.Clone(want[p])
+			defer clear(b)
+			return dst.RestoreShared(p, b)
+		},
 		"StageChunk": func(t *testing.T, dst *Store, p int) error {
 			pieces := must(src.SnapshotChunks(p, 200))
 			if p != plain {
@@ -514,4 +537,45 @@ func TestRestoreTable(t *testing.T) {
 			requireCode(t, s.StageChunk(0, b, true), errs.InvalidArgument, ErrSnapshot)
 		})
 	}
+}
+
+// TestOutcomeWithReaders: a reader that sees a batch's changes sees its
+// outcome too, while batches commit; run with -race.
+func TestOutcomeWithReaders(t *testing.T) {
+	s, err := New(1)
+	require.NoError(t, err)
+	const batches = 2000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		for seq := uint64(1); seq <= batches; seq++ {
+			if err := s.ApplyBatch(0, 100+seq, write(t, s, "w", seq, fmt.Append(nil, seq), "k")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		ver := s.Version("k")
+		if ver == 0 {
+			continue
+		}
+		seq := ver - 100
+		o, st := s.Outcome(0, "w", seq)
+		if st == DedupTooOld {
+			continue // forgotten since
+		}
+		require.Equal(t, DedupDone, st, "seq %d, at version %d", seq, ver)
+		require.Equal(t, Outcome{Version: ver, Reply: fmt.Append(nil, seq)}, o)
+	}
+	wg.Wait()
+	requireOutcome(t, s, 0, "w", batches, DedupDone, 100+batches, fmt.Append(nil, batches))
 }

@@ -109,16 +109,59 @@
 // reader sees the whole batch or none of it. Every key the batch leaves
 // present takes the batch's offset as its version.
 //
+// # Exactly-once writes
+//
+// A write may carry a writer ID and a sequence number (Batch.Writer and
+// Seq), and its answer (Batch.Reply). A writer retries a write whose
+// answer it did not get, so before committing such a batch the owner
+// asks Outcome whether the partition already committed it; if so, the
+// retry is answered with the first outcome (the offset it was committed
+// at, and its reply) and not applied twice.
+//
+// What Outcome reads is each partition's exactly-once table, which
+// ApplyBatch updates on every copy, in log order, as part of the batch: a
+// failed batch records nothing, and a new owner, a restarted server and a
+// copy that caught up from a snapshot answer as the old owner would have.
+// The table is a window, not a history. Per partition it remembers, for
+// each of at most DedupWriters (1024) writers, the outcomes of at most
+// DedupPerWriter (64) sequence numbers: the highest, since a writer's
+// sequence numbers increase, though a pipelining writer's may commit out
+// of order. Recording one more forgets the lowest, which becomes the
+// writer's floor; recording a new writer in a full table forgets the
+// writer whose latest record has the lowest offset (then the first by
+// name), with everything it had. A reply larger than DedupMaxReply
+// (64 KiB) is not kept: its outcome says only that it was committed, and
+// where (DedupReplyTooLarge).
+//
+// So Outcome has four answers. DedupDone: committed, here is how.
+// DedupNew: never committed, as far as the window tells: the writer is
+// unknown, or the sequence number is above its floor and not remembered.
+// DedupTooOld: the sequence number is at or below the writer's floor and
+// not remembered, so it may have been committed and forgotten; the
+// partition cannot tell, and the owner must not apply it. A writer
+// forgotten whole reads as DedupNew: a writer silent while 1024 others
+// wrote to the partition loses its guarantee.
+//
+// Everything the table forgets depends only on the batches applied and
+// their offsets, never on time or map order, so every copy forgets the
+// same outcomes at the same offset.
+//
 // # Snapshots and digests
 //
-// A partition's snapshot is a msgpack array [1, map], the map from its
-// top-level keys, in sorted order, to [version, canonical value]. Restore
-// also takes the bare map {key: value} written before versions were kept.
-// It validates a snapshot as it validates values, and also refuses keys
-// that contain the separator or belong to another partition, since Get
-// could never find them. Digest hashes every partition's keys and values
-// in order, not versions; two copies with equal digests hold the same
-// values.
+// A partition's snapshot is a msgpack array [2, map, table], the map from
+// its top-level keys, in sorted order, to [version, canonical value], and
+// table its exactly-once table, writers sorted by name (the layout is at
+// snapshotFormat). A partition with an empty table is written as
+// [1, map], as before the table was kept. Restore takes both, and the
+// bare map {key: value} written before versions were kept; the last two
+// restore an empty table. A restore replaces the table with the
+// snapshot's; Clear empties it. In pieces (SnapshotChunks), the first
+// piece carries the table. Restore validates a snapshot as it validates
+// values, and also refuses keys that contain the separator or belong to
+// another partition, since Get could never find them, and a table past
+// the window's bounds. Digest hashes every partition's keys and values
+// in order, not versions nor the table; two copies with equal digests
+// hold the same values.
 //
 // # Concurrency
 //

@@ -54,12 +54,22 @@ func FuzzApply(f *testing.F) {
 }
 
 // FuzzRestore restores arbitrary bytes: Restore must not panic, a refused
-// snapshot must leave the partition as it was, and an accepted one must
-// snapshot to bytes that restore to themselves.
+// snapshot must leave the partition, its exactly-once table included, as
+// it was, and an accepted one must snapshot to bytes that restore to
+// themselves.
 func FuzzRestore(f *testing.F) {
 	good := snapshots(f, storeOf(f, initial()))
 	for _, b := range good {
 		f.Add(b)
+	}
+	withTable := storeOf(f, initial())
+	for i, w := range []string{"w1", "w2", "w1"} {
+		bt := write(f, withTable, w, uint64(1+i), []byte("reply"), "n")
+		require.NoError(f, withTable.ApplyBatch(partOf(withTable, "n"), uint64(10+i), bt))
+	}
+	require.NoError(f, withTable.ApplyBatch(partOf(withTable, "s"), 20, write(f, withTable, "w3", 5, make([]byte, DedupMaxReply+1), "s")))
+	for _, p := range []int{partOf(withTable, "n"), partOf(withTable, "s")} {
+		f.Add(must(withTable.Snapshot(p)))
 	}
 	for _, b := range [][]byte{{0x80}, {0x90}, {0x81, 0xa1, 'k', 0x01}, {0xdf, 0xff, 0xff, 0xff, 0xff}, {0x81, 0x01, 0x01}} {
 		f.Add(b)
@@ -69,11 +79,12 @@ func FuzzRestore(f *testing.F) {
 		s, err := New(1)
 		require.NoError(t, err)
 		mustApply(t, s, update, "old", 1)
-		before := s.Digest()
+		require.NoError(t, s.ApplyBatch(0, 2, write(t, s, "w", 1, []byte("r"), "old")))
+		before := must(s.Snapshot(0))
 		if err := s.Restore(0, b); err != nil {
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "%v", err)
 			require.ErrorIs(t, err, ErrSnapshot)
-			require.Equal(t, before, s.Digest())
+			require.Equal(t, before, must(s.Snapshot(0)))
 			return
 		}
 		snap, err := s.Snapshot(0)

@@ -871,8 +871,7 @@ func (s *Store) DropStaged(p int) {
 
 // parseSnapshot checks a snapshot of partition p (or a piece of one),
 // adds its keys to t and returns its exactly-once table (empty for the
-// formats without one); shared: large values and the table's replies keep
-// their bytes in b.
+// formats without one); shared: large values keep their bytes in b.
 func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) (dedup, error) {
 	bad := func(format string, args ...any) (dedup, error) {
 		return dedup{}, errs.Errorf(errs.InvalidArgument, "%w: "+format, append([]any{ErrSnapshot}, args...)...)
@@ -970,7 +969,7 @@ func (s *Store) parseSnapshot(p int, b []byte, t *table, shared bool) (dedup, er
 	var dd dedup
 	if withTable {
 		c := wire.NewCursor(b[len(b)-r.Len():])
-		dd = parseDedup(&c, shared)
+		dd = parseDedup(&c)
 		if err := c.End(); err != nil {
 			return bad("the exactly-once table: %v", err)
 		}
@@ -1023,10 +1022,10 @@ func (s *Store) replace(p int, st *restored) {
 // Digest returns a hash of the whole state: every partition's number, keys
 // and canonical values in order. Two stores with equal digests hold the
 // same state (up to hash collisions); tests use it to compare replicas.
-// Versions are not hashed: a digest compares values, and copies that hold
-// equal values agree however they came by them (one restored from a
-// snapshot written before versions were kept holds version 1 where the
-// other holds offsets).
+// Versions are not hashed, nor the exactly-once table: a digest compares
+// values, and copies that hold equal values agree however they came by
+// them (one restored from a snapshot written before versions were kept
+// holds version 1 where the other holds offsets).
 func (s *Store) Digest() uint64 {
 	h := xxhash.New()
 	var buf [12]byte
