@@ -35,6 +35,10 @@ import (
 // Config is one workload process's part of a run.
 type Config struct {
 	Resource string
+	// Kind is the workload: history.Register (the default),
+	// history.Counter or history.Bank (see jepsen.go; the servers must
+	// run with --jepsen-verbs).
+	Kind string
 	// Seeds are gossip addresses to join.
 	Seeds []string
 	// Bind is this node's gossip address, ip:port.
@@ -45,7 +49,8 @@ type Config struct {
 	// Proc numbers the process, unique in the run: it makes written
 	// values unique ("p<Proc>-<op id>").
 	Proc int
-	// Keys are the keys the operations pick from, uniformly.
+	// Keys are the keys the operations pick from, uniformly: registers,
+	// or counters; for Bank, Keys[0] is the bank's key.
 	Keys []string
 	// Rate is the operations invoked per second.
 	Rate     float64
@@ -105,6 +110,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cfg = withDefaults(cfg)
 	if len(cfg.Keys) == 0 || cfg.Rate <= 0 || cfg.Out == "" {
 		return errors.New("workload: Keys, Rate and Out are required")
+	}
+	switch cfg.Kind {
+	case history.Register, history.Counter, history.Bank:
+	default:
+		return fmt.Errorf("workload: kind %q: want %s, %s or %s", cfg.Kind, history.Register, history.Counter, history.Bank)
 	}
 	ctx, stopSignal := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stopSignal()
@@ -171,6 +181,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	w := &worker{cfg: cfg, r: r, hist: hist}
+	if cfg.Kind == history.Bank {
+		if err := w.bankInit(ctx); err != nil {
+			return err
+		}
+	}
 	if err := w.invoke(ctx); err != nil {
 		return err
 	}
@@ -178,6 +193,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.OpsDone()
 	}
 	waitForHeal(ctx, cfg.Stdin)
+	if cfg.Kind != history.Register {
+		if err := w.finalReads(ctx); err != nil {
+			return err
+		}
+	}
 	return w.final()
 }
 
@@ -193,6 +213,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.Stdin == nil {
 		cfg.Stdin = os.Stdin
+	}
+	if cfg.Kind == "" {
+		cfg.Kind = history.Register
 	}
 	return cfg
 }
@@ -226,6 +249,9 @@ type ticket struct {
 	via  history.Via
 	key  string
 	wait int // index into waits
+	// amount, from and to are an Incr's or a Transfer's.
+	amount   int64
+	from, to string
 }
 
 // invoke runs the operation phase: tickets are due at start + i/Rate and
@@ -269,6 +295,10 @@ loop:
 		}
 		t := ticket{id: i, key: w.cfg.Keys[rng.IntN(len(w.cfg.Keys))]}
 		switch n := rng.IntN(mixTotal); {
+		case w.cfg.Kind == history.Counter:
+			t.f, t.amount = history.Incr, 1
+		case w.cfg.Kind == history.Bank:
+			t = bankTicket(rng, i, w.cfg.Keys[0], n)
 		case n < writeShare:
 			t.f, t.wait = history.Write, writes%len(waits)
 			writes++
@@ -299,6 +329,9 @@ loop:
 // do invokes one operation and records it. Only a failure to record is an
 // error: the operation's own error is part of the history.
 func (w *worker) do(ctx context.Context, t ticket) error {
+	if w.cfg.Kind != history.Register {
+		return w.doJepsen(ctx, t)
+	}
 	op := history.Op{Proc: w.cfg.Proc, ID: t.id, F: t.f, Via: t.via, Key: t.key}
 	var err error
 	if t.f == history.Write {
