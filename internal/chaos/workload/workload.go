@@ -18,9 +18,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"sync"
 	"syscall"
@@ -418,7 +420,7 @@ func (w *worker) final() error {
 		case !ok || absent:
 			f.Absent = append(f.Absent, k)
 		case err != nil:
-			f.Values[k] = fmt.Sprintf("%#v", v)
+			f.Values[k] = fmt.Sprintf("%#v", sameInts(v))
 		default:
 			f.Values[k] = s
 		}
@@ -455,9 +457,36 @@ func show(v any) string {
 	case absent:
 		return "absent"
 	case err != nil:
-		return fmt.Sprintf("%#v", v)
+		return fmt.Sprintf("%#v", sameInts(v))
 	}
 	return strconv.Quote(s)
+}
+
+// sameInts writes every integer in v as an int64: a GET's reply decodes a
+// positive integer as a uint64, the node's copy holds an int64, and the
+// two must compare equal.
+func sameInts(v any) any {
+	switch v := v.(type) {
+	case uint64:
+		if v <= math.MaxInt64 {
+			return int64(v)
+		}
+	case int8, int16, int32, uint8, uint16, uint32:
+		return reflect.ValueOf(v).Convert(reflect.TypeFor[int64]()).Interface()
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			m[k] = sameInts(x)
+		}
+		return m
+	case []any:
+		s := make([]any, len(v))
+		for i, x := range v {
+			s[i] = sameInts(x)
+		}
+		return s
+	}
+	return v
 }
 
 // traceChanges writes every change from c as a trace line until c closes.
