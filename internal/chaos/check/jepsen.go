@@ -168,6 +168,7 @@ func checkBank(r *run) (lines []string, out []Anomaly) {
 	var initial map[string]int64
 	var inited int64 = -1 // when the first BANKINIT was answered OK
 	transfers := map[history.Type]int{}
+	refused := 0 // for want of funds
 	for _, o := range r.ops {
 		switch o.f {
 		case history.BankInit:
@@ -178,7 +179,11 @@ func checkBank(r *run) (lines []string, out []Anomaly) {
 				inited = o.ret
 			}
 		case history.Transfer:
-			transfers[o.typ]++
+			if o.typ == history.Fail && o.code == "failed_precondition" {
+				refused++
+			} else {
+				transfers[o.typ]++
+			}
 		}
 	}
 	if initial == nil {
@@ -214,8 +219,8 @@ func checkBank(r *run) (lines []string, out []Anomaly) {
 	if finals == 0 {
 		out = append(out, Anomaly{Kind: KindNoFinalRead, Msg: "no read of the bank after the heal was answered"})
 	}
-	lines = append(lines, fmt.Sprintf("bank: total %d; %d reads checked (%d final); transfers: %d ok, %d refused or failed, %d indefinite, %d pending",
-		total, reads, finals, transfers[history.OK], transfers[history.Fail], transfers[history.Info], transfers[""]))
+	lines = append(lines, fmt.Sprintf("bank: total %d; %d reads checked (%d final); transfers: %d ok, %d refused, %d failed, %d indefinite, %d pending",
+		total, reads, finals, transfers[history.OK], refused, transfers[history.Fail], transfers[history.Info], transfers[""]))
 	return lines, out
 }
 

@@ -158,7 +158,7 @@ func TestBank(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, history.Bank, rep.Workload)
 			assert.Equal(t, tc.want, kinds(rep.Anomalies), "%s", rep)
-			assert.Equal(t, []string{"bank: total 30; 6 reads checked (1 final); transfers: 1 ok, 1 refused or failed, 1 indefinite, 0 pending"}, rep.Lines)
+			assert.Equal(t, []string{"bank: total 30; 6 reads checked (1 final); transfers: 1 ok, 0 refused, 1 failed, 1 indefinite, 0 pending"}, rep.Lines)
 		})
 	}
 }
