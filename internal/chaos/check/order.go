@@ -349,12 +349,16 @@ func checkOffsets(r *run) []Anomaly {
 		// changed so far.
 		record := map[int]map[string]bool{}
 		for i, c := range t.changes {
-			if j, ok := prevLine[c.Partition]; ok && isApply(c) {
-				if p := t.changes[j]; isApply(p) && p.Term == c.Term && p.Offset == c.Offset && !record[c.Partition][c.Key] {
+			if j, ok := prevLine[c.Partition]; ok && (isApply(c) || c.Kind == kindDropped) {
+				// The next change of the record applied or dropped.
+				if p := t.changes[j]; p.Kind == c.Kind && p.Term == c.Term && p.Offset == c.Offset && !record[c.Partition][c.Key] {
 					record[c.Partition][c.Key] = true
 					prevLine[c.Partition] = i
 					continue
 				}
+			}
+			if c.Kind == kindDropped {
+				record[c.Partition] = map[string]bool{c.Key: true}
 			}
 			if isApply(c) {
 				record[c.Partition] = map[string]bool{c.Key: true}
