@@ -59,7 +59,7 @@ func TestWorkloadFlags(t *testing.T) {
 func TestReplayCommand(t *testing.T) {
 	f := &runFlags{clients: 2, duration: 18 * time.Second, settle: 6 * time.Second, gap: 2 * time.Second,
 		rate: 40, keys: 16, kinds: "kill,pause", args: []string{"--quorum=2"}}
-	got := replay(f, 17, 5)
+	got := replay(f, 17, 5, "register")
 	want := "go run ./cmd/fero-chaos run --seed 17 --nodes 5 --clients 2 --duration 18s --settle 6s --gap 2s --rate 40 --keys 16 --kinds kill,pause --server-arg=--quorum=2"
 	if got != want {
 		t.Fatalf("replay:\n got %s\nwant %s", got, want)
@@ -83,7 +83,7 @@ func TestSummary(t *testing.T) {
 
 func TestReplayScenario(t *testing.T) {
 	f := &runFlags{scenario: "long-split", clients: 2, duration: 20 * time.Second, settle: 6 * time.Second, rate: 40, keys: 16}
-	got := replay(f, 9, 3)
+	got := replay(f, 9, 3, "register")
 	want := "go run ./cmd/fero-chaos run --scenario long-split --seed 9 --nodes 3 --clients 2 --settle 6s --rate 40 --keys 16"
 	if got != want {
 		t.Fatalf("replay:\n got %s\nwant %s", got, want)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fero-go/fero/internal/chaos"
+	"github.com/fero-go/fero/internal/chaos/history"
 )
 
 type runFlags struct {
@@ -41,6 +42,7 @@ type runFlags struct {
 	maxTime  time.Duration
 	parallel int
 	dataDirs string
+	workload []string
 }
 
 func newRun() *cobra.Command {
@@ -59,6 +61,16 @@ harness error.
 With --nodes 3,5, seed s runs with the (s mod 2)th count: seed 1 with 5
 servers, seed 2 with 3. A failed seed prints the command that replays it.
 
+With --workload register,counter,bank, seed s runs the (s mod 3)th workload:
+  register  (the default) writes of unique values and reads, per key; checked
+            for linearizability and the rest (internal/chaos/check)
+  counter   INCRs of 3 counters, then a read of each through its owner after
+            the heal: acked <= final <= acked + indefinite
+  bank      TRANSFERs between 5 accounts of one key and reads of the whole
+            bank: every read holds the initial total, no balance negative
+Counter and bank start the servers with --jepsen-verbs and run at least 3
+clients; their output directories end in -counter or -bank.
+
 With --scenario, every seed runs that fixed schedule instead of a random
 one; the seed varies only the workload (its keys and operations):
   paused-owner  SIGSTOP of the server owning the most partitions for 6s,
@@ -68,7 +80,8 @@ one; the seed varies only the workload (its keys and operations):
 		Example: `  fero-chaos run --seeds 1-250 --nodes 3,5 --out .chaos/full
   fero-chaos run --seed 17 --nodes 5
   fero-chaos run --seed 3 --server-arg=--quorum=2
-  fero-chaos run --scenario paused-owner --seeds 1-50`,
+  fero-chaos run --scenario paused-owner --seeds 1-50
+  fero-chaos run --seeds 1-6 --nodes 3,5 --workload counter,bank`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), cmd, &f)
@@ -78,7 +91,8 @@ one; the seed varies only the workload (its keys and operations):
 	fl.StringVar(&f.seeds, "seeds", "1", "seeds to run: a list of numbers and ranges, like 1-250 or 1,5,9-12")
 	fl.Uint64Var(&f.seed, "seed", 0, "run (replay) this one seed; overrides --seeds")
 	fl.IntSliceVar(&f.nodes, "nodes", []int{3}, "servers per run; with several, seed s uses the (s mod count)th")
-	fl.IntVar(&f.clients, "clients", 2, "workload client processes per run")
+	fl.IntVar(&f.clients, "clients", 2, "workload client processes per run (at least 3 for counter and bank)")
+	fl.StringSliceVar(&f.workload, "workload", []string{history.Register}, "workloads: register, counter, bank; with several, seed s runs the (s mod count)th")
 	fl.DurationVar(&f.duration, "duration", 20*time.Second, "how long faults are injected, per seed")
 	fl.DurationVar(&f.settle, "settle", 8*time.Second, "how long the healed cluster runs before the copies are compared")
 	fl.DurationVar(&f.gap, "gap", 2*time.Second, "mean time between fault starts")
@@ -117,6 +131,14 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 	}
 	if cmd.Flags().Changed("seed") {
 		seeds = []uint64{f.seed}
+	}
+	for _, k := range f.workload {
+		if !slices.Contains([]string{history.Register, history.Counter, history.Bank}, k) {
+			return fmt.Errorf("--workload %q: want register, counter or bank", k)
+		}
+	}
+	if len(f.workload) == 0 {
+		return errors.New("--workload: give at least one")
 	}
 	if len(f.nodes) == 0 {
 		return errors.New("--nodes: give at least one server count")
@@ -234,12 +256,17 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 // runSeed runs one seed and reports it under mu.
 func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *runFlags, seed uint64, feroBin, self string, kinds []chaos.Kind) {
 	servers := f.nodes[int(seed%uint64(len(f.nodes)))]
+	kind := f.workload[int(seed%uint64(len(f.workload)))]
+	clients, dir := f.clients, fmt.Sprintf("seed-%d-n%d", seed, servers)
+	if kind != history.Register {
+		clients, dir = max(clients, 3), dir+"-"+kind
+	}
 	cfg := chaos.Config{
-		Seed: seed, Servers: servers, Clients: f.clients, Spare: !f.noSpare,
+		Seed: seed, Servers: servers, Clients: clients, Spare: !f.noSpare, Kind: kind,
 		Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds, Scenario: f.scenario,
 		Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
 		Rate: f.rate, Keys: f.keys, Converge: f.converge,
-		Out:   filepath.Join(f.out, fmt.Sprintf("seed-%d-n%d", seed, servers)),
+		Out:   filepath.Join(f.out, dir),
 		Check: runCheck,
 		// Odd-numbered seeds, or all, or none.
 		DataDirs: f.dataDirs == "on" || (f.dataDirs == "odd" && seed%2 == 1),
@@ -259,13 +286,13 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 	if cfg.DataDirs {
 		disk = "  disk"
 	}
-	fmt.Fprintf(w, "seed %-5d n=%d  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs%s\n",
-		seed, servers, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds(), disk)
+	fmt.Fprintf(w, "seed %-5d n=%d %-8s  %-13s %3d faults  %6d ops  %3d anomalies  %5.1fs%s\n",
+		seed, servers, kind, status(res), total(res.Injected), res.Ops, len(res.Anomalies), res.Elapsed.Seconds(), disk)
 	for _, n := range res.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	if res.Failed() {
-		printFailure(w, res, replay(f, seed, servers))
+		printFailure(w, res, replay(f, seed, servers, kind))
 	}
 }
 
@@ -332,13 +359,17 @@ func total(c map[chaos.Kind]int) int {
 }
 
 // replay is the command line that runs seed again, the same way.
-func replay(f *runFlags, seed uint64, servers int) string {
-	if f.scenario != "" {
-		return fmt.Sprintf("go run ./cmd/fero-chaos run --scenario %s --seed %d --nodes %d --clients %d --settle %v --rate %v --keys %d%s",
-			f.scenario, seed, servers, f.clients, f.settle, f.rate, f.keys, serverArgs(f))
+func replay(f *runFlags, seed uint64, servers int, kind string) string {
+	wl := ""
+	if kind != history.Register {
+		wl = " --workload " + kind
 	}
-	s := fmt.Sprintf("go run ./cmd/fero-chaos run --seed %d --nodes %d --clients %d --duration %v --settle %v --gap %v --rate %v --keys %d",
-		seed, servers, f.clients, f.duration, f.settle, f.gap, f.rate, f.keys)
+	if f.scenario != "" {
+		return fmt.Sprintf("go run ./cmd/fero-chaos run --scenario %s --seed %d --nodes %d --clients %d --settle %v --rate %v --keys %d%s%s",
+			f.scenario, seed, servers, f.clients, f.settle, f.rate, f.keys, wl, serverArgs(f))
+	}
+	s := fmt.Sprintf("go run ./cmd/fero-chaos run --seed %d --nodes %d --clients %d --duration %v --settle %v --gap %v --rate %v --keys %d%s",
+		seed, servers, f.clients, f.duration, f.settle, f.gap, f.rate, f.keys, wl)
 	if f.kinds != "" {
 		s += " --kinds " + f.kinds
 	}

@@ -73,6 +73,7 @@ type serveFlags struct {
 	dns          string
 	dnsPort      int
 	dnsServer    string
+	jepsenVerbs  bool
 	// Limits on input (docs/security.md).
 	maxConns, maxConnsPerIP       int
 	maxInflight, maxInflightBytes int
@@ -187,6 +188,8 @@ cluster secret.`,
 	fl.DurationVar(&f.syncTimeout, "sync-timeout", 0, "how long a new owner's sync waits before it starts over (0: the default, 2s)")
 	fl.DurationVar(&f.probeInterval, "probe-interval", 0, "heartbeat and lag-probe interval; the owner's lease is three of them (0: the default, 1s)")
 	fl.DurationVar(&f.clockSkew, "clock-skew", 0, "most two servers' clocks may differ by (0: the default, 100ms)")
+	fl.BoolVar(&f.jepsenVerbs, "jepsen-verbs", false, "answer the fault suite's test verbs INCR, TRANSFER and BANKINIT (cmd/fero/jepsen.go; docs/chaos.md)")
+	_ = fl.MarkHidden("jepsen-verbs")
 	return cmd
 }
 
@@ -225,6 +228,9 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	if f.id != "" {
 		opts = append(opts, fero.WithID(f.id))
+	}
+	if f.jepsenVerbs {
+		opts = append(opts, fero.WithHandler(jepsenHandler))
 	}
 	if f.inMemory && cmd.Flags().Changed("data-dir") {
 		return errors.New("--in-memory and --data-dir exclude each other")

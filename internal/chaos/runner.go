@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fero-go/fero/internal/chaos/history"
 )
 
 // Anomaly is one broken promise, as the checker reports it or as the
@@ -69,6 +71,10 @@ type Config struct {
 	// the clients share.
 	Rate float64
 	Keys int
+	// Kind is the workload (history.Register, Counter or Bank; empty is
+	// Register). Counter and Bank start the servers with --jepsen-verbs
+	// and use counterKeys counters or one bank.
+	Kind string
 
 	// Out is this run's directory: schedule, logs, histories, results.
 	Out string
@@ -233,9 +239,13 @@ func (r *runner) run(ctx context.Context) (err error) {
 		return fmt.Errorf("chaos: %w", err)
 	}
 
+	args := cfg.ServerArgs
+	if cfg.Kind == history.Counter || cfg.Kind == history.Bank {
+		args = append(slices.Clip(args), "--jepsen-verbs")
+	}
 	cl, err := StartCluster(ctx, nt, ClusterConfig{
 		Fero: cfg.Fero, Resource: "chaos", Servers: servers, Spare: spare,
-		Args: cfg.ServerArgs, Dir: cfg.Out, Logf: r.logf, DataDirs: cfg.DataDirs,
+		Args: args, Dir: cfg.Out, Logf: r.logf, DataDirs: cfg.DataDirs,
 	})
 	if err != nil {
 		return err
@@ -497,13 +507,24 @@ type workload struct {
 // the cluster's client token to the servers at data and joins no gossip;
 // the others hold the cluster secret and gossip.
 func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d time.Duration) []string {
-	keys := make([]string, cfg.Keys)
+	n, prefix := cfg.Keys, "k"
+	switch cfg.Kind {
+	case history.Counter:
+		n, prefix = counterKeys, "ctr"
+	case history.Bank:
+		n, prefix = 1, "bank"
+	}
+	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
+		keys[i] = prefix + strconv.Itoa(i)
 		if cfg.Scenario != "" {
 			// No '.': the partitioner hashes only what comes before it.
-			keys[i] = fmt.Sprintf("s%d-k%d", cfg.Seed, i)
+			keys[i] = fmt.Sprintf("s%d-%s%d", cfg.Seed, prefix, i)
 		}
+	}
+	kind := cfg.Kind
+	if kind == "" {
+		kind = history.Register
 	}
 	join := []string{
 		"--seeds", strings.Join(seeds, ","),
@@ -516,6 +537,7 @@ func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d
 	}
 	return append(join,
 		"--resource", "chaos",
+		"--kind", kind,
 		"--listen", fmt.Sprintf("%s:%d", ip, DataPort),
 		"--proc", strconv.Itoa(proc),
 		"--keys", strings.Join(keys, ","),
@@ -527,6 +549,10 @@ func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d
 		"--out", filepath.Join(cfg.Out, node+".history.jsonl"),
 	)
 }
+
+// counterKeys is how many counters the counter workload's clients share:
+// few, so that INCRs of one key queue for its turn.
+const counterKeys = 3
 
 // Attached reports whether workload client proc attaches with a token
 // rather than gossip with the secret (WorkloadArgs).

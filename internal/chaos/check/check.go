@@ -72,7 +72,11 @@ type Report struct {
 	// Keys is how many keys the linearizability checker tried; Unknown of
 	// them ran out of time (each is also an anomaly: not a pass).
 	Keys, Unknown int
-	Anomalies     []Anomaly
+	// Workload is the workload the histories came from (history.Register,
+	// Counter or Bank), and Lines what its checker found, key by key.
+	Workload  string
+	Lines     []string
+	Anomalies []Anomaly
 }
 
 // Passed reports whether the run showed no anomaly.
@@ -84,7 +88,12 @@ func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d ops from %d processes (%d writes, %d reads; %d ok, %d fail, %d info, %d pending), %d changes traced\n",
 		r.Ops, r.Procs, r.Writes, r.Reads, r.OK, r.Fail, r.Info, r.Pending, r.Changes)
-	fmt.Fprintf(&b, "linearizability: %d keys, %d unknown\n", r.Keys, r.Unknown)
+	if r.Workload == "" || r.Workload == history.Register {
+		fmt.Fprintf(&b, "linearizability: %d keys, %d unknown\n", r.Keys, r.Unknown)
+	}
+	for _, l := range r.Lines {
+		fmt.Fprintf(&b, "%s\n", l)
+	}
 	if len(r.Anomalies) == 0 {
 		b.WriteString("no anomalies\n")
 		return b.String()
@@ -138,6 +147,20 @@ func RunOptions(dir string, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	rep := r.counts()
+	if rep.Workload = r.workload(); rep.Workload != history.Register {
+		var as []Anomaly
+		if rep.Workload == history.Counter {
+			rep.Lines, as = checkCounter(r)
+		} else {
+			rep.Lines, as = checkBank(r)
+		}
+		// The copies still end equal, and apply commits in order; the
+		// register checkers' other promises are about unique values.
+		for _, as := range [][]Anomaly{as, checkCopies(r), checkOffsets(r)} {
+			rep.Anomalies = append(rep.Anomalies, as...)
+		}
+		return rep, nil
+	}
 	lin := checkLinearizable(r, opts, dir)
 	rep.Keys, rep.Unknown = lin.keys, lin.unknown
 	for _, as := range [][]Anomaly{
@@ -172,6 +195,13 @@ type op struct {
 	err, code string
 	// deadline is a write's deadline (0 if its line has none).
 	deadline int64
+	// amount, from and to are an incr's or a transfer's; proposed is the
+	// bank a bank-init proposed, balances the bank it found or a read
+	// returned; final marks a read after the heal.
+	amount             int64
+	from, to           string
+	proposed, balances map[string]int64
+	final              bool
 }
 
 func (o *op) isWrite() bool { return o.f == history.Write }
@@ -253,7 +283,8 @@ func load(dir string) (*run, error) {
 			seen(l.Time)
 			proc = l.Proc
 			if l.Type == history.Invoke {
-				o := &op{proc: l.Proc, id: l.ID, f: l.F, via: l.Via, key: l.Key, value: l.Value, wait: l.Wait, call: l.Time, deadline: l.Deadline}
+				o := &op{proc: l.Proc, id: l.ID, f: l.F, via: l.Via, key: l.Key, value: l.Value, wait: l.Wait, call: l.Time, deadline: l.Deadline,
+					amount: l.Amount, from: l.From, to: l.To, proposed: l.Balances, final: l.Final}
 				open[l.ID] = o
 				r.ops = append(r.ops, o)
 				if o.isWrite() {
@@ -270,8 +301,11 @@ func load(dir string) (*run, error) {
 			}
 			delete(open, l.ID)
 			o.typ, o.ret, o.err, o.code = l.Type, l.Time, l.Error, l.Code
-			if o.f == history.Read {
-				o.value, o.absent = l.Value, l.Absent
+			switch o.f {
+			case history.Read, history.Incr:
+				o.value, o.absent, o.balances = l.Value, l.Absent, l.Balances
+			case history.BankInit:
+				o.balances = l.Balances
 			}
 		}
 		for _, o := range open {
@@ -320,10 +354,10 @@ func load(dir string) (*run, error) {
 func (r *run) counts() Report {
 	rep := Report{Ops: len(r.ops), Procs: len(r.procs)}
 	for _, o := range r.ops {
-		if o.isWrite() {
-			rep.Writes++
-		} else {
+		if o.f == history.Read {
 			rep.Reads++
+		} else {
+			rep.Writes++
 		}
 		switch o.typ {
 		case history.OK:
@@ -356,6 +390,16 @@ func (r *run) describe(o *op) string {
 	switch {
 	case o.isWrite():
 		what = fmt.Sprintf("write %q = %q (%s)", o.key, o.value, o.wait)
+	case o.f == history.Incr && o.typ == history.OK:
+		what = fmt.Sprintf("incr %q by %d -> %s", o.key, o.amount, o.value)
+	case o.f == history.Incr:
+		what = fmt.Sprintf("incr %q by %d", o.key, o.amount)
+	case o.f == history.Transfer:
+		what = fmt.Sprintf("transfer %q %d from %s to %s", o.key, o.amount, o.from, o.to)
+	case o.f == history.BankInit:
+		what = fmt.Sprintf("bank-init %q -> %s", o.key, showBank(o.balances))
+	case o.balances != nil:
+		what = fmt.Sprintf("read(%s) %q -> %s", o.via, o.key, showBank(o.balances))
 	case o.typ != history.OK:
 		what = fmt.Sprintf("read(%s) %q", o.via, o.key)
 	case o.absent:

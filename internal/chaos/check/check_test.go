@@ -446,6 +446,24 @@ func TestOffsets(t *testing.T) {
 	require.Empty(t, checkOffsets(b.run()))
 	b.change(1, 3, kindApplied, 3, 1, 7, "k", "c")
 	require.Equal(t, []string{KindOffsets}, kinds(checkOffsets(b.run())))
+
+	// One record of several keys (a handler's turn): its changes share its
+	// offset, one after another; the same key twice is still a repeat.
+	b = newBuilder(t)
+	b.change(1, 1, kindApplied, 3, 1, 1, "bank.a0", "")
+	b.change(1, 2, kindApplied, 3, 1, 1, "bank.a2", "")
+	b.change(1, 3, kindApplied, 4, 1, 1, "j", "c")
+	b.change(1, 4, kindApplied, 3, 1, 2, "bank.a1", "")
+	b.change(1, 5, kindApplied, 3, 1, 2, "bank.a3", "")
+	// Dropped, the record's changes go one after another too.
+	b.change(1, 6, kindDropped, 3, 1, 2, "bank.a3", "")
+	b.change(1, 7, kindDropped, 3, 1, 2, "bank.a1", "")
+	b.change(1, 8, kindDropped, 3, 1, 1, "bank.a2", "")
+	b.change(1, 9, kindDropped, 3, 1, 1, "bank.a0", "")
+	b.change(1, 10, kindApplied, 3, 2, 1, "bank.a0", "")
+	require.Empty(t, checkOffsets(b.run()))
+	b.change(1, 11, kindApplied, 3, 2, 1, "bank.a0", "")
+	require.Equal(t, []string{KindOffsets}, kinds(checkOffsets(b.run())))
 }
 
 func TestDropped(t *testing.T) {

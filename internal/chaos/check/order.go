@@ -336,14 +336,33 @@ func (r *run) traceBetween(t trace, i, j int) string {
 // offsets go up by one from 1; a dropped entry takes its offset back; a
 // restore puts the copy at the snapshot's offset. A trace that is not
 // whole (its stream began after the copy's first change) starts each
-// partition where its first line does.
+// partition where its first line does. One record may change several keys
+// (a handler's turn commits its writes as one record): its changes share
+// its offset and come one after another, each of another key.
 func checkOffsets(r *run) []Anomaly {
 	var out []Anomaly
 	for _, t := range r.traces {
 		last := map[int]uint64{}
 		bad := map[int]int{}
 		prevLine := map[int]int{}
+		// record[p] holds the keys the partition's last applied record
+		// changed so far.
+		record := map[int]map[string]bool{}
 		for i, c := range t.changes {
+			if j, ok := prevLine[c.Partition]; ok && (isApply(c) || c.Kind == kindDropped) {
+				// The next change of the record applied or dropped.
+				if p := t.changes[j]; p.Kind == c.Kind && p.Term == c.Term && p.Offset == c.Offset && !record[c.Partition][c.Key] {
+					record[c.Partition][c.Key] = true
+					prevLine[c.Partition] = i
+					continue
+				}
+			}
+			if c.Kind == kindDropped {
+				record[c.Partition] = map[string]bool{c.Key: true}
+			}
+			if isApply(c) {
+				record[c.Partition] = map[string]bool{c.Key: true}
+			}
 			if _, started := prevLine[c.Partition]; !started && !t.whole && isApply(c) {
 				last[c.Partition] = c.Offset - 1
 			}

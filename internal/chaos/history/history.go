@@ -84,8 +84,31 @@ type Func string
 const (
 	// Write sets a key to a value unique in the run.
 	Write Func = "write"
-	// Read reads a key, locally or through its owner (see [Via]).
+	// Read reads a key, locally or through its owner (see [Via]). In the
+	// counter workload Value is the integer read, in decimal; in the bank
+	// workload Balances holds the bank read.
 	Read Func = "read"
+	// Incr adds Amount to the counter at Key (the INCR verb of `fero serve
+	// --jepsen-verbs`); an OK line's Value is the new count, in decimal.
+	Incr Func = "incr"
+	// Transfer moves Amount from account From to account To of the bank
+	// at Key (TRANSFER); a refusal for want of funds is a Fail.
+	Transfer Func = "transfer"
+	// BankInit creates the bank at Key with Balances unless it exists
+	// (BANKINIT); an OK line's Balances is the bank as it then stood.
+	BankInit Func = "bank-init"
+)
+
+// Workload names the workloads whose histories this package records: which
+// functions a history's operations use says which one wrote it.
+const (
+	// Register: Write and Read of unique string values (the default).
+	Register = "register"
+	// Counter: Incr, then Final reads of every counter through its owner.
+	Counter = "counter"
+	// Bank: BankInit, then Transfer and Reads of the whole bank through
+	// its owner, and a Final read.
+	Bank = "bank"
 )
 
 // Via says where a read was answered.
@@ -121,6 +144,18 @@ type Op struct {
 	Deadline int64  `json:"deadline,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Code     string `json:"code,omitempty"`
+
+	// Amount is an Incr's increment or a Transfer's amount.
+	Amount int64 `json:"amount,omitempty"`
+	// From and To are a Transfer's accounts.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Balances is a bank: the one a BankInit proposed (invoke) or found
+	// (ok), or the one a Read returned.
+	Balances map[string]int64 `json:"balances,omitempty"`
+	// Final marks the reads a counter or bank workload makes after the
+	// heal, once every one of its operations has completed.
+	Final bool `json:"final,omitempty"`
 }
 
 // Final is the last line of a history: the process's copy of every key of

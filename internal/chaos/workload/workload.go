@@ -18,9 +18,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"sync"
 	"syscall"
@@ -35,6 +37,10 @@ import (
 // Config is one workload process's part of a run.
 type Config struct {
 	Resource string
+	// Kind is the workload: history.Register (the default),
+	// history.Counter or history.Bank (see jepsen.go; the servers must
+	// run with --jepsen-verbs).
+	Kind string
 	// Seeds are gossip addresses to join.
 	Seeds []string
 	// Bind is this node's gossip address, ip:port.
@@ -45,7 +51,8 @@ type Config struct {
 	// Proc numbers the process, unique in the run: it makes written
 	// values unique ("p<Proc>-<op id>").
 	Proc int
-	// Keys are the keys the operations pick from, uniformly.
+	// Keys are the keys the operations pick from, uniformly: registers,
+	// or counters; for Bank, Keys[0] is the bank's key.
 	Keys []string
 	// Rate is the operations invoked per second.
 	Rate     float64
@@ -105,6 +112,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cfg = withDefaults(cfg)
 	if len(cfg.Keys) == 0 || cfg.Rate <= 0 || cfg.Out == "" {
 		return errors.New("workload: Keys, Rate and Out are required")
+	}
+	switch cfg.Kind {
+	case history.Register, history.Counter, history.Bank:
+	default:
+		return fmt.Errorf("workload: kind %q: want %s, %s or %s", cfg.Kind, history.Register, history.Counter, history.Bank)
 	}
 	ctx, stopSignal := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stopSignal()
@@ -171,6 +183,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	w := &worker{cfg: cfg, r: r, hist: hist}
+	if cfg.Kind == history.Bank {
+		if err := w.bankInit(ctx); err != nil {
+			return err
+		}
+	}
 	if err := w.invoke(ctx); err != nil {
 		return err
 	}
@@ -178,6 +195,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.OpsDone()
 	}
 	waitForHeal(ctx, cfg.Stdin)
+	if cfg.Kind != history.Register {
+		if err := w.finalReads(ctx); err != nil {
+			return err
+		}
+	}
 	return w.final()
 }
 
@@ -193,6 +215,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.Stdin == nil {
 		cfg.Stdin = os.Stdin
+	}
+	if cfg.Kind == "" {
+		cfg.Kind = history.Register
 	}
 	return cfg
 }
@@ -226,6 +251,9 @@ type ticket struct {
 	via  history.Via
 	key  string
 	wait int // index into waits
+	// amount, from and to are an Incr's or a Transfer's.
+	amount   int64
+	from, to string
 }
 
 // invoke runs the operation phase: tickets are due at start + i/Rate and
@@ -269,6 +297,10 @@ loop:
 		}
 		t := ticket{id: i, key: w.cfg.Keys[rng.IntN(len(w.cfg.Keys))]}
 		switch n := rng.IntN(mixTotal); {
+		case w.cfg.Kind == history.Counter:
+			t.f, t.amount = history.Incr, 1
+		case w.cfg.Kind == history.Bank:
+			t = bankTicket(rng, i, w.cfg.Keys[0], n)
 		case n < writeShare:
 			t.f, t.wait = history.Write, writes%len(waits)
 			writes++
@@ -299,6 +331,9 @@ loop:
 // do invokes one operation and records it. Only a failure to record is an
 // error: the operation's own error is part of the history.
 func (w *worker) do(ctx context.Context, t ticket) error {
+	if w.cfg.Kind != history.Register {
+		return w.doJepsen(ctx, t)
+	}
 	op := history.Op{Proc: w.cfg.Proc, ID: t.id, F: t.f, Via: t.via, Key: t.key}
 	var err error
 	if t.f == history.Write {
@@ -385,7 +420,7 @@ func (w *worker) final() error {
 		case !ok || absent:
 			f.Absent = append(f.Absent, k)
 		case err != nil:
-			f.Values[k] = fmt.Sprintf("%#v", v)
+			f.Values[k] = fmt.Sprintf("%#v", sameInts(v))
 		default:
 			f.Values[k] = s
 		}
@@ -422,9 +457,36 @@ func show(v any) string {
 	case absent:
 		return "absent"
 	case err != nil:
-		return fmt.Sprintf("%#v", v)
+		return fmt.Sprintf("%#v", sameInts(v))
 	}
 	return strconv.Quote(s)
+}
+
+// sameInts writes every integer in v as an int64: a GET's reply decodes a
+// positive integer as a uint64, the node's copy holds an int64, and the
+// two must compare equal.
+func sameInts(v any) any {
+	switch v := v.(type) {
+	case uint64:
+		if v <= math.MaxInt64 {
+			return int64(v)
+		}
+	case int8, int16, int32, uint8, uint16, uint32:
+		return reflect.ValueOf(v).Convert(reflect.TypeFor[int64]()).Interface()
+	case map[string]any:
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			m[k] = sameInts(x)
+		}
+		return m
+	case []any:
+		s := make([]any, len(v))
+		for i, x := range v {
+			s[i] = sameInts(x)
+		}
+		return s
+	}
+	return v
 }
 
 // traceChanges writes every change from c as a trace line until c closes.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/chaos/check"
@@ -58,4 +59,12 @@ func TestAsString(t *testing.T) {
 	require.Empty(t, s)
 	_, _, err = asString(int64(3))
 	require.True(t, err != nil && strings.Contains(err.Error(), "not a string"))
+}
+
+// TestSameInts: a GET's reply (uint64 for a positive integer) and the
+// node's copy (int64) show alike, in maps too.
+func TestSameInts(t *testing.T) {
+	assert.Equal(t, show(int64(681)), show(uint64(681)))
+	assert.Equal(t, show(map[string]any{"a0": int64(3)}), show(map[string]any{"a0": uint64(3)}))
+	assert.NotEqual(t, show(int64(3)), show(int64(4)))
 }
