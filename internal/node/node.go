@@ -580,15 +580,11 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	if o.Writer == "" || turnOf(ctx) != nil {
 		return n.writeOnce(ctx, c, wait, k, o)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
-		defer cancel()
-	}
+	budget := retryBudget(ctx)
 	backoff := retryBackoffMin
 	for {
 		pos, err := n.writeOnce(ctx, c, wait, k, o)
-		if !retryable(err) {
+		if !retryable(err) || !time.Now().Before(budget) {
 			return pos, err
 		}
 		n.logger.Debug("fero: node: retrying a write that failed indefinite", "key", c.Key, "seq", o.Seq, "err", err)

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"time"
 
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/partition"
@@ -74,4 +76,14 @@ func onceRecord(c doc.Change, o Once) doc.Change {
 	}
 	b := doc.Batch{Changes: []doc.Change{c}, Writer: o.Writer, Seq: o.Seq}
 	return doc.Change{Type: wire.RecordBatch, Key: c.Key, Value: doc.AppendBatch(nil, &b)}
+}
+
+// retryBudget is when a caller without a deadline stops retrying: its
+// retries are bounded as a write's life is (the write timeout), without
+// giving the call itself a deadline.
+func retryBudget(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(partition.DefaultWriteTimeout)
 }

@@ -607,12 +607,8 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		// A call that fails indefinite is made again with the same
 		// sequence, and its verb runs once (rule 16).
 		req.Once = n.nextOnce()
-		if _, ok := ctx.Deadline(); !ok && req.Once.Writer != "" {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
-			defer cancel()
-		}
 	}
+	budget := retryBudget(ctx)
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -658,7 +654,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				lastErr = err
 				break // nothing committed: to the owner by a fresher map
 			}
-			if req.Once.Writer != "" && retryable(err) {
+			if req.Once.Writer != "" && retryable(err) && time.Now().Before(budget) {
 				lastErr = err
 				break // again, as the same call
 			}
@@ -693,7 +689,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				return nil, nil
 			}
 			reply, retry, err := callOnce(ctx, c, wbuf)
-			if !retry && (req.Once.Writer == "" || !retryable(err)) {
+			if !retry && (req.Once.Writer == "" || !retryable(err) || !time.Now().Before(budget)) {
 				return reply, err
 			}
 			if !retry {
@@ -1001,11 +997,7 @@ type CallOpts struct {
 // CallNodeWith is CallNode with what o asks.
 func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, payload []byte, o CallOpts) ([]byte, error) {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: o.Wait, If: o.If, Once: o.Once}
-	if _, ok := ctx.Deadline(); !ok && o.Once.Writer != "" {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, partition.DefaultWriteTimeout)
-		defer cancel()
-	}
+	budget := retryBudget(ctx)
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
 	if w.Meta = MetaFrom(ctx); len(w.Meta) > 0 {
@@ -1026,7 +1018,7 @@ func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, pay
 			b = w.append(b[:0])
 		}
 		reply, retry, err := callOnce(ctx, c, b)
-		if !retry && (o.Once.Writer == "" || !retryable(err)) {
+		if !retry && (o.Once.Writer == "" || !retryable(err) || !time.Now().Before(budget)) {
 			return reply, err
 		}
 		if perr := pause(ctx, context.Background(), &backoff); perr != nil {

@@ -117,7 +117,9 @@ func (d docState) Outcome(p int, writer string, seq uint64) (uint64, []byte, par
 	switch st {
 	case doc.DedupDone:
 		return o.Version, o.Reply, partition.DedupDone
-	case doc.DedupTooOld:
+	case doc.DedupTooOld, doc.DedupReplyTooLarge:
+		// Committed, but its reply was not kept: a verb's retry cannot
+		// be answered as the first call was.
 		return 0, nil, partition.DedupTooOld
 	}
 	return 0, nil, partition.DedupNew

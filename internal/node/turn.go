@@ -193,8 +193,8 @@ func (t *turn) end(ctx context.Context, reply []byte, herr error) error {
 		req.Type, req.Key, req.Value = changes[0].Type, changes[0].Key, changes[0].Value
 	default:
 		b := doc.Batch{Changes: changes, Writer: t.once.Writer, Seq: t.once.Seq}
-		if t.once.Writer != "" && len(reply) <= doc.DedupMaxReply {
-			b.Reply = reply
+		if t.once.Writer != "" {
+			b.Reply = reply // kept up to doc.DedupMaxReply
 		}
 		req.Type, req.Value = wire.RecordBatch, doc.AppendBatch(nil, &b)
 	}

@@ -22,6 +22,9 @@ import (
 type testState struct {
 	kv      []map[string]string
 	applied []uint64
+	// done is, per partition, the outcome of each "writer/seq" a batch
+	// committed (dedup_test.go): the offset and the reply.
+	done    []map[string]testOutcome
 	staged  map[int]*snapshot // restores arriving in pieces
 	bad     []string
 	warmed  []string // "partition/key" of each key Warm was asked to load
@@ -38,14 +41,16 @@ func (s *testState) Warm(parts []int, keys []string) uint64 {
 }
 
 type snapshot struct {
-	Offset uint64            `msgpack:"o"`
-	KV     map[string]string `msgpack:"kv"`
+	Offset uint64                 `msgpack:"o"`
+	KV     map[string]string      `msgpack:"kv"`
+	Done   map[string]testOutcome `msgpack:"d"`
 }
 
 func newTestState(parts int) *testState {
-	s := &testState{kv: make([]map[string]string, parts), applied: make([]uint64, parts)}
+	s := &testState{kv: make([]map[string]string, parts), applied: make([]uint64, parts), done: make([]map[string]testOutcome, parts)}
 	for p := range s.kv {
 		s.kv[p] = map[string]string{}
+		s.done[p] = map[string]testOutcome{}
 	}
 	return s
 }
@@ -67,6 +72,15 @@ func (s *testState) Apply(p int, e Entry) {
 	}
 	s.applied[p] = e.Offset
 	switch e.Type {
+	case wire.RecordBatch:
+		var b onceBatch
+		if err := msgpack.Unmarshal(e.Value, &b); err != nil {
+			s.bad = append(s.bad, fmt.Sprintf("partition %d: batch: %v", p, err))
+		}
+		s.kv[p][e.Key] = b.V
+		if _, ok := s.done[p][b.id()]; !ok && b.W != "" {
+			s.done[p][b.id()] = testOutcome{Offset: e.Offset, Reply: b.R}
+		}
 	case wire.RecordRemove:
 		delete(s.kv[p], e.Key)
 	default:
@@ -79,13 +93,13 @@ func (s *testState) Apply(p int, e Entry) {
 }
 
 func (s *testState) Snapshot(p int) ([]byte, error) {
-	return msgpack.Marshal(snapshot{Offset: s.applied[p], KV: s.kv[p]})
+	return msgpack.Marshal(snapshot{Offset: s.applied[p], KV: s.kv[p], Done: s.done[p]})
 }
 
 func (s *testState) Restore(p int, b []byte) error {
 	var sn snapshot
 	if len(b) == 0 {
-		s.kv[p], s.applied[p] = map[string]string{}, 0
+		s.kv[p], s.applied[p], s.done[p] = map[string]string{}, 0, map[string]testOutcome{}
 		return nil
 	}
 	if err := msgpack.Unmarshal(b, &sn); err != nil {
@@ -94,7 +108,10 @@ func (s *testState) Restore(p int, b []byte) error {
 	if sn.KV == nil {
 		sn.KV = map[string]string{}
 	}
-	s.kv[p], s.applied[p] = sn.KV, sn.Offset
+	if sn.Done == nil {
+		sn.Done = map[string]testOutcome{}
+	}
+	s.kv[p], s.applied[p], s.done[p] = sn.KV, sn.Offset, sn.Done
 	return nil
 }
 
@@ -105,6 +122,9 @@ func (s *testState) SnapshotChunks(p, max int) ([][]byte, error) {
 	var pieces [][]byte
 	for len(keys) > 0 || pieces == nil {
 		sn := snapshot{Offset: s.applied[p], KV: map[string]string{}}
+		if pieces == nil {
+			sn.Done = s.done[p] // the outcomes go with the first piece
+		}
 		size := 16
 		for len(keys) > 0 && (len(sn.KV) == 0 || size+len(keys[0])+len(s.kv[p][keys[0]])+8 <= max) {
 			sn.KV[keys[0]] = s.kv[p][keys[0]]
@@ -130,7 +150,7 @@ func (s *testState) StageChunk(p int, piece []byte, first bool) error {
 	}
 	st := s.staged[p]
 	if first || st == nil {
-		st = &snapshot{Offset: sn.Offset, KV: map[string]string{}}
+		st = &snapshot{Offset: sn.Offset, KV: map[string]string{}, Done: sn.Done}
 		s.staged[p] = st
 	}
 	if sn.Offset != st.Offset {
@@ -151,7 +171,10 @@ func (s *testState) RestoreStaged(p int) error {
 		return fmt.Errorf("partition %d: nothing staged", p)
 	}
 	delete(s.staged, p)
-	s.kv[p], s.applied[p] = st.KV, st.Offset
+	if st.Done == nil {
+		st.Done = map[string]testOutcome{}
+	}
+	s.kv[p], s.applied[p], s.done[p] = st.KV, st.Offset, st.Done
 	return nil
 }
 
