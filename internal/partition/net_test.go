@@ -24,10 +24,10 @@ type testState struct {
 	applied []uint64
 	// done is, per partition, the outcome of each "writer/seq" a batch
 	// committed (dedup_test.go): the offset and the reply.
-	done    []map[string]testOutcome
-	staged  map[int]*snapshot // restores arriving in pieces
-	bad     []string
-	warmed  []string // "partition/key" of each key Warm was asked to load
+	done   []map[string]testOutcome
+	staged map[int]*snapshot // restores arriving in pieces
+	bad    []string
+	warmed []string // "partition/key" of each key Warm was asked to load
 }
 
 func (s *testState) Warm(parts []int, keys []string) uint64 {
