@@ -78,7 +78,10 @@ func (s *testState) Apply(p int, e Entry) {
 			s.bad = append(s.bad, fmt.Sprintf("partition %d: batch: %v", p, err))
 		}
 		s.kv[p][e.Key] = b.V
-		if _, ok := s.done[p][b.id()]; !ok && b.W != "" {
+		if _, ok := s.done[p][b.id()]; ok {
+			// Rule 16: a writer's sequence is in a history once.
+			s.bad = append(s.bad, fmt.Sprintf("partition %d: %s applied twice (offset %d)", p, b.id(), e.Offset))
+		} else if b.W != "" {
 			s.done[p][b.id()] = testOutcome{Offset: e.Offset, Reply: b.R}
 		}
 	case wire.RecordRemove:

@@ -2,9 +2,15 @@ package partition
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // chaos drives a network through a random schedule of writes, deliveries
@@ -32,11 +38,47 @@ type chaos struct {
 	// accepted are the proposals that asked for a completion and were not
 	// refused at once: each must complete, within the write timeout.
 	accepted []proposed
+	// sent are the writes with a writer, by token, until answered.
+	sent map[uint64]Request
 }
 
 type proposed struct {
 	node  string
 	token uint64
+}
+
+// onceRequest makes req a write of node id's writer (rule 16): the retry
+// of one of its writes that failed indefinite, if it has one, else a new
+// sequence.
+func (c *chaos) onceRequest(id string, req Request) Request {
+	n := c.n
+	if c.sent == nil {
+		c.sent = map[uint64]Request{}
+	}
+	for _, tok := range slices.Sorted(maps.Keys(c.sent)) {
+		first := c.sent[tok]
+		if first.Writer != "w"+id {
+			continue
+		}
+		done, ok := n.nodes[id].done[tok]
+		if !ok {
+			continue
+		}
+		delete(c.sent, tok)
+		if done.Err != nil && !errs.Definite(done.Err) {
+			retry := first
+			retry.Token, retry.Wait, retry.K = req.Token, req.Wait, req.K
+			c.sent[req.Token] = retry
+			return retry
+		}
+	}
+	b, err := msgpack.Marshal(onceBatch{W: "w" + id, S: req.Token, V: fmt.Sprint(req.Token)})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	req.Type, req.Value, req.Writer, req.Seq = wire.RecordBatch, b, "w"+id, req.Token
+	c.sent[req.Token] = req
+	return req
 }
 
 func newChaos(t testing.TB, seed uint64) *chaos {
@@ -107,6 +149,13 @@ func (c *chaos) op(r int) {
 		req := Request{
 			Partition: c.rng.IntN(n.parts), Type: 2, Key: fmt.Sprintf("k%d", c.rng.IntN(6)),
 			Value: val(fmt.Sprint(n.token)), Token: n.token, Wait: w, K: 1,
+		}
+		if n.token%3 == 0 && w != WaitNone {
+			// Every third write names its writer (rule 16), and sends
+			// again, as its caller would, one of the node's that failed
+			// indefinite; not drawing on the schedule's randomness keeps
+			// every seed's schedule as it was.
+			req = c.onceRequest(id, req)
 		}
 		n.record(id, req)
 		err := nd.e.Propose(req)
