@@ -49,6 +49,45 @@
 // a key that exists, or a path through a scalar, fails with
 // CodeFailedPrecondition and is never committed.
 //
+// # One key, one turn
+//
+// A verb's handler runs on the owner of its key, alone for that key:
+// before it starts, every earlier write to the key is applied there, and
+// until it returns no other request for the key runs, verb or built-in
+// write, from any node; they wait in the key's queue, in arrival order.
+// Other keys run in parallel. What the handler writes to its own
+// partition, with the context it was given, is committed when it returns,
+// as one record, all or nothing, in the ownership the handler began in:
+// if the partition moved meanwhile, nothing is committed and the call is
+// made again at the new owner. So the read-modify-write every service is
+// made of needs no lock, and survives rolling restarts. Verbs that only
+// read may opt out ([Concurrent]). [Handler] has the details.
+//
+// Outside a handler, a read-modify-write uses a key's [Version]:
+// [Resource.GetVersion] reads it with the value, and [Resource.UpdateIf],
+// [Resource.RemoveIf] and [Map.PutIf] write only if it has not moved,
+// failing with CodeFailedPrecondition and the current version
+// ([VersionOf]) if it has. The VERSION verb ([VerbVersion]) reads a key
+// and its version through the owner.
+//
+// # Exactly once
+//
+// Every Update, Add, Remove, Push and Set that waits (and the typed map's),
+// on a Resource or a [Remote], and every Call, carries its node's writer ID
+// and a sequence number. When an attempt fails with an
+// indefinite error (its owner died, closed or lost the partition with it
+// in flight), fero sends it again, as the same write, to the key's owner
+// by then, until the caller's deadline (the write timeout without one);
+// the owner remembers what each writer's recent sequences did, in the
+// partition's replicated state, and answers a retry of a committed write
+// with its first outcome, and a retried Call with the verb's first reply,
+// without running it again. A verb that wrote nothing, or failed, keeps no
+// record and runs again. The memory covers a writer's last 64 sequences
+// in each partition and the 1,024 most recent writers of a partition.
+// [WithoutRetry] turns this off. Writes that wait for nothing, Patch, and
+// the async forms ([Resource.SetAsync], [Resource.CallAsync]) carry no
+// writer.
+//
 // # Requests and handlers
 //
 // [Resource.Call] sends a request (a verb, a key and a payload) to the

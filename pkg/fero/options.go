@@ -103,8 +103,8 @@ func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
 
 // WithoutRetry turns exactly-once retries off (docs/engine.md, rule 16).
 // By default every write a caller waits for (Update, Add, Remove, Push,
-// Set, Patch and the typed map's, on a Resource or a Remote) and every
-// Call carries a writer ID and a sequence number; when an attempt fails
+// Set and the typed map's, on a Resource or a Remote) and every Call
+// carries a writer ID and a sequence number; when an attempt fails
 // with an indefinite error (the owner died or lost the partition with it
 // in flight) it is made again, as the same write, at the key's owner by
 // then, until it succeeds, fails definite, or the caller's deadline (the
@@ -112,8 +112,8 @@ func WithHandler(h Handler) Option { return func(c *config) { c.handler = h } }
 // answers a retry with the first outcome, a verb's first reply included.
 // Without it, an indefinite error reaches the caller at once, as it did
 // before, and a retry the caller makes may apply twice. Writes that wait
-// for nothing (NoWait, SetAsync, CallAsync) carry no writer ID either
-// way.
+// for nothing (NoWait), Patch, SetAsync and CallAsync carry no writer ID
+// either way.
 func WithoutRetry() Option { return func(c *config) { c.noRetry = true } }
 
 // Concurrent lets the handler's verbs named run without taking their key's
