@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +94,58 @@ func TestPutGetOneNode(t *testing.T) {
 	_, err = run(ctx, "get", "--addr", s.data, "bad")
 	assert.ErrorContains(t, err, "not found", "a malformed VALUE writes nothing")
 	s.stop(t)
+}
+
+// TestCompareAndSetFromTheCLI: get --version prints a key's version, put
+// and rm --if-version write only at that version, and a stale one fails
+// naming the current version.
+func TestCompareAndSetFromTheCLI(t *testing.T) {
+	s := serve(t, "users", "--id", "n1", "--partitions", "7")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := func(args ...string) (string, error) {
+		return run(ctx, append(args[:1:1], append([]string{"--addr", s.data}, args[1:]...)...)...)
+	}
+	require.NoError(t, retryCLI(ctx, func() error { _, err := cli("put", "--if-version", "0", "ada", `{"n":1}`); return err }))
+	out, err := cli("get", "--version", "ada")
+	require.NoError(t, err)
+	var ver uint64
+	var value string
+	_, err = fmt.Sscanf(out, "%d %s", &ver, &value)
+	require.NoError(t, err, "%q", out)
+	assert.Positive(t, ver)
+	assert.Equal(t, `{"n":1}`, value)
+
+	_, err = cli("put", "--if-version", "0", "ada", `{"n":2}`)
+	require.Error(t, err, "a create of a key that exists")
+	assert.ErrorContains(t, err, fmt.Sprintf("current version %d", ver))
+	_, err = cli("put", "--add", "--if-version", "0", "ada", `{"n":2}`)
+	assert.ErrorContains(t, err, "--if-version goes with an UPDATE")
+
+	_, err = cli("put", "--if-version", fmt.Sprint(ver), "ada.n", "2")
+	require.NoError(t, err)
+	out, err = cli("get", "--version", "ada")
+	require.NoError(t, err)
+	assert.NotEqual(t, fmt.Sprintf("%d {\"n\":2}\n", ver), out, "the version moved")
+	assert.Contains(t, out, `{"n":2}`)
+	_, err = cli("rm", "--if-version", fmt.Sprint(ver), "ada")
+	assert.ErrorContains(t, err, "failed_precondition")
+	var now uint64
+	_, err = fmt.Sscanf(out, "%d", &now)
+	require.NoError(t, err)
+	_, err = cli("rm", "--if-version", fmt.Sprint(now), "ada")
+	require.NoError(t, err)
+	_, err = cli("get", "--version", "ada")
+	assert.ErrorContains(t, err, "not found (version 0)")
+}
+
+// retryCLI retries f while the node is still forming (Unavailable).
+func retryCLI(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || !strings.Contains(err.Error(), "unavailable") || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
