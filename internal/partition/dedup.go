@@ -51,8 +51,8 @@ var ErrTooOldToDedup = errs.New(errs.Aborted, "a retry older than the owner's me
 // dedup looks a record up before the owner commits it: done says that it
 // was answered (a duplicate, or too old to tell), with err when refused.
 func (e *Engine) dedup(pt *part, w write, o origin) (done bool, err error) {
-	d, ok := e.st.(Deduper)
-	if !ok || w.typ != wire.RecordBatch {
+	d := e.dd
+	if w.typ != wire.RecordBatch || d == nil {
 		return false, nil
 	}
 	writer, seq := d.WriterOf(Entry{Type: w.typ, Key: w.key, Value: w.value})

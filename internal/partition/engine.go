@@ -55,6 +55,8 @@ type Engine struct {
 	cfg config
 	id  string
 	st  State
+	// dd is st as a Deduper, when it is one (exactly-once, dedup.go).
+	dd  Deduper
 	now time.Time
 
 	m      *ring.Map
@@ -153,10 +155,12 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil State", ErrInvalidOption)
 	}
+	dd, _ := st.(Deduper)
 	e := &Engine{
 		cfg:   cfg,
 		id:    id,
 		st:    st,
+		dd:    dd,
 		alive: map[string]bool{}, heard: map[string]time.Time{},
 		seen: map[string]time.Time{}, voters: map[string]Voter{}, votersPresent: -1, liveInc: map[string]uint64{},
 		nextID: cfg.firstID, nextSnap: cfg.firstID,

@@ -99,11 +99,10 @@ func (e *Engine) writeTurn(pt *part, w write, o origin) error {
 // was committed before, with its first reply, rather than granting it
 // (rule 16): done says it was answered.
 func (e *Engine) beginDuplicate(pt *part, w write, o origin) (done bool, err error) {
-	d, ok := e.st.(Deduper)
-	if !ok || w.writer == "" {
+	if e.dd == nil || w.writer == "" {
 		return false, nil
 	}
-	return e.answerDuplicate(pt, d, w.writer, w.seq, w, o)
+	return e.answerDuplicate(pt, e.dd, w.writer, w.seq, w, o)
 }
 
 // grantTurn gives the key tk's turn to the TurnBegin w, with waiting behind
