@@ -135,6 +135,20 @@ func DecodeBatch(b []byte) (Batch, error) {
 	return bt, nil
 }
 
+// BatchWriter reads only the writer and sequence a batch names, without
+// its changes: what the owner asks its exactly-once table before it
+// decodes the whole batch to apply it. ok is false for bytes that do not
+// start as a batch (DecodeBatch says why).
+func BatchWriter(b []byte) (writer string, seq uint64, ok bool) {
+	c := wire.NewCursor(b)
+	if n := c.Array("batch", -1); n != 5 || c.Uint("format") != batchFormat {
+		return "", 0, false
+	}
+	writer = aliasString(c.Bytes("writer"))
+	seq = c.Uint("seq")
+	return writer, seq, c.Err() == nil && len(writer) <= MaxBatchWriter
+}
+
 func aliasString(b []byte) string {
 	if len(b) == 0 {
 		return ""

@@ -289,3 +289,18 @@ func TestBatchReadersSeeAllOrNothing(t *testing.T) {
 	t.Logf("%d reads during %d batches", reads, batches)
 	require.Equal(t, uint64(10+batches-1), s.Version("a"))
 }
+
+// TestBatchWriter: the header read agrees with DecodeBatch, and refuses
+// what is not a batch.
+func TestBatchWriter(t *testing.T) {
+	b := AppendBatch(nil, &Batch{Changes: []Change{{Type: wire.RecordRemove, Key: "k"}}, Writer: "w~1", Seq: 42})
+	w, seq, ok := BatchWriter(b)
+	if !ok || w != "w~1" || seq != 42 {
+		t.Fatalf("BatchWriter = %q, %d, %v", w, seq, ok)
+	}
+	for _, bad := range [][]byte{nil, {0x90}, {0x95, 0x02}, b[:3]} {
+		if _, _, ok := BatchWriter(bad); ok {
+			t.Fatalf("BatchWriter(%x) took it", bad)
+		}
+	}
+}

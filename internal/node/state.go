@@ -104,11 +104,11 @@ func (d docState) WriterOf(e partition.Entry) (string, uint64) {
 	if e.Type != wire.RecordBatch {
 		return "", 0
 	}
-	bt, err := doc.DecodeBatch(e.Value)
-	if err != nil {
+	w, seq, ok := doc.BatchWriter(e.Value)
+	if !ok {
 		return "", 0 // refused as it commits
 	}
-	return bt.Writer, bt.Seq
+	return w, seq
 }
 
 // Outcome is what the partition's table remembers of writer's seq.
