@@ -25,6 +25,12 @@ const (
 	// outcome with a larger one is remembered without it
 	// (DedupReplyTooLarge).
 	DedupMaxReply = 64 << 10
+	// DedupReplyBytes bounds the replies a partition keeps, in bytes: past
+	// it the oldest replies are let go (their outcomes stay, as
+	// DedupReplyTooLarge), so the table's memory is bounded whatever the
+	// writers send (without it, DedupWriters × DedupPerWriter replies of
+	// DedupMaxReply each: 4 GiB).
+	DedupReplyBytes = 1 << 20
 )
 
 // Outcome is how a committed write was answered: the offset its batch was
@@ -94,6 +100,17 @@ func (s *Store) Outcome(p int, writer string, seq uint64) (Outcome, DedupStatus)
 type dedup struct {
 	byName  map[string]*writerLog
 	writers writerHeap // the next writer to forget first
+	// replies are the outcomes that keep a reply, oldest first (record
+	// order is offset order), and bytes their replies' size: past
+	// DedupReplyBytes the oldest let go of theirs.
+	replies []replyRef
+	bytes   int
+}
+
+// replyRef names an outcome that keeps a reply.
+type replyRef struct {
+	w   *writerLog
+	seq uint64
 }
 
 // writerLog is what a partition remembers of one writer.
@@ -160,6 +177,9 @@ func (d *dedup) record(writer string, o outcome) {
 		if len(d.writers) == DedupWriters {
 			old := heap.Pop(&d.writers).(*writerLog)
 			delete(d.byName, old.name)
+			for i := range old.seqs {
+				d.bytes -= len(old.seqs[i].reply)
+			}
 		}
 		if d.byName == nil {
 			d.byName = make(map[string]*writerLog)
@@ -173,16 +193,22 @@ func (d *dedup) record(writer string, o outcome) {
 	if found || o.seq <= w.floor {
 		return
 	}
+	if len(o.reply) > 0 {
+		d.replies = append(d.replies, replyRef{w: w, seq: o.seq})
+		d.bytes += len(o.reply)
+	}
 	switch {
 	case len(w.seqs) < DedupPerWriter:
 		w.seqs = slices.Insert(w.seqs, i, o)
 	case i == 0:
 		// Below every remembered one: forgotten as soon as recorded.
 		w.floor = o.seq
+		d.bytes -= len(o.reply)
 	default:
 		// Forget the lowest in place, so that a full writer's slice
 		// stays DedupPerWriter long and recording allocates nothing.
 		w.floor = w.seqs[0].seq
+		d.bytes -= len(w.seqs[0].reply)
 		copy(w.seqs, w.seqs[1:i])
 		w.seqs[i-1] = o
 	}
@@ -190,6 +216,39 @@ func (d *dedup) record(writer string, o outcome) {
 		w.last = o.version
 		heap.Fix(&d.writers, w.at)
 	}
+	d.trimReplies()
+}
+
+// trimReplies lets go of the oldest replies while they take more than
+// DedupReplyBytes, and of references to outcomes forgotten since.
+func (d *dedup) trimReplies() {
+	for len(d.replies) > 0 {
+		r := d.replies[0]
+		o := r.w.outcomeOf(r.seq, d.byName)
+		switch {
+		case o == nil || len(o.reply) == 0:
+			// Forgotten (counted out then) or let go already.
+		case d.bytes > DedupReplyBytes:
+			d.bytes -= len(o.reply)
+			o.reply, o.tooLarge = nil, true
+		default:
+			return
+		}
+		d.replies[0] = replyRef{}
+		d.replies = d.replies[1:]
+	}
+}
+
+// outcomeOf returns w's outcome of seq, if w is still remembered and
+// still has it.
+func (w *writerLog) outcomeOf(seq uint64, byName map[string]*writerLog) *outcome {
+	if byName[w.name] != w {
+		return nil
+	}
+	if i, ok := w.find(seq); ok {
+		return &w.seqs[i]
+	}
+	return nil
 }
 
 // writerHeap orders writers by their latest offset, then by name, so
@@ -324,7 +383,26 @@ func parseDedup(c *wire.Cursor) dedup {
 		d.byName[w.name] = w
 		d.writers = append(d.writers, w)
 		prev = w.name
+		for j := range w.seqs {
+			if r := w.seqs[j].reply; len(r) > 0 {
+				d.replies = append(d.replies, replyRef{w: w, seq: w.seqs[j].seq})
+				d.bytes += len(r)
+			}
+		}
 	}
+	if d.bytes > DedupReplyBytes {
+		c.Fail("replies of %d bytes, more than %d", d.bytes, DedupReplyBytes)
+		return dedup{}
+	}
+	// Oldest first, as recorded: by the offset each was committed at.
+	slices.SortFunc(d.replies, func(a, b replyRef) int {
+		return cmp.Compare(a.w.seqs[mustFind(a)].version, b.w.seqs[mustFind(b)].version)
+	})
 	heap.Init(&d.writers)
 	return d
+}
+
+func mustFind(r replyRef) int {
+	i, _ := r.w.find(r.seq)
+	return i
 }

@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/wire"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -578,4 +580,56 @@ func TestOutcomeWithReaders(t *testing.T) {
 	}
 	wg.Wait()
 	requireOutcome(t, s, 0, "w", batches, DedupDone, 100+batches, fmt.Append(nil, batches))
+}
+
+// TestDedupReplyBytes: the replies a partition keeps stay within
+// DedupReplyBytes; past it the oldest are let go, their outcomes kept
+// (DedupReplyTooLarge), on every copy alike and through a snapshot.
+func TestDedupReplyBytes(t *testing.T) {
+	a, err := New(1)
+	require.NoError(t, err)
+	b, err := New(1)
+	require.NoError(t, err)
+	reply := bytes.Repeat([]byte{0xc0}, DedupMaxReply) // msgpack nil, 64 KiB of it
+	n := 2*DedupReplyBytes/DedupMaxReply + 3
+	for i := range n {
+		for _, s := range []*Store{a, b} {
+			bt := write(t, s, fmt.Sprint("w", i%5), uint64(i+1), reply, "k")
+			require.NoError(t, s.ApplyBatch(0, uint64(100+i), bt))
+		}
+	}
+	kept := 0
+	for i := range n {
+		o, st := a.Outcome(0, fmt.Sprint("w", i%5), uint64(i+1))
+		switch st {
+		case DedupDone:
+			kept++
+			assert.Len(t, o.Reply, DedupMaxReply)
+		case DedupReplyTooLarge:
+			assert.Less(t, i, n-DedupReplyBytes/DedupMaxReply, "a newer reply let go before an older one: %d", i)
+		default:
+			t.Fatalf("seq %d: %v", i+1, st)
+		}
+		assert.Equal(t, uint64(100+i), o.Version)
+	}
+	assert.Equal(t, DedupReplyBytes/DedupMaxReply, kept, "replies kept")
+	sa, err := a.Snapshot(0)
+	require.NoError(t, err)
+	sb, err := b.Snapshot(0)
+	require.NoError(t, err)
+	assert.Equal(t, sa, sb, "two copies keep the same replies")
+	c, err := New(1)
+	require.NoError(t, err)
+	require.NoError(t, c.Restore(0, sa))
+	sc, err := c.Snapshot(0)
+	require.NoError(t, err)
+	assert.Equal(t, sa, sc, "through a snapshot")
+	// One more reply on both sides of the restore lets go of the same
+	// oldest one.
+	for _, s := range []*Store{a, c} {
+		require.NoError(t, s.ApplyBatch(0, uint64(100+n), write(t, s, "w9", 1, reply, "k")))
+	}
+	sa, _ = a.Snapshot(0)
+	sc, _ = c.Snapshot(0)
+	assert.Equal(t, sa, sc, "after one more record")
 }
