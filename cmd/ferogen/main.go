@@ -74,6 +74,11 @@ The declaration:
 		//
 		//fero:verb SIGNOUT
 		Logout(ctx context.Context, req *LogoutRequest) error
+		// A verb that only reads may run without its key's turn,
+		// many at once for one key (fero.Concurrent).
+		//
+		//fero:concurrent
+		Profile(ctx context.Context, req *LogoutRequest) (*LoginReply, error)
 	}
 
 	type LoginRequest struct {

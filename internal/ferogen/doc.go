@@ -26,7 +26,10 @@
 // sake), after the resource's verb prefix if it has one (//fero:resource
 // <name> verbprefix=STOCK_, so that Get is STOCK_GET), or the directive
 // //fero:verb <VERB> in the method's doc comment, used as written; it is
-// ASCII, and may not be one of fero's built-in verbs. Any other //fero:
+// ASCII, and may not be one of fero's built-in verbs. The directive
+// //fero:concurrent in a method's doc comment says the verb only reads:
+// it runs without its key's turn (fero.Concurrent). It is refused on a
+// streaming method, which never takes a turn. Any other //fero:
 // comment is an error, and so is "// fero:" with a space, so that a typo
 // does not go unnoticed. An alias is not a resource: the directive
 // marks an interface's own declaration.
@@ -42,12 +45,14 @@
 // (DefaultOut: the declarations cannot import what is generated from
 // them), starts with Header and holds per resource: the resource's name,
 // a constant per verb, Register<Iface> (a fero.Option mounting an
-// implementation) and <Iface>Handler, New<Iface>Client (the interface,
+// implementation, with fero.Concurrent for the verbs marked concurrent)
+// and <Iface>Handler, New<Iface>Client (the interface,
 // implemented by calls to the owner of each request's key), and
 // Unimplemented<Iface>; once per package, RequestFromContext, which hands
 // a method the fero.Request it answers, and a reference to
-// fero.SupportPackageIsVersion3, so that it stops compiling against a
-// pkg/fero it was not made for. The stub (DefaultStub) is a starting
+// fero.SupportPackageIsVersion3 (4 when a resource has a concurrent verb,
+// for fero.Options), so that it stops compiling against a pkg/fero it
+// was not made for. The stub (DefaultStub) is a starting
 // implementation that embeds Unimplemented<Iface>.
 //
 // Generate refuses output that would not build: a generated package the

@@ -456,3 +456,38 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 	}
 }
+
+// TestConcurrent: //fero:concurrent marks its methods, and only they
+// reach fero.Concurrent in the Register function; a file without one
+// renders as before the directive existed (the golden cases other than
+// ledger are byte for byte what ferogen made then), needing no newer
+// pkg/fero.
+func TestConcurrent(t *testing.T) {
+	pkgs, err := Load(testContext(t), "testdata/ok/ledger")
+	require.NoError(t, err)
+	p := pkgs[0]
+	require.NoError(t, p.Err)
+	marked := map[string]bool{}
+	for _, m := range p.Resources[0].Methods {
+		marked[m.Name] = m.Concurrent
+	}
+	assert.Equal(t, map[string]bool{"Balance": true, "Deposit": false, "Audit": true, "History": false}, marked)
+	out, err := Generate(p, Options{NoStub: true})
+	require.NoError(t, err)
+	src := string(out.Generated.Content)
+	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion4\n")
+	assert.Contains(t, src, "\t\tfero.Concurrent(LedgerBalanceVerb, LedgerAuditVerb),\n")
+	assert.Contains(t, src, "func RegisterVault(impl ledger.Vault) fero.Option {\n\treturn fero.WithHandler(VaultHandler(impl, nil))\n}\n")
+
+	for _, m := range p.Resources[0].Methods { // p is this test's own load
+		m.Concurrent = false
+	}
+	out, err = Generate(p, Options{NoStub: true})
+	require.NoError(t, err)
+	src = string(out.Generated.Content)
+	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion3\n")
+	assert.NotContains(t, src, "fero.Options(")
+	assert.NotContains(t, src, "fero.Concurrent(")
+	assert.NotContains(t, src, "concurrent")
+	assert.Contains(t, src, "func RegisterLedger(impl ledger.Ledger) fero.Option {\n\treturn fero.WithHandler(LedgerHandler(impl, nil))\n}\n")
+}

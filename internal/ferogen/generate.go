@@ -361,7 +361,10 @@ func byPath(a, b string) int {
 //go:embed templates/*.tmpl
 var templateFS embed.FS
 
-var templates = template.Must(template.New("").Funcs(template.FuncMap{"quote": func(s string) string { return fmt.Sprintf("%q", s) }}).
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"quote": func(s string) string { return fmt.Sprintf("%q", s) },
+	"join":  strings.Join,
+}).
 	ParseFS(templateFS, "templates/*.tmpl"))
 
 // view is what the templates see of a resource.
@@ -370,6 +373,9 @@ type view struct {
 	Methods                                   []methodView
 	// Streams: the resource has a streaming verb.
 	Streams bool
+	// Concurrent are the constants and Verbs the verbs of the methods
+	// marked //fero:concurrent, in declaration order.
+	Concurrent, ConcurrentVerbs []string
 }
 
 type methodView struct {
@@ -383,6 +389,8 @@ type methodView struct {
 	// KeyOf is the key field's expression as a string, on a variable
 	// named by the template (string(x.User), or x.User for a string).
 	KeyOf func(v string) string
+	// Concurrent: the method is marked //fero:concurrent.
+	Concurrent bool
 }
 
 func (g *genFile) views(im *imports, gen string) []view {
@@ -391,7 +399,11 @@ func (g *genFile) views(im *imports, gen string) []view {
 		v := view{Name: r.Name, Iface: r.Iface, IfaceQ: im.qualify(r.Type), Client: clientType(r), Service: serviceName(r), Gen: gen}
 		for _, m := range r.Methods {
 			mv := methodView{Name: m.Name, Verb: m.Verb, Const: verbConst(r, m), Req: im.qualify(m.Req), Key: m.Key,
-				Resource: r.Name, Via: m.KeyVia}
+				Resource: r.Name, Via: m.KeyVia, Concurrent: m.Concurrent}
+			if m.Concurrent {
+				v.Concurrent = append(v.Concurrent, mv.Const)
+				v.ConcurrentVerbs = append(v.ConcurrentVerbs, m.Verb)
+			}
 			if m.Reply != nil {
 				mv.Reply = im.qualify(m.Reply)
 			}
@@ -432,11 +444,22 @@ func (g *genFile) render() ([]byte, []string, error) {
 		sources = append(sources, r.File)
 	}
 	slices.Sort(sources)
+	views := g.views(im, "")
+	// The oldest pkg/fero the file can use: fero.Options came with 4, and
+	// only a resource with a concurrent verb needs it, so that the files
+	// of the others stay as they were.
+	version := 3
+	for _, v := range views {
+		if len(v.Concurrent) > 0 {
+			version = 4
+		}
+	}
 	data := map[string]any{
 		"Package":   g.name,
 		"Decl":      g.decl.Name,
 		"Sources":   slices.Compact(sources),
-		"Resources": g.views(im, ""),
+		"Resources": views,
+		"Version":   version,
 	}
 	return execute("generated.tmpl", im, data)
 }

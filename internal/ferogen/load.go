@@ -74,6 +74,10 @@ type Method struct {
 	// outermost first, each a field name that selects it on Req: generated
 	// code checks them for nil before it reads the key.
 	KeyVia []string
+	// Concurrent (the directive //fero:concurrent): the verb only reads,
+	// and runs without its key's turn (fero.Concurrent). Never set for a
+	// streaming method, which takes no turn anyway.
+	Concurrent bool
 }
 
 // loadMode is what ferogen needs of a package: its syntax, for the
@@ -197,8 +201,9 @@ func packagePos(fset *token.FileSet, p *packages.Package) token.Position {
 // The directives. A directive is a line comment with no space after the
 // slashes, as Go's own (//go:generate).
 const (
-	resourceDirective = "//fero:resource"
-	verbDirective     = "//fero:verb"
+	resourceDirective   = "//fero:resource"
+	verbDirective       = "//fero:verb"
+	concurrentDirective = "//fero:concurrent"
 )
 
 // spacedRE matches a directive written with space after the slashes
@@ -252,10 +257,10 @@ func (r *reader) read() {
 				switch name, _, _ := strings.Cut(c.Text, " "); name {
 				case resourceDirective:
 					r.add(c.Pos(), "misplaced %s: it belongs in the doc comment of an interface type", resourceDirective)
-				case verbDirective:
-					r.add(c.Pos(), "misplaced %s: it belongs in the doc comment of a method of a %s interface", verbDirective, resourceDirective)
+				case verbDirective, concurrentDirective:
+					r.add(c.Pos(), "misplaced %s: it belongs in the doc comment of a method of a %s interface", name, resourceDirective)
 				default:
-					r.add(c.Pos(), "unknown directive %s (ferogen knows %s and %s)", name, resourceDirective, verbDirective)
+					r.add(c.Pos(), "unknown directive %s (ferogen knows %s, %s and %s)", name, resourceDirective, verbDirective, concurrentDirective)
 				}
 			}
 		}
@@ -422,8 +427,21 @@ func (r *reader) resource(ts *ast.TypeSpec, c *ast.Comment, name, prefix string,
 		if c != nil && len(verb) != 1 {
 			r.add(c.Pos(), "%s takes one word, the name: %q", verbDirective, c.Text)
 		}
+		cc, ccArgs := r.directive(f.Doc, concurrentDirective)
+		if cc != nil && len(ccArgs) != 0 {
+			r.add(ccArgs[0].pos, "%s takes no argument: %q", concurrentDirective, cc.Text)
+		}
 		if m == nil {
 			continue
+		}
+		switch {
+		case cc == nil:
+		case m.Item != nil:
+			// Refused rather than ignored: it would say something about
+			// the verb that the directive does not do.
+			r.add(cc.Pos(), "%s on %s.%s, a streaming verb: a stream never takes its key's turn, so it runs concurrently already; remove the directive", concurrentDirective, res.Iface, m.Name)
+		default:
+			m.Concurrent = true
 		}
 		vpos := name.Pos()
 		switch {

@@ -82,3 +82,19 @@ func TestNodesTuneTheCollector(t *testing.T) {
 	require.NoError(t, b.Close())
 	require.True(t, gctune.Running(), "a still holds it")
 }
+
+// TestOptions: Options applies its options in order, as if each were
+// passed itself, skips nil ones, and nests.
+func TestOptions(t *testing.T) {
+	c := newConfig([]Option{
+		WithID("first"),
+		Options(WithID("second"), nil, Concurrent("A"), Options(Concurrent("B"), WithoutRetry())),
+		Options(),
+		Concurrent("C"),
+	})
+	require.Equal(t, "second", c.id, "a later option wins, inside Options or not")
+	require.Equal(t, map[string]bool{"A": true, "B": true, "C": true}, c.concurrent)
+	require.True(t, c.noRetry)
+	c = newConfig([]Option{Options(WithID("inner")), WithID("outer")})
+	require.Equal(t, "outer", c.id, "in order")
+}

@@ -79,6 +79,20 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
+// Options combines opts into one Option, applied in order as if each had
+// been passed itself: code that hands out a single Option, as ferogen's
+// Register functions do, can configure several things with it. Nil
+// options are skipped.
+func Options(opts ...Option) Option {
+	return func(c *config) {
+		for _, o := range opts {
+			if o != nil {
+				o(c)
+			}
+		}
+	}
+}
+
 // Client makes this node a client: it owns no partition, receives every
 // commit into its local copy, and sends writes and requests straight to
 // the owners (the original's client: true).

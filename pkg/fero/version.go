@@ -14,3 +14,9 @@ const SupportPackageIsVersion2 = true
 // SupportPackageIsVersion3 is referenced by code ferogen generates from
 // the version that generates streaming verbs (OpenStream, ForEach).
 const SupportPackageIsVersion3 = true
+
+// SupportPackageIsVersion4 is referenced by code ferogen generates from
+// the version that marks verbs //fero:concurrent, for a resource that
+// has such a verb: its Register function combines WithHandler and
+// Concurrent with [Options].
+const SupportPackageIsVersion4 = true

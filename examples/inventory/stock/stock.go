@@ -29,7 +29,10 @@ import (
 //
 //fero:resource inventory verbprefix=INVENTORY_
 type Inventory interface {
-	// Get answers the item. An unknown SKU fails with CodeNotFound.
+	// Get answers the item. An unknown SKU fails with CodeNotFound. It
+	// only reads, so it runs without its SKU's turn, beside the writes.
+	//
+	//fero:concurrent
 	Get(ctx context.Context, req *ItemRequest) (*Item, error)
 	// Add receives stock: it adds the quantity to the lot (creating the
 	// item on its first delivery, which must name it and say where it

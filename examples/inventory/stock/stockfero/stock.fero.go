@@ -16,7 +16,7 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion3
+const _ = fero.SupportPackageIsVersion4
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
@@ -38,7 +38,7 @@ const InventoryResourceName = "inventory"
 
 // The verbs of stock.Inventory.
 const (
-	InventoryGetVerb     = "INVENTORY_GET"
+	InventoryGetVerb     = "INVENTORY_GET" // concurrent: runs without its key's turn
 	InventoryAddVerb     = "INVENTORY_ADD"
 	InventoryReserveVerb = "INVENTORY_RESERVE"
 	InventoryWatchVerb   = "INVENTORY_WATCH"
@@ -49,8 +49,16 @@ const (
 // built-in handling (Request.Next): ADD, UPDATE, REMOVE and GET work as
 // without a handler, and any other verb is answered CodeUnimplemented.
 // To answer those yourself, use InventoryHandler.
+//
+// The verbs marked //fero:concurrent (INVENTORY_GET) only
+// read: they run without their key's turn (fero.Concurrent), many at once
+// for one key, beside its writes. With InventoryHandler, pass
+// fero.Concurrent(InventoryGetVerb) as well.
 func RegisterInventory(impl stock.Inventory) fero.Option {
-	return fero.WithHandler(InventoryHandler(impl, nil))
+	return fero.Options(
+		fero.WithHandler(InventoryHandler(impl, nil)),
+		fero.Concurrent(InventoryGetVerb),
+	)
 }
 
 // InventoryHandler returns a handler that answers the verbs of
