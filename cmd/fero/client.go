@@ -125,14 +125,18 @@ prints it), and otherwise fails, printing the current version.`,
 			if err != nil {
 				return fmt.Errorf("--wait: %w", err)
 			}
-			if ifVersion >= 0 && verb == fero.VerbAdd {
+			cond := cmd.Flags().Changed("if-version")
+			switch {
+			case cond && ifVersion < 0:
+				return fmt.Errorf("--if-version %d: a version is 0 (absent) or more", ifVersion)
+			case cond && verb == fero.VerbAdd:
 				return errors.New("--if-version goes with an UPDATE: drop --add (version 0 creates only)")
 			}
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
 				switch {
 				case verb == fero.VerbAdd:
 					return rc.Add(ctx, args[0], v, w)
-				case ifVersion >= 0:
+				case cond:
 					return versionError(rc.UpdateIf(ctx, args[0], fero.Version(ifVersion), v, w))
 				}
 				return rc.Update(ctx, args[0], v, w)
@@ -143,7 +147,7 @@ prints it), and otherwise fails, printing the current version.`,
 	cmd.Flags().BoolVar(&add, "add", false, "create only: fail if KEY has a value")
 	cmd.Flags().BoolVar(&literal, "string", false, "store VALUE as a string, even if it is JSON")
 	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
-	cmd.Flags().Int64Var(&ifVersion, "if-version", -1, "write only if KEY is at this version (0: absent); see fero get --version")
+	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "write only if KEY is at this version (0: absent); see fero get --version")
 	return cmd
 }
 
@@ -239,8 +243,12 @@ func newRm() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--wait: %w", err)
 			}
+			cond := cmd.Flags().Changed("if-version")
+			if cond && ifVersion < 0 {
+				return fmt.Errorf("--if-version %d: a version is 0 (absent) or more", ifVersion)
+			}
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
-				if ifVersion >= 0 {
+				if cond {
 					return versionError(rc.RemoveIf(ctx, args[0], fero.Version(ifVersion), w))
 				}
 				return rc.Remove(ctx, args[0], w)
@@ -249,7 +257,7 @@ func newRm() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&wait, "wait", "ack", waitUsage)
-	cmd.Flags().Int64Var(&ifVersion, "if-version", -1, "remove only if KEY is at this version; see fero get --version")
+	cmd.Flags().Int64Var(&ifVersion, "if-version", 0, "remove only if KEY is at this version; see fero get --version")
 	return cmd
 }
 

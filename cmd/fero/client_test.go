@@ -121,6 +121,10 @@ func TestCompareAndSetFromTheCLI(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf("current version %d", ver))
 	_, err = cli("put", "--add", "--if-version", "0", "ada", `{"n":2}`)
 	assert.ErrorContains(t, err, "--if-version goes with an UPDATE")
+	_, err = cli("put", "--if-version", "-3", "ada", `{"n":2}`)
+	assert.ErrorContains(t, err, "a version is 0 (absent) or more")
+	_, err = cli("put", "--if-version", "x", "ada", `{"n":2}`)
+	assert.ErrorContains(t, err, "invalid argument")
 
 	_, err = cli("put", "--if-version", fmt.Sprint(ver), "ada.n", "2")
 	require.NoError(t, err)
