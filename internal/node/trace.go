@@ -9,8 +9,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // Tracing (docs/operations.md, "Tracing"). With Config.Tracer, a node
@@ -167,10 +169,22 @@ type fwdSpan struct {
 // dropped) are ended as unanswered.
 const maxFwdSpans = 4096
 
+// recordVerb names a record for a span: a batch of one change (a write
+// that names its writer, or carries a condition) by that change, as the
+// caller's span names it.
+func recordVerb(t wire.RecordType, value []byte) string {
+	if t == wire.RecordBatch {
+		if bt, err := doc.DecodeBatch(value); err == nil && len(bt.Changes) == 1 {
+			return bt.Changes[0].Type.String()
+		}
+	}
+	return t.String()
+}
+
 // traceForward starts the owner's span for a Forward from from.
 func (n *Node) traceForward(from string, f *partition.Forward) {
 	sc, _ := parseTraceparent([]byte(f.Trace))
-	verb := f.Type.String()
+	verb := recordVerb(f.Type, f.Value)
 	_, span := n.startSpan(remoteParent(n.ctx, sc), "fero.handle", trace.SpanKindServer, verb, int(f.Partition))
 	span.SetAttributes(attribute.String("fero.from", from))
 	if f.ID == 0 { // nobody waits: no reply will end it
