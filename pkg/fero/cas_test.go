@@ -102,3 +102,25 @@ func TestCompareAndSetCounter(t *testing.T) {
 	require.NoError(t, retry(ctx, func() error { return a.Call(ctx, "GET", "counter", nil, &n) }))
 	assert.Equal(t, 3*each, n, fmt.Sprint("counter after ", 3*each, " compare-and-set increments"))
 }
+
+// TestCompareAndSetThroughAHandler: a Remote's UpdateIf to servers whose
+// handler falls through to the built-in write (req.Next) keeps its
+// condition.
+func TestCompareAndSetThroughAHandler(t *testing.T) {
+	c := newTestCluster(t, 14)
+	next := WithHandler(func(ctx context.Context, req *Request) (any, error) { return req.Next(ctx) })
+	a := c.open("a", next)
+	c.open("b", next)
+	c.settle(2)
+	ctx := ctxT(t)
+	rc, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	require.NoError(t, retry(ctx, func() error { return rc.UpdateIf(ctx, "k", 0, 1) }))
+	err = rc.UpdateIf(ctx, "k", 0, 2)
+	assert.Equal(t, CodeFailedPrecondition, CodeOf(err), "%v", err)
+	var v int
+	_, _, err = rc.GetVersion(ctx, "k", &v)
+	require.NoError(t, err)
+	assert.Equal(t, 1, v, "the stale compare-and-set wrote")
+}

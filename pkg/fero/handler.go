@@ -91,9 +91,10 @@ type Request struct {
 	r     *Resource
 	local bool
 	meta  node.Meta
-	wait  node.WaitSpec // what a remote caller's built-in write waits for
-	reply node.Meta     // reply headers (SetReplyHeader)
-	send  SendFunc      // a stream's items; nil for a call (stream.go)
+	wait  node.WaitSpec  // what a remote caller's built-in write waits for
+	cond  node.IfVersion // a remote caller's compare-and-set (UpdateIf, RemoveIf)
+	reply node.Meta      // reply headers (SetReplyHeader)
+	send  SendFunc       // a stream's items; nil for a call (stream.go)
 }
 
 // SetReplyHeader adds the header name: value to the reply, which a caller
@@ -208,7 +209,7 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 	if q.send != nil {
 		return nil, errs.Errorf(errs.Unimplemented, "fero: verb %q does not stream", q.Verb)
 	}
-	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload, Wait: q.wait})
+	b, err := q.r.n.Builtin(ctx, &node.Request{Verb: q.Verb, Key: q.Key, Payload: q.Payload, Wait: q.wait, If: q.cond})
 	if err != nil || b == nil {
 		return nil, err
 	}
@@ -217,7 +218,7 @@ func (q *Request) Next(ctx context.Context) (any, error) {
 
 // serve adapts the resource's handler to the node's.
 func (r *Resource) serve(ctx context.Context, nr *node.Request) ([]byte, error) {
-	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta, wait: nr.Wait}
+	q := &Request{Verb: nr.Verb, Key: nr.Key, Payload: nr.Payload, r: r, local: nr.Local, meta: nr.Meta, wait: nr.Wait, cond: nr.If}
 	if nr.Send != nil {
 		q.send = sendFunc(q, nr.Send)
 	}
