@@ -580,16 +580,16 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	if o.Writer == "" || turnOf(ctx) != nil {
 		return n.writeOnce(ctx, c, wait, k, o)
 	}
-	budget := retryBudget(ctx)
+	tries := newAttempts(ctx, o)
 	backoff := retryBackoffMin
 	for {
 		pos, err := n.writeOnce(ctx, c, wait, k, o)
-		if !retryable(err) || !time.Now().Before(budget) {
-			return pos, err
+		if !tries.again(err) {
+			return pos, tries.answer(err)
 		}
-		n.logger.Debug("fero: node: retrying a write that failed indefinite", "key", c.Key, "seq", o.Seq, "err", err)
+		n.logger.Debug("fero: node: retrying a write whose first attempt may have committed", "key", c.Key, "seq", o.Seq, "err", err)
 		if pause(ctx, n.ctx, &backoff) != nil {
-			return pos, err // the attempt's answer: it may have applied
+			return pos, tries.answer(err) // the attempt's answer: it may have applied
 		}
 	}
 }

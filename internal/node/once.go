@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fero-go/fero/internal/doc"
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
@@ -77,6 +78,59 @@ func onceRecord(c doc.Change, o Once) doc.Change {
 	}
 	b := doc.Batch{Changes: []doc.Change{c}, Writer: o.Writer, Seq: o.Seq}
 	return doc.Change{Type: wire.RecordBatch, Key: c.Key, Value: doc.AppendBatch(nil, &b)}
+}
+
+// rerouted says that an attempt met a node that does not own its key (yet):
+// the maps are converging after an owner left, nothing was applied, and
+// the attempt goes again to the owner by then. Measured on real processes
+// (fero-chaos failover --mode failfast), the writes a SIGKILLed owner held
+// were retried at a server whose map did not name it owner yet, and 437
+// of them reached their callers as "not owner".
+func rerouted(err error) bool {
+	return errors.Is(err, partition.ErrNotOwner)
+}
+
+// attempts follows the attempts of one write or call that names its
+// writer's sequence. Once an attempt has failed indefinite, the write may
+// have committed, and only the owner's table can tell: a later attempt
+// refused before the owner looked (not owner, no quorum, a sync under way,
+// all Unavailable) is made again, and if the attempts end without the
+// owner's word, the caller is told indefinite, whatever the last refusal
+// said. (The fault suite's set and cas workloads saw a push that had
+// committed answered "no quorum", definite, by its retry.)
+type attempts struct {
+	once      Once
+	budget    time.Time
+	uncertain bool  // an attempt failed indefinite
+	last      error // the last failure that led to another attempt
+}
+
+func newAttempts(ctx context.Context, o Once) attempts {
+	return attempts{once: o, budget: retryBudget(ctx)}
+}
+
+// again says whether to make another attempt after one that failed with
+// err, within the budget.
+func (a *attempts) again(err error) bool {
+	switch {
+	case a.once.Writer == "" || err == nil:
+		return false
+	case retryable(err):
+		a.uncertain = true
+	case rerouted(err), a.uncertain && errs.CodeOf(err) == errs.Unavailable:
+	default:
+		return false
+	}
+	a.last = err
+	return time.Now().Before(a.budget)
+}
+
+// answer is what the caller is told when the attempts end with err.
+func (a *attempts) answer(err error) error {
+	if err != nil && a.uncertain && errs.Definite(err) {
+		return errs.Errorf(errs.Aborted, "fero: an attempt failed indefinite, and the last was refused before the owner could tell whether it had committed: %w", err)
+	}
+	return err
 }
 
 // retryBudget is when a caller without a deadline stops retrying: its

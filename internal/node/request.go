@@ -608,7 +608,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		// sequence, and its verb runs once (rule 16).
 		req.Once = n.nextOnce()
 	}
-	budget := retryBudget(ctx)
+	tries := newAttempts(ctx, req.Once)
 	// The encoding, made on the first send: Call and Send copy it into the
 	// connection's outbox, so it goes back to the pool on return.
 	var wbuf []byte
@@ -624,7 +624,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 	deadline, hasDeadline := ctx.Deadline()
 	hasDeadline = hasDeadline && !oneway
 	backoff := retryBackoffMin
-	var lastErr error // an indefinite failure being retried
+	var lastErr error // the answer that led to another attempt
 	for {
 		owner, ok := n.ownerOf(req.Partition)
 		switch {
@@ -654,14 +654,14 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				lastErr = err
 				break // nothing committed: to the owner by a fresher map
 			}
-			if req.Once.Writer != "" && retryable(err) && time.Now().Before(budget) {
+			if tries.again(err) {
 				lastErr = err
 				break // again, as the same call
 			}
 			if sink != nil && err == nil {
 				*sink = append(*sink, req.ReplyMeta...)
 			}
-			return reply, err
+			return reply, tries.answer(err)
 		default:
 			if bp == nil || hasDeadline {
 				if bp == nil {
@@ -689,8 +689,8 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				return nil, nil
 			}
 			reply, retry, err := callOnce(ctx, c, wbuf)
-			if !retry && (req.Once.Writer == "" || !retryable(err) || !time.Now().Before(budget)) {
-				return reply, err
+			if !retry && !tries.again(err) {
+				return reply, tries.answer(err)
 			}
 			if !retry {
 				lastErr = err
@@ -698,7 +698,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 		}
 		if err := pause(ctx, n.ctx, &backoff); err != nil {
 			if lastErr != nil {
-				return nil, lastErr // the last attempt's answer: it may have run
+				return nil, tries.answer(lastErr) // the last attempt's answer: it may have run
 			}
 			return nil, err
 		}
@@ -997,7 +997,7 @@ type CallOpts struct {
 // CallNodeWith is CallNode with what o asks.
 func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, payload []byte, o CallOpts) ([]byte, error) {
 	w := wireRequest{Verb: verb, Key: key, Payload: payload, Wait: o.Wait, If: o.If, Once: o.Once}
-	budget := retryBudget(ctx)
+	tries := newAttempts(ctx, o.Once)
 	// The caller's span, if any, is the parent of what the nodes trace.
 	w.Trace = trace.SpanContextFromContext(ctx)
 	if w.Meta = MetaFrom(ctx); len(w.Meta) > 0 {
@@ -1018,12 +1018,12 @@ func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, pay
 			b = w.append(b[:0])
 		}
 		reply, retry, err := callOnce(ctx, c, b)
-		if !retry && (o.Once.Writer == "" || !retryable(err) || !time.Now().Before(budget)) {
-			return reply, err
+		if !retry && !tries.again(err) {
+			return reply, tries.answer(err)
 		}
 		if perr := pause(ctx, context.Background(), &backoff); perr != nil {
-			if !retry {
-				return nil, err // the last attempt's answer: it may have applied
+			if tries.last != nil {
+				return nil, tries.answer(tries.last) // the last attempt's answer: it may have applied
 			}
 			return nil, perr
 		}
