@@ -434,11 +434,34 @@ func checkSet(r *run) (lines []string, out []Anomaly) {
 			}
 		}
 		var final *op
+		// An element wrongly present shows in every read after: one
+		// anomaly per element and kind, its first read, and a count.
+		first := map[[2]string]int{}
+		var reported []Anomaly
+		var times []int
 		for _, rd := range reads {
-			out = append(out, checkSetRead(r, key, rd, pushes, known)...)
+			for _, a := range checkSetRead(r, key, rd, pushes, known) {
+				if a.elem == "" {
+					reported, times = append(reported, a.Anomaly), append(times, 1)
+					continue
+				}
+				id := [2]string{a.Kind, a.elem}
+				if i, ok := first[id]; ok {
+					times[i]++
+					continue
+				}
+				first[id] = len(reported)
+				reported, times = append(reported, a.Anomaly), append(times, 1)
+			}
 			if rd.final && final == nil {
 				final = rd
 			}
+		}
+		for i, a := range reported {
+			if times[i] > 1 {
+				a.Msg += fmt.Sprintf(" (and in %d later reads)", times[i]-1)
+			}
+			out = append(out, a)
 		}
 		if final == nil {
 			out = append(out, Anomaly{Kind: KindNoFinalRead, Key: key, Msg: "no read of the array after the heal was answered"})
@@ -460,9 +483,16 @@ func checkSet(r *run) (lines []string, out []Anomaly) {
 	return lines, out
 }
 
+// setAnomaly is an anomaly of one read, and the element it is about ("":
+// several).
+type setAnomaly struct {
+	Anomaly
+	elem string
+}
+
 // checkSetRead checks one read of the array at key.
-func checkSetRead(r *run, key string, rd *op, pushes map[string]*op, known map[string]int64) []Anomaly {
-	var out []Anomaly
+func checkSetRead(r *run, key string, rd *op, pushes map[string]*op, known map[string]int64) []setAnomaly {
+	var out []setAnomaly
 	what := "read"
 	if rd.final {
 		what = "final read"
@@ -479,15 +509,15 @@ func checkSetRead(r *run, key string, rd *op, pushes map[string]*op, known map[s
 			if p != nil {
 				slice = r.describe(p) + "\n" + slice
 			}
-			out = append(out, Anomaly{Kind: KindSetDuplicate, Key: key, Msg: fmt.Sprintf("%s holds %q %d times", what, e, count[e]), Slice: slice})
+			out = append(out, setAnomaly{Anomaly{Kind: KindSetDuplicate, Key: key, Msg: fmt.Sprintf("%s holds %q %d times", what, e, count[e]), Slice: slice}, e})
 		}
 		switch {
 		case p == nil || p.key != key:
-			out = append(out, Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, which nobody pushed onto it", what, e), Slice: r.describe(rd)})
+			out = append(out, setAnomaly{Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, which nobody pushed onto it", what, e), Slice: r.describe(rd)}, e})
 		case p.typ == history.Fail:
-			out = append(out, Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, whose push failed definite", what, e), Slice: r.describe(p) + "\n" + r.describe(rd)})
+			out = append(out, setAnomaly{Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, whose push failed definite (%s)", what, e, p.code), Slice: r.describe(p) + "\n" + r.describe(rd)}, e})
 		case p.call > rd.ret:
-			out = append(out, Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, pushed only after it returned", what, e), Slice: r.describe(rd) + "\n" + r.describe(p)})
+			out = append(out, setAnomaly{Anomaly{Kind: KindSetFailedPresent, Key: key, Msg: fmt.Sprintf("%s holds %q, pushed only after it returned", what, e), Slice: r.describe(rd) + "\n" + r.describe(p)}, e})
 		}
 	}
 	var lost []string
@@ -504,9 +534,9 @@ func checkSetRead(r *run, key string, rd *op, pushes map[string]*op, known map[s
 			}
 		}
 		fmt.Fprintf(&b, "%s\n", r.describe(rd))
-		out = append(out, Anomaly{Kind: KindSetLost, Key: key,
+		out = append(out, setAnomaly{Anomaly: Anomaly{Kind: KindSetLost, Key: key,
 			Msg:   fmt.Sprintf("%s lacks %d elements acknowledged or read before it was invoked: %s", what, len(lost), abbreviate(lost, 10)),
-			Slice: b.String()})
+			Slice: b.String()}})
 	}
 	return out
 }
