@@ -228,6 +228,7 @@ func checkCAS(r *run, opts Options, dir string) (lines []string, res linResult) 
 		}
 	}
 	res.anomalies = append(res.anomalies, checkVersions(r)...)
+	res.anomalies = append(res.anomalies, checkCASFailedApplied(r)...)
 	for _, key := range sortedKeys(counts) {
 		c := counts[key]
 		verdict := "linearizable"
@@ -311,6 +312,41 @@ func describeCASOp(r *run, o porcupine.Operation) string {
 		return r.describe(in.op) + "  [may: until " + r.at(o.Return) + " or never]"
 	}
 	return r.describe(in.op) + "  [must]"
+}
+
+// checkCASFailedApplied finds the writes and compare-and-sets answered
+// with a definite error whose value a copy applied all the same (rule 12),
+// from the change streams: the model, which leaves them out, then
+// usually finds no linearization, and this names the reason.
+func checkCASFailedApplied(r *run) []Anomaly {
+	failed := map[string]*op{}
+	for _, o := range r.ops {
+		if (o.f == history.Write || o.f == history.Cas) && o.typ == history.Fail {
+			failed[o.value] = o
+		}
+	}
+	var out []Anomaly
+	seen := map[*op]bool{}
+	for _, t := range r.traces {
+		for i, c := range t.changes {
+			o := failed[c.Value]
+			if o == nil || seen[o] || !isApply(c) {
+				continue
+			}
+			seen[o] = true
+			dropped := ""
+			for _, d := range t.changes[i+1:] {
+				if d.Kind == kindDropped && d.Partition == c.Partition && d.Offset == c.Offset {
+					dropped = fmt.Sprintf(", then dropped at %s", r.at(d.Time))
+					break
+				}
+			}
+			out = append(out, Anomaly{Kind: KindFailedApplied, Key: o.key,
+				Msg:   fmt.Sprintf("%q failed definite (%s), yet %s applied it at version %d%s", o.value, o.code, t.file, c.Offset, dropped),
+				Slice: r.describe(o) + "\n" + r.describeChange(c)})
+		}
+	}
+	return out
 }
 
 // checkVersions holds versions to what docs/engine.md (rule 15) promises

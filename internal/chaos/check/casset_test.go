@@ -222,7 +222,7 @@ func TestSet(t *testing.T) {
 		{"indefinite absent", []string{"c1-1", "c2-2"}, nil},
 		{"indefinite present", []string{"c2-1", "c1-1", "c3-1", "c2-2"}, nil},
 		{"acked lost", []string{"c1-1"}, []string{KindSetLost, KindSetLost, KindSetLost}},
-				// One anomaly per element, however many reads show it.
+		// One anomaly per element, however many reads show it.
 		{"pushed twice", []string{"c1-1", "c2-1", "c2-2", "c2-1"}, []string{KindSetDuplicate}},
 		{"acked twice", []string{"c1-1", "c2-2", "c1-1"}, []string{KindSetDuplicate}},
 		{"failed present", []string{"c1-1", "c1-2", "c2-2"}, []string{KindSetFailedPresent}},
@@ -262,4 +262,15 @@ func TestSetNoFinalRead(t *testing.T) {
 	rep, err := Run(b.dir())
 	require.NoError(t, err)
 	assert.Equal(t, []string{KindNoFinalRead}, kinds(rep.Anomalies), "%s", rep)
+}
+
+func TestCASFailedApplied(t *testing.T) {
+	b := casHistory(t, "d", 9)
+	// p2's definite-failed cas to "f" shows up applied in p1's copy.
+	b.change(1, 73, "applied", 1, 1, 10, "r", "f")
+	b.missed[1] = 9 // the trace starts at offset 10
+	rep, err := Run(b.dir())
+	require.NoError(t, err)
+	assert.Equal(t, []string{KindFailedApplied}, kinds(rep.Anomalies), "%s", rep)
+	assert.Contains(t, rep.Anomalies[0].Msg, `"f" failed definite (unavailable), yet p1.trace.jsonl applied it at version 10`)
 }
