@@ -61,15 +61,20 @@ harness error.
 With --nodes 3,5, seed s runs with the (s mod 2)th count: seed 1 with 5
 servers, seed 2 with 3. A failed seed prints the command that replays it.
 
-With --workload register,counter,bank, seed s runs the (s mod 3)th workload:
+With --workload register,counter,bank,cas,set, seed s runs the (s mod 5)th
+workload:
   register  (the default) writes of unique values and reads, per key; checked
             for linearizability and the rest (internal/chaos/check)
   counter   INCRs of 3 counters, then a read of each through its owner after
             the heal: acked <= final <= acked + indefinite
   bank      TRANSFERs between 5 accounts of one key and reads of the whole
             bank: every read holds the initial total, no balance negative
-Counter and bank start the servers with --jepsen-verbs and run at least 3
-clients; their output directories end in -counter or -bank.
+  cas       reads with the version, writes and compare-and-sets (UpdateIf)
+            of 3 registers: linearizable, per key
+  set       pushes of unique elements onto 3 arrays, then a read of each:
+            every acked element there once, none twice, no failed one
+Counter and bank start the servers with --jepsen-verbs; these four run at
+least 3 clients; their output directories end in -<workload>.
 
 With --scenario, every seed runs that fixed schedule instead of a random
 one; the seed varies only the workload (its keys and operations):
@@ -91,8 +96,8 @@ one; the seed varies only the workload (its keys and operations):
 	fl.StringVar(&f.seeds, "seeds", "1", "seeds to run: a list of numbers and ranges, like 1-250 or 1,5,9-12")
 	fl.Uint64Var(&f.seed, "seed", 0, "run (replay) this one seed; overrides --seeds")
 	fl.IntSliceVar(&f.nodes, "nodes", []int{3}, "servers per run; with several, seed s uses the (s mod count)th")
-	fl.IntVar(&f.clients, "clients", 2, "workload client processes per run (at least 3 for counter and bank)")
-	fl.StringSliceVar(&f.workload, "workload", []string{history.Register}, "workloads: register, counter, bank; with several, seed s runs the (s mod count)th")
+	fl.IntVar(&f.clients, "clients", 2, "workload client processes per run (at least 3 for counter, bank, cas and set)")
+	fl.StringSliceVar(&f.workload, "workload", []string{history.Register}, "workloads: register, counter, bank, cas, set; with several, seed s runs the (s mod count)th")
 	fl.DurationVar(&f.duration, "duration", 20*time.Second, "how long faults are injected, per seed")
 	fl.DurationVar(&f.settle, "settle", 8*time.Second, "how long the healed cluster runs before the copies are compared")
 	fl.DurationVar(&f.gap, "gap", 2*time.Second, "mean time between fault starts")
@@ -133,8 +138,8 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 		seeds = []uint64{f.seed}
 	}
 	for _, k := range f.workload {
-		if !slices.Contains([]string{history.Register, history.Counter, history.Bank}, k) {
-			return fmt.Errorf("--workload %q: want register, counter or bank", k)
+		if !slices.Contains([]string{history.Register, history.Counter, history.Bank, history.CAS, history.Set}, k) {
+			return fmt.Errorf("--workload %q: want register, counter, bank, cas or set", k)
 		}
 	}
 	if len(f.workload) == 0 {

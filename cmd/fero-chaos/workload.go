@@ -55,7 +55,7 @@ func newWorkload() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Resource, "resource", "chaos", "resource name")
-	fl.StringVar(&cfg.Kind, "kind", "register", "workload: register, counter or bank (the last two need fero serve --jepsen-verbs)")
+	fl.StringVar(&cfg.Kind, "kind", "register", "workload: register, counter, bank, cas or set (counter and bank need fero serve --jepsen-verbs)")
 	fl.StringSliceVar(&cfg.Seeds, "seeds", nil, "gossip addresses of the servers")
 	fl.StringVar(&cfg.Bind, "bind", "", "this client node's gossip address ip:port")
 	fl.StringVar(&cfg.Listen, "listen", "", "this client node's data address ip:port")

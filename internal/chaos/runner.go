@@ -71,9 +71,10 @@ type Config struct {
 	// the clients share.
 	Rate float64
 	Keys int
-	// Kind is the workload (history.Register, Counter or Bank; empty is
-	// Register). Counter and Bank start the servers with --jepsen-verbs
-	// and use counterKeys counters or one bank.
+	// Kind is the workload (history.Register, Counter, Bank, CAS or Set;
+	// empty is Register). Counter and Bank start the servers with
+	// --jepsen-verbs and use counterKeys counters or one bank; CAS and Set
+	// use casKeys registers or setKeys arrays.
 	Kind string
 
 	// Out is this run's directory: schedule, logs, histories, results.
@@ -513,6 +514,10 @@ func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d
 		n, prefix = counterKeys, "ctr"
 	case history.Bank:
 		n, prefix = 1, "bank"
+	case history.CAS:
+		n, prefix = casKeys, "cas"
+	case history.Set:
+		n, prefix = setKeys, "set"
 	}
 	keys := make([]string, n)
 	for i := range keys {
@@ -553,6 +558,13 @@ func WorkloadArgs(cfg Config, seeds, data []string, node, ip string, proc int, d
 // counterKeys is how many counters the counter workload's clients share:
 // few, so that INCRs of one key queue for its turn.
 const counterKeys = 3
+
+// casKeys and setKeys are the registers of the cas workload and the
+// arrays of the set workload: few, so that operations contend.
+const (
+	casKeys = 3
+	setKeys = 3
+)
 
 // Attached reports whether workload client proc attaches with a token
 // rather than gossip with the secret (WorkloadArgs).

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +74,8 @@ type Report struct {
 	// them ran out of time (each is also an anomaly: not a pass).
 	Keys, Unknown int
 	// Workload is the workload the histories came from (history.Register,
-	// Counter or Bank), and Lines what its checker found, key by key.
+	// Counter, Bank, CAS or Set), and Lines what its checker found, key
+	// by key. Keys and Unknown count the register's keys and the CAS's.
 	Workload  string
 	Lines     []string
 	Anomalies []Anomaly
@@ -88,7 +90,7 @@ func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d ops from %d processes (%d writes, %d reads; %d ok, %d fail, %d info, %d pending), %d changes traced\n",
 		r.Ops, r.Procs, r.Writes, r.Reads, r.OK, r.Fail, r.Info, r.Pending, r.Changes)
-	if r.Workload == "" || r.Workload == history.Register {
+	if r.Workload == "" || r.Workload == history.Register || r.Workload == history.CAS {
 		fmt.Fprintf(&b, "linearizability: %d keys, %d unknown\n", r.Keys, r.Unknown)
 	}
 	for _, l := range r.Lines {
@@ -149,10 +151,17 @@ func RunOptions(dir string, opts Options) (Report, error) {
 	rep := r.counts()
 	if rep.Workload = r.workload(); rep.Workload != history.Register {
 		var as []Anomaly
-		if rep.Workload == history.Counter {
+		switch rep.Workload {
+		case history.Counter:
 			rep.Lines, as = checkCounter(r)
-		} else {
+		case history.Bank:
 			rep.Lines, as = checkBank(r)
+		case history.CAS:
+			var lin linResult
+			rep.Lines, lin = checkCAS(r, opts, dir)
+			rep.Keys, rep.Unknown, as = lin.keys, lin.unknown, lin.anomalies
+		case history.Set:
+			rep.Lines, as = checkSet(r)
 		}
 		// The copies still end equal, and apply commits in order; the
 		// register checkers' other promises are about unique values.
@@ -202,6 +211,13 @@ type op struct {
 	from, to           string
 	proposed, balances map[string]int64
 	final              bool
+	// version is the version a read returned or a cas expects; expect
+	// (expectAbsent) the value a cas expects; current the version a
+	// refused cas's error carried; elements the array a read returned.
+	version, current uint64
+	expect           string
+	expectAbsent     bool
+	elements         []string
 }
 
 func (o *op) isWrite() bool { return o.f == history.Write }
@@ -284,7 +300,8 @@ func load(dir string) (*run, error) {
 			proc = l.Proc
 			if l.Type == history.Invoke {
 				o := &op{proc: l.Proc, id: l.ID, f: l.F, via: l.Via, key: l.Key, value: l.Value, wait: l.Wait, call: l.Time, deadline: l.Deadline,
-					amount: l.Amount, from: l.From, to: l.To, proposed: l.Balances, final: l.Final}
+					amount: l.Amount, from: l.From, to: l.To, proposed: l.Balances, final: l.Final,
+					version: l.Version, expect: l.Expect, expectAbsent: l.ExpectAbsent}
 				open[l.ID] = o
 				r.ops = append(r.ops, o)
 				if o.isWrite() {
@@ -304,6 +321,9 @@ func load(dir string) (*run, error) {
 			switch o.f {
 			case history.Read, history.Incr:
 				o.value, o.absent, o.balances = l.Value, l.Absent, l.Balances
+				o.version, o.elements = l.Version, l.Elements
+			case history.Cas:
+				o.current = l.Current
 			case history.BankInit:
 				o.balances = l.Balances
 			}
@@ -398,6 +418,21 @@ func (r *run) describe(o *op) string {
 		what = fmt.Sprintf("transfer %q %d from %s to %s", o.key, o.amount, o.from, o.to)
 	case o.f == history.BankInit:
 		what = fmt.Sprintf("bank-init %q -> %s", o.key, showBank(o.balances))
+	case o.f == history.Cas:
+		exp := strconv.Quote(o.expect)
+		if o.expectAbsent {
+			exp = "absent"
+		}
+		what = fmt.Sprintf("cas %q %s (version %d) -> %q (majority)", o.key, exp, o.version, o.value)
+		if o.current != 0 {
+			what += fmt.Sprintf(", refused at version %d", o.current)
+		}
+	case o.f == history.Push:
+		what = fmt.Sprintf("push %q %q (majority)", o.key, o.value)
+	case o.elements != nil:
+		what = fmt.Sprintf("read(%s) %q -> %d elements", o.via, o.key, len(o.elements))
+	case o.typ == history.OK && o.version != 0:
+		what = fmt.Sprintf("read(%s) %q -> %q version %d", o.via, o.key, o.value, o.version)
 	case o.balances != nil:
 		what = fmt.Sprintf("read(%s) %q -> %s", o.via, o.key, showBank(o.balances))
 	case o.typ != history.OK:

@@ -42,6 +42,10 @@ func (r *run) workload() string {
 			return history.Counter
 		case history.Transfer, history.BankInit:
 			return history.Bank
+		case history.Cas:
+			return history.CAS
+		case history.Push:
+			return history.Set
 		}
 	}
 	return history.Register

@@ -178,14 +178,14 @@ func checkKey(r *run, key string, ops []porcupine.Operation, timeout time.Durati
 			Msg: fmt.Sprintf("the search over %d operations ran out of its %v: not a pass", len(ops), timeout),
 		}}, true
 	}
-	slice, minimal := shrink(ops, timeout)
+	slice, minimal := shrink(registerModel, ops, timeout, without)
 	a := Anomaly{Kind: KindNotLinearizable, Key: key}
 	a.Msg = fmt.Sprintf("no linearization of the %d operations on the key; these %d have none by themselves", len(ops), len(slice))
 	if minimal {
 		a.Msg += " (without any one of its reads, or of the writes no read returns, they would)"
 	}
 	_, info := porcupine.CheckOperationsVerbose(registerModel, slice, timeout)
-	a.Slice = describeSlice(r, slice, info)
+	a.Slice = describeSlice(r, registerModel, slice, info, describeRegisterOp)
 	if dir != "" {
 		path := filepath.Join(dir, "linearizability-"+safeName(key)+".html")
 		if err := porcupine.VisualizePath(registerModel, info, path); err == nil {
@@ -198,20 +198,21 @@ func checkKey(r *run, key string, ops []porcupine.Operation, timeout time.Durati
 }
 
 // shrink removes operations from a non-linearizable history while it stays
-// non-linearizable, as delta debugging does: chunks of halving size, each
-// removal kept if the rest is still illegal. Only reads, and writes whose
-// value no remaining read returned, are removed: removing either from a
-// linearizable history leaves it linearizable, so the slice being illegal
-// proves the whole history is. minimal reports that no single removal is
-// left to try (the search had the time it needed).
-func shrink(ops []porcupine.Operation, timeout time.Duration) (slice []porcupine.Operation, minimal bool) {
+// non-linearizable under model m, as delta debugging does: chunks of
+// halving size, each removal kept if the rest is still illegal. cut(h, i,
+// j) is h without those of its operations [i, j) whose removal from a
+// linearizable history leaves it linearizable (for the register: reads,
+// and writes whose value no remaining read returned; see without), so the
+// slice being illegal proves the whole history is. minimal reports that
+// no single removal is left to try (the search had the time it needed).
+func shrink(m porcupine.Model, ops []porcupine.Operation, timeout time.Duration, cut func(h []porcupine.Operation, i, j int) []porcupine.Operation) (slice []porcupine.Operation, minimal bool) {
 	// Each try gets a fraction of the key's budget: a try that runs out
 	// counts as linearizable, so its operations stay in the slice.
 	deadline := time.Now().Add(2 * timeout)
 	try := min(timeout, time.Second)
 	cur := ops
 	illegal := func(h []porcupine.Operation) bool {
-		return porcupine.CheckOperationsTimeout(registerModel, h, try) == porcupine.Illegal
+		return porcupine.CheckOperationsTimeout(m, h, try) == porcupine.Illegal
 	}
 	for chunk := max(len(cur)/2, 1); ; chunk = max(chunk/2, 1) {
 		removed := false
@@ -219,7 +220,7 @@ func shrink(ops []porcupine.Operation, timeout time.Duration) (slice []porcupine
 			if time.Now().After(deadline) {
 				return cur, false
 			}
-			cand := without(cur, i, min(i+chunk, len(cur)))
+			cand := cut(cur, i, min(i+chunk, len(cur)))
 			if len(cand) < len(cur) && illegal(cand) {
 				cur, removed = cand, true
 				continue
@@ -251,20 +252,27 @@ func without(h []porcupine.Operation, i, j int) []porcupine.Operation {
 	return out
 }
 
-// describeSlice writes a slice's operations in call order, then the
-// longest order of them porcupine could justify and what it could not.
-func describeSlice(r *run, slice []porcupine.Operation, info porcupine.LinearizationInfo) string {
+// describeRegisterOp writes one operation of a register history.
+func describeRegisterOp(r *run, o porcupine.Operation) string {
+	in := o.Input.(linInput)
+	note := ""
+	if in.write {
+		note = "  [must]"
+		if in.maybe {
+			note = "  [may: until " + r.at(o.Return) + " or never]"
+		}
+	}
+	return r.describe(in.op) + note
+}
+
+// describeSlice writes a slice's operations in call order (each with
+// describeOp), then the longest order of them porcupine could justify
+// under model m and what it could not.
+func describeSlice(r *run, m porcupine.Model, slice []porcupine.Operation, info porcupine.LinearizationInfo,
+	describeOp func(*run, porcupine.Operation) string) string {
 	var b strings.Builder
 	for i, o := range slice {
-		in := o.Input.(linInput)
-		note := ""
-		if in.write {
-			note = "  [must]"
-			if in.maybe {
-				note = "  [may: until " + r.at(o.Return) + " or never]"
-			}
-		}
-		fmt.Fprintf(&b, "%d: %s%s\n", i, r.describe(in.op), note)
+		fmt.Fprintf(&b, "%d: %s\n", i, describeOp(r, o))
 	}
 	var longest []int
 	for _, part := range info.PartialLinearizations() {
@@ -274,10 +282,10 @@ func describeSlice(r *run, slice []porcupine.Operation, info porcupine.Lineariza
 			}
 		}
 	}
-	states := registerModel.Init()
+	states := m.Init()
 	var steps []string
 	for _, id := range longest {
-		_, states = registerModel.Step(states, slice[id].Input, slice[id].Output)
+		_, states = m.Step(states, slice[id].Input, slice[id].Output)
 		steps = append(steps, fmt.Sprint(id))
 	}
 	var possible []string

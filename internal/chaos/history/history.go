@@ -97,6 +97,14 @@ const (
 	// BankInit creates the bank at Key with Balances unless it exists
 	// (BANKINIT); an OK line's Balances is the bank as it then stood.
 	BankInit Func = "bank-init"
+	// Cas sets Key to Value only if it still holds Expect (ExpectAbsent:
+	// nothing), the value a read through the owner returned with Version
+	// just before (UpdateIf at that version, Majority). A refusal for a
+	// version mismatch is a Fail with code failed_precondition.
+	Cas Func = "cas"
+	// Push appends Value, unique in the run, to the array at Key
+	// (Majority, with fero's exactly-once retries).
+	Push Func = "push"
 )
 
 // Workload names the workloads whose histories this package records: which
@@ -109,6 +117,12 @@ const (
 	// Bank: BankInit, then Transfer and Reads of the whole bank through
 	// its owner, and a Final read.
 	Bank = "bank"
+	// CAS: Reads through the owner with the version (VERSION), Writes at
+	// Majority and Cas of a few registers, then Final reads.
+	CAS = "cas"
+	// Set: Push of unique elements onto a few arrays, a few Reads of them
+	// through the owner, then Final reads.
+	Set = "set"
 )
 
 // Via says where a read was answered.
@@ -153,9 +167,21 @@ type Op struct {
 	// Balances is a bank: the one a BankInit proposed (invoke) or found
 	// (ok), or the one a Read returned.
 	Balances map[string]int64 `json:"balances,omitempty"`
-	// Final marks the reads a counter or bank workload makes after the
-	// heal, once every one of its operations has completed.
+	// Final marks the reads a counter, bank, cas or set workload makes
+	// after the heal, once every one of its operations has completed.
 	Final bool `json:"final,omitempty"`
+
+	// Version is the key's version a VERSION read returned with Value, or
+	// the version a Cas expects.
+	Version uint64 `json:"version,omitempty"`
+	// Expect is the value a Cas expects (ExpectAbsent: none), the one
+	// read with Version.
+	Expect       string `json:"expect,omitempty"`
+	ExpectAbsent bool   `json:"expect_absent,omitempty"`
+	// Current is the version a refused Cas's error carried.
+	Current uint64 `json:"current,omitempty"`
+	// Elements is the array a set workload's Read returned.
+	Elements []string `json:"elements,omitempty"`
 }
 
 // Final is the last line of a history: the process's copy of every key of

@@ -114,8 +114,15 @@ func (w *worker) record(ctx context.Context, op history.Op, call func(context.Co
 }
 
 // readOwner reads op.Key through its owner: a counter into Value, the
-// bank into Balances.
+// bank into Balances, a CAS register into Value and Version, an array
+// into Elements.
 func (w *worker) readOwner(ctx context.Context, op *history.Op) error {
+	switch w.cfg.Kind {
+	case history.CAS:
+		return w.readVersion(ctx, op)
+	case history.Set:
+		return w.readArray(ctx, op)
+	}
 	if w.cfg.Kind == history.Bank {
 		var b map[string]int64
 		if err := w.r.Call(ctx, fero.VerbGet, op.Key, nil, &b); err != nil {
@@ -160,8 +167,8 @@ func (w *worker) bankInit(ctx context.Context) error {
 	}
 }
 
-// finalReads reads every key (counters) or the bank through its owner
-// once the cluster has healed, retrying each until one read is answered
+// finalReads reads every key (counters, registers, arrays) or the bank
+// through its owner once the cluster has healed, retrying each until one read is answered
 // or 30s have passed.
 func (w *worker) finalReads(ctx context.Context) error {
 	keys := w.cfg.Keys

@@ -91,6 +91,12 @@ func startServer(t *testing.T, bin, dir, id, seed string) *server {
 // servers for d, calling fault (if any) a third of the way in, and returns
 // the checkers' report.
 func smoke(t *testing.T, d time.Duration, fault func(servers []*server)) check.Report {
+	return smokeKind(t, history.Register, d, fault)
+}
+
+// smokeKind runs two clients of workload kind against three servers for
+// d, with fault (if any) a third of the way in, and checks the histories.
+func smokeKind(t *testing.T, kind string, d time.Duration, fault func(servers []*server)) check.Report {
 	if testing.Short() {
 		t.Skip("starts three fero processes and runs for several seconds")
 	}
@@ -117,7 +123,7 @@ func smoke(t *testing.T, d time.Duration, fault func(servers []*server)) check.R
 		opsDone.Add(1)
 		var once sync.Once
 		cfg := Config{
-			Resource: "smoke", Seeds: []string{first.gossip}, Bind: "127.0.0.1:0", Listen: "127.0.0.1:0",
+			Resource: "smoke", Kind: kind, Seeds: []string{first.gossip}, Bind: "127.0.0.1:0", Listen: "127.0.0.1:0",
 			ID: fmt.Sprintf("c%d", i+1), Proc: i + 1, Keys: keys, Rate: 60, Duration: d, Seed: 1,
 			Out: filepath.Join(dir, fmt.Sprintf("p%d%s", i+1, history.HistorySuffix)), Servers: 3, Stdin: pr,
 			OpsDone: func() { once.Do(opsDone.Done) },
@@ -159,6 +165,19 @@ func TestSmoke(t *testing.T) {
 	require.True(t, rep.Passed(), "%s", rep)
 	require.Greater(t, rep.OK, 500)
 	require.Zero(t, rep.Unknown)
+}
+
+// TestSmokeCASAndSet: the cas and set workloads, with no fault, pass
+// their checkers.
+func TestSmokeCASAndSet(t *testing.T) {
+	for _, kind := range []string{history.CAS, history.Set} {
+		t.Run(kind, func(t *testing.T) {
+			rep := smokeKind(t, kind, 5*time.Second, nil)
+			require.Equal(t, kind, rep.Workload)
+			require.True(t, rep.Passed(), "%s", rep)
+			require.Greater(t, rep.OK, 200)
+		})
+	}
 }
 
 // The fault variants report what fero does today (issue 16), which is

@@ -39,7 +39,7 @@ type Config struct {
 	Resource string
 	// Kind is the workload: history.Register (the default),
 	// history.Counter or history.Bank (see jepsen.go; the servers must
-	// run with --jepsen-verbs).
+	// run with --jepsen-verbs), history.CAS or history.Set (casset.go).
 	Kind string
 	// Seeds are gossip addresses to join.
 	Seeds []string
@@ -114,9 +114,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return errors.New("workload: Keys, Rate and Out are required")
 	}
 	switch cfg.Kind {
-	case history.Register, history.Counter, history.Bank:
+	case history.Register, history.Counter, history.Bank, history.CAS, history.Set:
 	default:
-		return fmt.Errorf("workload: kind %q: want %s, %s or %s", cfg.Kind, history.Register, history.Counter, history.Bank)
+		return fmt.Errorf("workload: kind %q: want %s, %s, %s, %s or %s", cfg.Kind,
+			history.Register, history.Counter, history.Bank, history.CAS, history.Set)
 	}
 	ctx, stopSignal := signal.NotifyContext(ctx, syscall.SIGTERM)
 	defer stopSignal()
@@ -295,20 +296,7 @@ loop:
 		case werr = <-errc:
 			break loop
 		}
-		t := ticket{id: i, key: w.cfg.Keys[rng.IntN(len(w.cfg.Keys))]}
-		switch n := rng.IntN(mixTotal); {
-		case w.cfg.Kind == history.Counter:
-			t.f, t.amount = history.Incr, 1
-		case w.cfg.Kind == history.Bank:
-			t = bankTicket(rng, i, w.cfg.Keys[0], n)
-		case n < writeShare:
-			t.f, t.wait = history.Write, writes%len(waits)
-			writes++
-		case n < writeShare+ownerReadShare:
-			t.f, t.via = history.Read, history.ViaOwner
-		default:
-			t.f, t.via = history.Read, history.ViaLocal
-		}
+		t := w.ticketFor(rng, i, &writes)
 		select {
 		case tickets <- t:
 		case <-ctx.Done():
@@ -331,7 +319,12 @@ loop:
 // do invokes one operation and records it. Only a failure to record is an
 // error: the operation's own error is part of the history.
 func (w *worker) do(ctx context.Context, t ticket) error {
-	if w.cfg.Kind != history.Register {
+	switch w.cfg.Kind {
+	case history.CAS:
+		return w.doCAS(ctx, t)
+	case history.Set:
+		return w.doSet(ctx, t)
+	case history.Counter, history.Bank:
 		return w.doJepsen(ctx, t)
 	}
 	op := history.Op{Proc: w.cfg.Proc, ID: t.id, F: t.f, Via: t.via, Key: t.key}
