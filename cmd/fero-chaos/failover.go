@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,7 @@ func newFailover() *cobra.Command {
 		mode    string
 		cfg     failover.Config
 		ff      failover.FailFastConfig
+		jsonOut string
 	)
 	cmd := &cobra.Command{
 		Use:   "failover",
@@ -62,7 +64,7 @@ before.`,
 			case "times":
 			case "failfast":
 				ff.Config = cfg
-				return runFailFast(cmd, out, presets, runs, ff)
+				return runFailFast(cmd, out, presets, runs, ff, jsonOut)
 			default:
 				return fmt.Errorf("--mode %q: want times or failfast", mode)
 			}
@@ -98,11 +100,21 @@ before.`,
 	fl.DurationVar(&ff.After, "after", 15*time.Second, "failfast: writing after the kill")
 	fl.DurationVar(&ff.Deadline, "deadline", 30*time.Second, "failfast: each write's context deadline")
 	fl.BoolVar(&ff.WithoutRetry, "without-retry", false, "failfast: open the client with WithoutRetry (the before)")
+	fl.StringVar(&jsonOut, "json", "", "failfast: append each run's report to this file, one JSON object a line")
 	return cmd
 }
 
 // runFailFast runs --mode failfast: runs kills per preset, a report each.
-func runFailFast(cmd *cobra.Command, out io.Writer, presets []string, runs int, ff failover.FailFastConfig) error {
+func runFailFast(cmd *cobra.Command, out io.Writer, presets []string, runs int, ff failover.FailFastConfig, jsonOut string) error {
+	var enc *json.Encoder
+	if jsonOut != "" {
+		f, err := os.OpenFile(jsonOut, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		enc = json.NewEncoder(f)
+	}
 	for _, p := range presets {
 		for i := range runs {
 			c := ff
@@ -113,6 +125,11 @@ func runFailFast(cmd *cobra.Command, out io.Writer, presets []string, runs int, 
 			}
 			fmt.Fprintf(out, "run %d: ", i+1)
 			r.Print(out)
+			if enc != nil {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

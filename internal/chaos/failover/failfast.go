@@ -72,6 +72,8 @@ type Write struct {
 	Intended time.Duration
 	Done     time.Duration
 	Code     fero.Code
+	// Err is the error's text when it failed.
+	Err string
 }
 
 // arrayName is the array the i-th write pushes onto.
@@ -140,6 +142,9 @@ func FailFast(ctx context.Context, c FailFastConfig) (*Report, error) {
 			err := cl.Push(wctx, a, int64(i), fero.Majority)
 			cancel()
 			ws[i] = Write{Elem: int64(i), Array: a, Intended: due, Done: time.Since(t0), Code: fero.CodeOf(err)}
+			if err != nil {
+				ws[i].Err = err.Error()
+			}
 		})
 	}
 	if err := <-killed; err != nil {
@@ -307,8 +312,15 @@ type Report struct {
 	Latency, VictimLatency Latency
 	// Over is how many of the window's writes took longer than All + 1s.
 	Over int
-	// Errors that reached the caller, by code.
-	Errors map[string]int
+	// Errors that reached the caller, by code, and the text of each
+	// code's first (in invocation order).
+	Errors  map[string]int
+	Samples map[string]string
+	// ErrFirst and ErrLast are when the first and the last failed write
+	// returned, from the kill; ErrVictim is how many failed writes were
+	// to the victim's arrays.
+	ErrFirst, ErrLast time.Duration
+	ErrVictim         int
 	// After convergence, read through an owner: acked writes absent
 	// (Lost), elements present more than once (Duplicated), writes not
 	// acked but present (UnackedPresent), present elements never written
@@ -327,7 +339,7 @@ type Report struct {
 // them, the kill's time, the victim's arrays and the arrays read after
 // convergence.
 func Account(ws []Write, kill time.Duration, owned map[string]bool, present map[string][]int64) *Report {
-	r := &Report{Writes: len(ws), Kill: kill, Errors: map[string]int{}}
+	r := &Report{Writes: len(ws), Kill: kill, Errors: map[string]int{}, Samples: map[string]string{}}
 	first := map[string]time.Duration{}
 	for _, w := range ws {
 		if w.Code == fero.CodeOK {
@@ -338,7 +350,18 @@ func Account(ws []Write, kill time.Duration, owned map[string]bool, present map[
 				}
 			}
 		} else {
-			r.Errors[w.Code.String()]++
+			c := w.Code.String()
+			if len(r.Samples) == 0 || w.Done-kill < r.ErrFirst {
+				r.ErrFirst = w.Done - kill
+			}
+			r.ErrLast = max(r.ErrLast, w.Done-kill)
+			if owned[w.Array] {
+				r.ErrVictim++
+			}
+			if r.Errors[c] == 0 {
+				r.Samples[c] = w.Err
+			}
+			r.Errors[c]++
 		}
 	}
 	for _, d := range first {
@@ -417,6 +440,12 @@ func (r *Report) Print(w io.Writer) {
 			l.name, l.l.N, ms(l.l.P50), ms(l.l.P99), ms(l.l.P999), ms(l.l.Max))
 	}
 	fmt.Fprintf(w, "  over failover + 1s: %d; errors to the caller: %s\n", r.Over, errorList(r.Errors))
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "    returned %v to %v after the kill; %d to the victim's arrays\n", ms(r.ErrFirst), ms(r.ErrLast), r.ErrVictim)
+	}
+	for _, c := range slices.Sorted(maps.Keys(r.Samples)) {
+		fmt.Fprintf(w, "    first %s: %s\n", c, r.Samples[c])
+	}
 	conv := "converged"
 	if !r.Converged {
 		conv = "NOT converged"
