@@ -48,6 +48,9 @@ before.`,
 			if runs < 1 {
 				return fmt.Errorf("--runs %d: want at least 1", runs)
 			}
+			if mode != "times" && mode != "failfast" {
+				return fmt.Errorf("--mode %q: want times or failfast", mode)
+			}
 			ctx := cmd.Context()
 			dir, err := os.MkdirTemp("", "fero-failover-")
 			if err != nil {
@@ -60,13 +63,9 @@ before.`,
 				}
 			}
 			out := cmd.OutOrStdout()
-			switch mode {
-			case "times":
-			case "failfast":
+			if mode == "failfast" {
 				ff.Config = cfg
 				return runFailFast(cmd, out, presets, runs, ff, jsonOut)
-			default:
-				return fmt.Errorf("--mode %q: want times or failfast", mode)
 			}
 			for _, p := range presets {
 				c := cfg
