@@ -131,6 +131,9 @@ func FailFast(ctx context.Context, c FailFastConfig) (*Report, error) {
 	defer timer.Stop()
 	interval := time.Duration(float64(time.Second) / c.Rate)
 	for i := range n {
+		if ctx.Err() != nil {
+			break // the writes not invoked leave zero slots: no report
+		}
 		due := time.Duration(i) * interval
 		if d := due - time.Since(t0); d > 0 {
 			time.Sleep(d)
@@ -153,6 +156,9 @@ func FailFast(ctx context.Context, c FailFastConfig) (*Report, error) {
 	}
 	wg.Wait()
 	loaded := time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 
 	var alive []*server
 	for _, s := range servers {
