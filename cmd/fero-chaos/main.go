@@ -7,6 +7,7 @@
 //	fero-chaos run --seeds 1-250 --nodes 3,5   # many schedules, a summary table
 //	fero-chaos run --seed 17 --nodes 5         # replay one
 //	fero-chaos failover --runs 5               # failover times per preset (no root)
+//	fero-chaos failover --mode failfast        # writes in flight at a kill, as callers see them
 package main
 
 import (

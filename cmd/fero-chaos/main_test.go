@@ -89,3 +89,23 @@ func TestReplayScenario(t *testing.T) {
 		t.Fatalf("replay:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestFailoverFlags: --mode failfast's flags parse, and a mode not known is
+// refused before anything is built or started.
+func TestFailoverFlags(t *testing.T) {
+	cmd := newFailover()
+	if err := cmd.ParseFlags([]string{"--mode", "failfast", "--rate", "300", "--after", "5s", "--without-retry", "--presets", "local"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"mode": "failfast", "rate": "300", "after": "5s", "without-retry": "true",
+		"presets": "[local]", "deadline": "30s", "warmup": "3s", "arrays": "48"} {
+		if got := cmd.Flags().Lookup(name).Value.String(); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+	cmd = newFailover()
+	cmd.SetArgs([]string{"--mode", "fast"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `--mode "fast"`) {
+		t.Errorf("--mode fast: %v", err)
+	}
+}

@@ -71,6 +71,7 @@ type server struct {
 	id     string
 	cmd    *exec.Cmd
 	gossip string
+	data   string
 }
 
 // serveArgs are the flags every server gets; the client's options match
@@ -107,66 +108,27 @@ func start(ctx context.Context, c Config, id, seed string) (*server, error) {
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("failover: %s: unexpected first line %q", id, sc.Text())
 	}
+	s := &server{id: id, cmd: cmd, gossip: f[i+1]}
+	if j := slices.Index(f, "data"); j >= 0 && j+1 < len(f) {
+		s.data = f[j+1]
+	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return &server{id: id, cmd: cmd, gossip: f[i+1]}, nil
+	return s, nil
 }
 
 // Once runs one kill.
 func Once(ctx context.Context, c Config) (Result, error) {
 	c.defaults()
-	var servers []*server
-	defer func() {
-		for _, s := range servers {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-	}()
-	for i := range c.Servers {
-		seed := ""
-		if i > 0 {
-			seed = servers[0].gossip
-		}
-		s, err := start(ctx, c, fmt.Sprintf("s%d", i), seed)
-		if err != nil {
-			return Result{}, err
-		}
-		servers = append(servers, s)
-	}
-	preset := fero.PresetLocal
-	if c.Preset == "lan" {
-		preset = fero.PresetLAN
-	}
-	cl, err := fero.Open(ctx, "failover", fero.Client(), fero.WithID("client"), fero.WithSeeds(servers[0].gossip),
-		fero.WithBind("127.0.0.1:0"), fero.WithListen("127.0.0.1:0"), fero.WithPreset(preset), fero.WithoutMulticast(),
-		fero.WithPartitions(partitions))
+	cl, servers, stopAll, err := startCluster(ctx, c)
+	defer stopAll()
 	if err != nil {
 		return Result{}, err
 	}
-	defer cl.Close()
-	if err := cl.WaitServers(ctx, c.Servers); err != nil {
-		return Result{}, err
-	}
-
-	// The ring places by ID alone: build the servers' map here to find the
-	// biggest owner and keys it owns.
-	r, err := ring.New(ring.WithPartitions(partitions))
+	m, err := serverMap(servers)
 	if err != nil {
 		return Result{}, err
 	}
-	var ms []ring.Member
-	for _, s := range servers {
-		ms = append(ms, ring.Member{ID: s.id})
-	}
-	m, err := r.Build(ms)
-	if err != nil {
-		return Result{}, err
-	}
-	victim := servers[0]
-	for _, s := range servers {
-		if len(m.Owned(s.id)) > len(m.Owned(victim.id)) {
-			victim = s
-		}
-	}
+	victim := biggest(m, servers)
 	var keys []string
 	for i := 0; len(keys) < c.Keys; i++ {
 		k := fmt.Sprintf("k%d", i)
@@ -242,6 +204,73 @@ func Once(ctx context.Context, c Config) (Result, error) {
 		res.All = max(res.All, d)
 	}
 	return res, nil
+}
+
+// startCluster starts c.Servers servers and a client node with opts (on
+// top of what loopback and the servers need), and waits until the client
+// sees every server. stop kills the servers and closes the client; call
+// it even on an error.
+func startCluster(ctx context.Context, c Config, opts ...fero.Option) (cl *fero.Resource, servers []*server, stop func(), err error) {
+	stop = func() {
+		if cl != nil {
+			_ = cl.Close()
+		}
+		for _, s := range servers {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	}
+	for i := range c.Servers {
+		seed := ""
+		if i > 0 {
+			seed = servers[0].gossip
+		}
+		s, err := start(ctx, c, fmt.Sprintf("s%d", i), seed)
+		if err != nil {
+			return nil, servers, stop, err
+		}
+		servers = append(servers, s)
+	}
+	preset := fero.PresetLocal
+	if c.Preset == "lan" {
+		preset = fero.PresetLAN
+	}
+	opts = append([]fero.Option{fero.Client(), fero.WithID("client"), fero.WithSeeds(servers[0].gossip),
+		fero.WithBind("127.0.0.1:0"), fero.WithListen("127.0.0.1:0"), fero.WithPreset(preset), fero.WithoutMulticast(),
+		fero.WithPartitions(partitions)}, opts...)
+	cl, err = fero.Open(ctx, "failover", opts...)
+	if err != nil {
+		return nil, servers, stop, err
+	}
+	if err := cl.WaitServers(ctx, c.Servers); err != nil {
+		return cl, servers, stop, err
+	}
+	return cl, servers, stop, nil
+}
+
+// serverMap builds the servers' partition map: the ring places by ID
+// alone, so the client can find the biggest owner and the keys it owns.
+func serverMap(servers []*server) (*ring.Map, error) {
+	r, err := ring.New(ring.WithPartitions(partitions))
+	if err != nil {
+		return nil, err
+	}
+	var ms []ring.Member
+	for _, s := range servers {
+		ms = append(ms, ring.Member{ID: s.id})
+	}
+	return r.Build(ms)
+}
+
+// biggest is the server that owns the most partitions of m.
+func biggest(m *ring.Map, servers []*server) *server {
+	victim := servers[0]
+	for _, s := range servers {
+		if len(m.Owned(s.id)) > len(m.Owned(victim.id)) {
+			victim = s
+		}
+	}
+	return victim
 }
 
 // writeUntil writes k until a Majority write succeeds (the cluster may
