@@ -541,3 +541,34 @@ func TestEffectBy(t *testing.T) {
 		require.Equal(t, tc.want, tc.o.effectBy(), "%+v", tc.o)
 	}
 }
+
+// A Majority write retried with its sequence (rule 16): its first attempt,
+// committed by an owner that lost the partition, is dropped, and the retry
+// commits it again; the history holds it, so nothing was lost.
+func TestDroppedAttemptRetried(t *testing.T) {
+	b := newBuilder(t)
+	b.write(1, "k", "r", "majority", 1, 10, history.OK)
+	b.change(1, 2, kindApplied, 3, 1, 2, "k", "r")
+	b.change(1, 5, kindDropped, 3, 1, 2, "k", "r")
+	b.change(1, 9, kindApplied, 3, 2, 1, "k", "r")
+	require.Empty(t, checkDropped(b.run()))
+}
+
+// The retried write's effect is its kept commit, not the dropped first
+// attempt: a read through the owner between the two that does not see it
+// is linearizable; one after the kept commit that does not is not.
+func TestDroppedAttemptDoesNotBoundTheWrite(t *testing.T) {
+	build := func(readAt int64) *builder {
+		b := newBuilder(t)
+		b.write(1, "k", "a", "majority", 1, 2, history.OK)
+		b.change(1, 2, kindApplied, 3, 1, 1, "k", "a")
+		b.write(2, "k", "r", "majority", 3, 20, history.OK)
+		b.change(1, 4, kindApplied, 3, 1, 2, "k", "r") // the first attempt
+		b.change(1, 6, kindDropped, 3, 1, 2, "k", "r")
+		b.change(1, 12, kindApplied, 3, 2, 2, "k", "r") // the retry
+		b.read(3, history.ViaOwner, "k", "a", readAt, readAt+1)
+		return b
+	}
+	require.Empty(t, linearizable(t, build(8)).anomalies)
+	require.Equal(t, []string{KindNotLinearizable}, kinds(linearizable(t, build(14)).anomalies))
+}

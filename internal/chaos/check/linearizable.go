@@ -110,14 +110,27 @@ func checkLinearizable(r *run, opts Options, dir string) linResult {
 
 // linHistories builds each key's history for the register model.
 func linHistories(r *run) map[string][]porcupine.Operation {
-	// seen is when some copy first held each value: the write took effect
-	// at its owner before that.
+	// seen is when some copy first held each value in an entry it kept:
+	// the write took effect at its owner before that. An entry a copy
+	// dropped later does not count: a write retried with its sequence
+	// (rule 16) may have a first attempt committed by an owner that lost
+	// it, dropped, and its effect is the retry's commit.
 	seen := map[string]int64{}
+	type at struct {
+		p   int
+		off uint64
+	}
 	for _, t := range r.traces {
+		kept := map[at]history.Change{}
 		for _, c := range t.changes {
-			if c.Kind != "applied" && c.Kind != "committed" || c.Value == "" {
-				continue
+			switch {
+			case c.Kind == kindDropped:
+				delete(kept, at{c.Partition, c.Offset})
+			case (c.Kind == "applied" || c.Kind == "committed") && c.Value != "":
+				kept[at{c.Partition, c.Offset}] = c
 			}
+		}
+		for _, c := range kept {
 			if s, ok := seen[c.Value]; !ok || c.Time < s {
 				seen[c.Value] = c.Time
 			}

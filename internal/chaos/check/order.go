@@ -404,13 +404,19 @@ func checkOffsets(r *run) []Anomaly {
 }
 
 // checkDropped is checker 6: a copy drops only writes that were never
-// acknowledged at Majority.
+// acknowledged at Majority. A Majority write that the history holds after
+// all is not lost: its first attempt, committed by an owner that then lost
+// the partition, was dropped, and its retry (rule 16) committed it.
 func checkDropped(r *run) []Anomaly {
 	var out []Anomaly
 	reported := map[*op]bool{}
+	final := buildLogs(r).pos
 	for _, t := range r.traces {
 		for _, c := range t.changes {
 			if c.Kind != kindDropped {
+				continue
+			}
+			if _, kept := final[c.Value]; kept {
 				continue
 			}
 			if w := r.writes[c.Value]; w != nil && w.majorityOK() && !reported[w] {
