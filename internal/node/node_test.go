@@ -80,8 +80,7 @@ func write(ctx context.Context, n *Node, c doc.Change, wait partition.Wait) erro
 		// Retrying an indefinite failure is safe here: every write sets a
 		// key to a value, and a write that failed took effect before its
 		// answer or never (rule 11), so it cannot land after its retry.
-		indefinite := errors.Is(err, partition.ErrTimeout) || errors.Is(err, partition.ErrOwnershipLost) ||
-			(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		indefinite := err != nil && !errs.Definite(err) && ctx.Err() == nil
 		if err == nil || (errs.CodeOf(err) != errs.Unavailable && !indefinite) {
 			return err
 		}
