@@ -756,12 +756,12 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 	returned := false
 	defer func() {
 		if !returned { // it panicked: the turn goes back with nothing
-			_ = t.end(ctx, nil, errHandlerPanicked)
+			_, _ = t.end(ctx, nil, errHandlerPanicked)
 		}
 	}()
 	reply, err = n.cfg.Handler(context.WithValue(ctx, turnCtxKey{}, t), req)
 	returned = true
-	if err = t.end(ctx, reply, err); err != nil {
+	if reply, err = t.end(ctx, reply, err); err != nil {
 		return nil, err
 	}
 	return reply, nil

@@ -176,16 +176,19 @@ func (t *turn) stage(c doc.Change, wait partition.Wait, k int) error {
 // end commits what the turn staged, as one record in the turn's epoch,
 // with the call's writer, sequence and reply when it has them, and waits
 // for it as the staged writes asked; or, when the handler failed (herr),
-// gives the turn back with nothing committed. It returns the handler's
-// error, or the commit's.
-func (t *turn) end(ctx context.Context, reply []byte, herr error) error {
+// gives the turn back with nothing committed. It returns the reply the
+// caller gets: the handler's, or, when the owner finds the call's record
+// committed already (an earlier attempt's, synced meanwhile: rule 16),
+// that record's reply, since its writes are the ones that happened. And
+// the handler's error, or the commit's.
+func (t *turn) end(ctx context.Context, reply []byte, herr error) ([]byte, error) {
 	t.mu.Lock()
 	t.ended = true
 	changes := t.changes
 	t.mu.Unlock()
 	if herr != nil || len(changes) == 0 {
 		t.n.releaseTurn(t.id, t.partition, t.key)
-		return herr
+		return reply, herr
 	}
 	req := partition.Request{Partition: t.partition, Key: t.key, Wait: t.wait, K: t.k, Turn: partition.TurnEnd, TurnID: t.id}
 	switch {
@@ -205,11 +208,16 @@ func (t *turn) end(ctx context.Context, reply []byte, herr error) error {
 	if d, ok := ctx.Deadline(); ok {
 		wctx = &deadlineCtx{wctx, d}
 	}
-	_, err := t.n.proposeTurn(wctx, req)
-	if errors.Is(err, partition.ErrTurnEnded) {
+	c, err := t.n.proposeTurn(wctx, req)
+	switch {
+	case errors.Is(err, partition.ErrTurnEnded):
 		// Nothing committed: the call goes again, to the owner by then
 		// (until the caller's deadline, which may be what ended it).
-		return errTurnMoved
+		return nil, errTurnMoved
+	case err != nil:
+		return nil, err
+	case c.Duplicate:
+		return c.Reply, nil
 	}
-	return err
+	return reply, nil
 }

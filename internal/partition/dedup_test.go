@@ -205,3 +205,38 @@ func must(t *testing.T, ok bool, format string, args ...any) {
 		t.Fatalf(format, args...)
 	}
 }
+
+// TestTurnRecordCommittedMeanwhile: a verb's record whose call was
+// committed by an earlier attempt while this attempt's turn was held (the
+// earlier one synced from the old owner) is not committed again; the
+// turn's end answers with the earlier record's reply.
+func TestTurnRecordCommittedMeanwhile(t *testing.T) {
+	n := newNetwork(t, 1, []string{"a"})
+	a := n.nodes["a"]
+	n.token++
+	turn := n.token
+	if err := a.e.Propose(Request{Key: "k", Token: turn, Wait: WaitAck, Turn: TurnBegin, Writer: "w", Seq: 7}); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(a)
+	must(t, granted(a, turn), "begin: %+v", a.done[turn])
+	// The earlier attempt's record (another key of the partition, so it
+	// does not wait for the turn).
+	first, _ := msgpack.Marshal(onceBatch{W: "w", S: 7, V: "v1", R: "first"})
+	n.token++
+	if err := a.e.Propose(Request{Key: "k2", Token: n.token, Wait: WaitAck, Type: wire.RecordBatch, Value: first}); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(a)
+	second, _ := msgpack.Marshal(onceBatch{W: "w", S: 7, V: "v2", R: "second"})
+	n.token++
+	end := n.token
+	if err := a.e.Propose(Request{Key: "k", Token: end, Wait: WaitAck, Turn: TurnEnd, TurnID: turn, Type: wire.RecordBatch, Value: second}); err != nil {
+		t.Fatal(err)
+	}
+	n.collect(a)
+	c := mustDone(t, a, end)
+	must(t, c.Err == nil && c.Duplicate && string(c.Reply) == "first", "the end: %+v", c)
+	must(t, n.commitsOf("w", 7) == 1, "committed %d times", n.commitsOf("w", 7))
+	must(t, len(a.e.parts[0].turns) == 0, "the turn was not passed on")
+}
