@@ -107,17 +107,7 @@ func TestRetryAfterOwnershipLostAppliesOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []string{"a", "b", "c"}
 			n := newNetwork(t, 32, ids)
-			full, bc := n.buildMap(ids), n.buildMap([]string{"b", "c"})
-			p := -1
-			for q := range 32 {
-				o, _ := full.Owner(q)
-				o2, _ := bc.Owner(q)
-				if o.ID == "a" && o2.ID == "b" {
-					p = q
-					break
-				}
-			}
-			must(t, p >= 0, "no suitable partition")
+			p := n.movingPartition(ids, "a", "b")
 			n.settle()
 			// b and c apply the write, but their acks to a are lost.
 			tok, _ := n.proposeOnce("a", p, "k", "pushed", tc.writer, 1, WaitMajority)

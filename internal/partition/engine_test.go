@@ -388,19 +388,7 @@ func TestOwnerCrashMajorityWriteSurvives(t *testing.T) {
 func TestConcurrentOwnersFenced(t *testing.T) {
 	ids := []string{"a", "b", "c"}
 	n := newNetwork(t, 32, ids)
-	full, bc := n.buildMap(ids), n.buildMap([]string{"b", "c"})
-	p := -1
-	for q := range 32 {
-		if o, _ := full.Owner(q); o.ID == "a" {
-			if o2, _ := bc.Owner(q); o2.ID == "b" {
-				p = q
-				break
-			}
-		}
-	}
-	if p < 0 {
-		t.Fatal("no suitable partition")
-	}
+	p := n.movingPartition(ids, "a", "b")
 	n.settle()
 	_, _ = n.propose("a", p, "k", "a1", WaitMajority)
 	n.deliverAll()

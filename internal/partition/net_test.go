@@ -351,6 +351,22 @@ func (n *network) buildMap(members []string) *ring.Map {
 	return m
 }
 
+// movingPartition returns a partition that servers ids' map gives to a,
+// and the map of ids without a gives to b.
+func (n *network) movingPartition(ids []string, a, b string) int {
+	n.t.Helper()
+	full, rest := n.buildMap(ids), n.buildMap(slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == a }))
+	for p := range n.parts {
+		o, _ := full.Owner(p)
+		o2, _ := rest.Owner(p)
+		if o.ID == a && o2.ID == b {
+			return p
+		}
+	}
+	n.t.Fatal("no suitable partition")
+	return -1
+}
+
 // setMap gives nodes on the map of servers members, with every live client
 // member of the network.
 func (n *network) setMap(members []string, on ...string) {

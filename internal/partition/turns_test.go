@@ -125,19 +125,7 @@ func TestTurnEndsWithItsEpoch(t *testing.T) {
 	// The turn outlives the test's settling, so that only the epoch can
 	// end it.
 	n := newNetwork(t, 32, ids, WithWriteTimeout(time.Hour))
-	full, bc := n.buildMap(ids), n.buildMap([]string{"b", "c"})
-	p := -1
-	for q := range 32 {
-		if o, _ := full.Owner(q); o.ID == "a" {
-			if o2, _ := bc.Owner(q); o2.ID == "b" {
-				p = q
-				break
-			}
-		}
-	}
-	if p < 0 {
-		t.Fatal("no suitable partition")
-	}
+	p := n.movingPartition(ids, "a", "b")
 	n.settle()
 	a := n.nodes["a"]
 	turn, _ := n.beginTurn("a", p, "k")
