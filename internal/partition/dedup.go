@@ -74,7 +74,11 @@ func (e *Engine) answerDuplicate(pt *part, d Deduper, writer string, seq uint64,
 	case DedupTooOld:
 		return true, ErrTooOldToDedup
 	}
-	pos := Position{Epoch: pt.accepted, Offset: off}
+	// The first commit's epoch, if the log still holds its offset; past
+	// the history cap it is not known here, and the position says only
+	// the offset (FuzzSchedules found the owner's own epoch named there,
+	// which never committed that offset).
+	pos := Position{Offset: off}
 	if ep, ok := pt.log.epochAt(off); ok {
 		pos.Epoch = ep
 	}

@@ -419,6 +419,18 @@ func (n *network) collect(nd *node) {
 			// The position a caller is told is its own write's.
 			k := commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset}
 			rec, ok := n.commits[k]
+			if !ok && c.Position.Epoch == (Epoch{}) {
+				// A duplicate whose first commit the owner's log no
+				// longer holds names its offset only (forwarded, it is
+				// not marked Duplicate): find it among the commits of
+				// any epoch at that offset.
+				for ck, cr := range n.commits {
+					if ck.p == c.Partition && ck.offset == c.Position.Offset && cr.ent.Key == w.req.Key && bytes.Equal(cr.ent.Value, w.value) {
+						k, rec, ok = ck, cr, true
+						break
+					}
+				}
+			}
 			switch {
 			case !ok:
 				n.t.Fatalf("%s: write %d completed at %+v, where no owner has committed", nd.id, c.Token, k)

@@ -134,7 +134,8 @@ type Completion struct {
 	Owner string
 	// Duplicate says that the write (or the verb whose turn this was) had
 	// been committed before, at Position, and was not committed again;
-	// Reply is the verb's reply then (dedup.go).
+	// Reply is the verb's reply then (dedup.go). Position's epoch is zero
+	// when the owner's log no longer holds that offset.
 	Duplicate bool
 	Reply     []byte
 }
