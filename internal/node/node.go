@@ -576,8 +576,13 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	if wait == partition.WaitNone {
 		return partition.Position{}, n.WriteAsync(ctx, c, wait, k, nil)
 	}
+	if t := turnOf(ctx); t != nil && n.store.PartitionOf(c.Key) == t.partition {
+		// Staged in the handler's turn (turn.go): the call's writer and
+		// sequence go with the turn's record.
+		return n.writeOnce(ctx, c, wait, k, Once{})
+	}
 	o := n.nextOnce()
-	if o.Writer == "" || turnOf(ctx) != nil {
+	if o.Writer == "" {
 		return n.writeOnce(ctx, c, wait, k, o)
 	}
 	tries := newAttempts(ctx, o)

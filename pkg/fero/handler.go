@@ -58,8 +58,10 @@ const (
 // as one record, all or none, in the ownership the turn began in. A
 // handler that returns an error commits none of them. If the key's
 // partition moved to another owner while the handler ran (a restart, a
-// join), or the caller's deadline passed, nothing it wrote is committed
-// and the caller gets a definite CodeUnavailable, which is safe to retry.
+// join), nothing it wrote is committed and the call is made again, by the
+// caller's node, at the new owner, where the handler runs again from the
+// value there; if the caller's deadline passes first, the caller gets a
+// definite CodeUnavailable (nothing was committed).
 // The reply reaches the caller only once the record is committed, as the
 // writes asked to wait (the strongest of their waits; Ack by default).
 // A write the state refuses as it stands (an Add of a key that exists)
