@@ -40,7 +40,6 @@ type turn struct {
 	n         *Node
 	partition int
 	key       string // the request's key
-	top       string // its top-level key
 	id        uint64 // the engine's name for the turn
 	once      Once   // the call's, kept with its record
 
@@ -74,8 +73,7 @@ func (n *Node) needsTurn(req *Request) bool {
 // does not own the key's partition. A call whose record was committed
 // before (a retry, rule 16) gets no turn: its first reply instead.
 func (n *Node) beginTurn(ctx context.Context, req *Request) (t *turn, dup []byte, err error) {
-	top, _, _ := strings.Cut(req.Key, string(rune(ring.DefaultSeparator)))
-	t = &turn{n: n, partition: req.Partition, key: req.Key, top: top, once: req.Once, wait: partition.WaitAck}
+	t = &turn{n: n, partition: req.Partition, key: req.Key, once: req.Once, wait: partition.WaitAck}
 	c, err := n.proposeTurn(ctx, partition.Request{Partition: req.Partition, Key: req.Key, Wait: partition.WaitAck, Turn: partition.TurnBegin,
 		Writer: req.Once.Writer, Seq: req.Once.Seq})
 	switch {
