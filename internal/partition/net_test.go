@@ -415,22 +415,24 @@ func (n *network) collect(nd *node) {
 	}
 	for _, c := range rd.Completions {
 		nd.done[c.Token] = c
-		if w, ok := n.proposals[c.Token]; ok && w.node == nd.id && c.Err == nil && c.Position.Offset != 0 {
-			// The position a caller is told is its own write's.
-			k := commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset}
-			rec, ok := n.commits[k]
-			if !ok && c.Position.Epoch == (Epoch{}) {
-				// A duplicate whose first commit the owner's log no
-				// longer holds names its offset only (forwarded, it is
-				// not marked Duplicate): find it among the commits of
-				// any epoch at that offset.
-				for ck, cr := range n.commits {
-					if ck.p == c.Partition && ck.offset == c.Position.Offset && cr.ent.Key == w.req.Key && bytes.Equal(cr.ent.Value, w.value) {
-						k, rec, ok = ck, cr, true
-						break
-					}
+		k := commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset}
+		w, proposed := n.proposals[c.Token]
+		if proposed && c.Err == nil && c.Position.Offset != 0 && c.Position.Epoch == (Epoch{}) {
+			// A duplicate whose first commit the owner's log no longer
+			// holds names its offset only (forwarded, it is not marked
+			// Duplicate): its commit is the one of the write at that
+			// offset, in the latest epoch that has one (an earlier
+			// attempt may have been committed there and dropped).
+			for ck, cr := range n.commits {
+				if ck.p == c.Partition && ck.offset == c.Position.Offset && cr.ent.Key == w.req.Key &&
+					bytes.Equal(cr.ent.Value, w.value) && k.epoch.Less(ck.epoch) {
+					k = ck
 				}
 			}
+		}
+		if proposed && w.node == nd.id && c.Err == nil && c.Position.Offset != 0 {
+			// The position a caller is told is its own write's.
+			rec, ok := n.commits[k]
 			switch {
 			case !ok:
 				n.t.Fatalf("%s: write %d completed at %+v, where no owner has committed", nd.id, c.Token, k)
@@ -441,7 +443,7 @@ func (n *network) collect(nd *node) {
 		}
 		if c.Err == nil && c.Position.Offset != 0 {
 			if w, ok := n.waits[c.Token]; ok && w == WaitMajority {
-				n.durable = append(n.durable, commitKey{p: c.Partition, epoch: c.Position.Epoch, offset: c.Position.Offset})
+				n.durable = append(n.durable, k)
 			}
 		}
 	}
