@@ -692,7 +692,9 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	}
 	// A condition, and a writer's sequence, travel in a batch record,
 	// which the owner's state checks as it commits it.
-	c = onceRecord(c, o)
+	if o.Writer != "" || c.Cond {
+		c = onceRecord(c, o)
+	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
 		return n.proposeWrite(ctx, c, wait, k, done, mode, 0, o)

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/wire"
 )
 
 // Exactly-once (rule 16, docs/engine.md). A write may carry its writer's
@@ -48,11 +47,12 @@ type Deduper interface {
 // retrying it cannot help.
 var ErrTooOldToDedup = errs.New(errs.Aborted, "a retry older than the owner's memory of its writer: an earlier attempt may have been committed")
 
-// dedup looks a record up before the owner commits it: done says that it
-// was answered (a duplicate, or too old to tell), with err when refused.
-func (e *Engine) dedup(pt *part, w write, o origin) (done bool, err error) {
+// dedup looks a batch record up before the owner commits it (only a batch
+// names its writer): done says that it was answered (a duplicate, or too
+// old to tell), with err when refused.
+func (e *Engine) dedup(pt *part, w *write, o origin) (done bool, err error) {
 	d := e.dd
-	if w.typ != wire.RecordBatch || d == nil {
+	if d == nil {
 		return false, nil
 	}
 	writer, seq := d.WriterOf(Entry{Type: w.typ, Key: w.key, Value: w.value})
@@ -66,7 +66,7 @@ func (e *Engine) dedup(pt *part, w write, o origin) (done bool, err error) {
 // the state has its outcome: with it, once a majority holds it when the
 // write asked for replicas (a retry's caller cannot tell how durable the
 // first commit became; the copies' acks of this epoch say).
-func (e *Engine) answerDuplicate(pt *part, d Deduper, writer string, seq uint64, w write, o origin) (bool, error) {
+func (e *Engine) answerDuplicate(pt *part, d Deduper, writer string, seq uint64, w *write, o origin) (bool, error) {
 	off, reply, st := d.Outcome(pt.p, writer, seq)
 	switch st {
 	case DedupNew:

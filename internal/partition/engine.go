@@ -496,7 +496,7 @@ func (e *Engine) tickPart(pt *part) {
 	if len(pt.queue) > 0 {
 		kept := pt.queue[:0]
 		for _, q := range pt.queue {
-			if !e.expired(q.write, q.origin) {
+			if !e.expired(&q.write, q.origin) {
 				kept = append(kept, q)
 			} else {
 				e.complete(pt, q.origin, Position{}, ErrExpired)
@@ -539,21 +539,12 @@ func (e *Engine) Propose(req Request) error {
 	if e.m == nil {
 		return ErrNoMap
 	}
-	switch {
-	case req.Turn > TurnEnd:
-		return errs.Errorf(errs.InvalidArgument, "unknown turn operation %d", req.Turn)
-	case req.Turn != TurnNone && req.Wait == WaitNone:
-		return errs.New(errs.InvalidArgument, "a turn's begin or end waits at least for the owner's answer")
-	case req.Turn == TurnBegin && req.Type != 0, req.Turn != TurnNone && req.Type == 0 && len(req.Value) != 0:
-		return errs.New(errs.InvalidArgument, "a turn's begin carries no record, and an end without a record no value")
-	case req.Turn != TurnNone && req.Type == 0:
-		if req.Partition < 0 || req.Partition >= len(e.parts) {
-			return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", req.Partition, len(e.parts))
-		}
-	default:
+	if req.Turn == TurnNone {
 		if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
 			return err
 		}
+	} else if err := e.validateTurn(&req); err != nil {
+		return err
 	}
 	if n := len(req.Key) + len(req.Value); n > e.cfg.maxEntry {
 		return errs.Errorf(errs.InvalidArgument, "write of %d bytes (key and value) exceeds the limit of %d", n, e.cfg.maxEntry)
@@ -589,14 +580,32 @@ func (e *Engine) Propose(req Request) error {
 		e.send(owner, f)
 		return nil
 	}
-	return e.write(pt, w, o)
+	return e.write(pt, &w, o)
+}
+
+// validateTurn checks a turn's begin or end.
+func (e *Engine) validateTurn(req *Request) error {
+	switch {
+	case req.Turn > TurnEnd:
+		return errs.Errorf(errs.InvalidArgument, "unknown turn operation %d", req.Turn)
+	case req.Wait == WaitNone:
+		return errs.New(errs.InvalidArgument, "a turn's begin or end waits at least for the owner's answer")
+	case req.Turn == TurnBegin && req.Type != 0, req.Type == 0 && len(req.Value) != 0:
+		return errs.New(errs.InvalidArgument, "a turn's begin carries no record, and an end without a record no value")
+	case req.Type == 0:
+		if req.Partition < 0 || req.Partition >= len(e.parts) {
+			return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", req.Partition, len(e.parts))
+		}
+		return nil
+	}
+	return e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K)
 }
 
 // expired reports whether w's deadline has passed for committing it. A
 // write forwarded from another node is held to its deadline less the
 // clock-skew margin: the sender answers its caller at the deadline by its
 // own clock, and the commit must come before that (rule 1).
-func (e *Engine) expired(w write, o origin) bool {
+func (e *Engine) expired(w *write, o origin) bool {
 	now := e.now.UnixNano()
 	if o.node != "" {
 		now += int64(e.cfg.clockSkew)
@@ -627,7 +636,7 @@ func (e *Engine) validate(p int, typ wire.RecordType, value []byte, wait Wait, k
 
 // write handles a write on the node its map names owner: commit it, queue
 // it while syncing, or refuse it.
-func (e *Engine) write(pt *part, w write, o origin) error {
+func (e *Engine) write(pt *part, w *write, o origin) error {
 	if w.turn == TurnEnd {
 		// Whatever else holds, the turn is passed on (turns.go).
 		if !pt.active {
@@ -659,8 +668,9 @@ func (e *Engine) write(pt *part, w write, o origin) error {
 	}
 	// Held past this step: a copy of its own, not a message's bytes (see
 	// Decoder.DecodeShared).
-	w.key, w.value = strings.Clone(w.key), bytes.Clone(w.value)
-	pt.queue = append(pt.queue, queued{write: w, origin: o})
+	q := queued{write: *w, origin: o}
+	q.key, q.value = strings.Clone(w.key), bytes.Clone(w.value)
+	pt.queue = append(pt.queue, q)
 	if pt.sync == nil {
 		e.maybeStartSync(pt)
 	}
@@ -795,7 +805,7 @@ func (e *Engine) stepForward(pt *part, from string, m *Forward) error {
 		return nil
 	}
 	w := write{typ: m.Type, key: m.Key, value: m.Value, wait: m.Wait, k: int(m.K), epoch: m.Epoch, deadline: m.Deadline}
-	if err := e.write(pt, w, o); err != nil {
+	if err := e.write(pt, &w, o); err != nil {
 		e.complete(pt, o, Position{}, err)
 	}
 	return nil

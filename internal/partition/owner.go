@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // syncState is a would-be owner's sync (rule 4): it has proposed epoch,
@@ -226,7 +227,7 @@ func (e *Engine) startEpoch(pt *part) {
 	q := pt.queue
 	pt.queue = nil
 	for _, w := range q {
-		if err := e.write(pt, w.write, w.origin); err != nil {
+		if err := e.write(pt, &w.write, w.origin); err != nil {
 			e.complete(pt, w.origin, Position{}, err)
 		}
 	}
@@ -234,9 +235,11 @@ func (e *Engine) startEpoch(pt *part) {
 
 // commit assigns the next offset to a write and applies it (rule 1: only
 // the epoch's owner gets here).
-func (e *Engine) commit(pt *part, w write, o origin) error {
-	if done, err := e.dedup(pt, w, o); done {
-		return err
+func (e *Engine) commit(pt *part, w *write, o origin) error {
+	if w.typ == wire.RecordBatch {
+		if done, err := e.dedup(pt, w, o); done {
+			return err
+		}
 	}
 	k, voters := 0, false
 	switch w.wait {

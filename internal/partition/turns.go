@@ -71,7 +71,7 @@ func turnKey(key string) string {
 
 // writeTurn handles, on an active owner, a write whose key may be held by a
 // turn, or a turn's begin or end.
-func (e *Engine) writeTurn(pt *part, w write, o origin) error {
+func (e *Engine) writeTurn(pt *part, w *write, o origin) error {
 	tk := turnKey(w.key)
 	t := pt.turns[tk]
 	switch {
@@ -82,8 +82,9 @@ func (e *Engine) writeTurn(pt *part, w write, o origin) error {
 			return ErrTurnQueueFull
 		}
 		// Held past this step: a copy of its own, not a message's bytes.
-		w.key, w.value = strings.Clone(w.key), bytes.Clone(w.value)
-		t.waiting = append(t.waiting, queued{write: w, origin: o})
+		q := queued{write: *w, origin: o}
+		q.key, q.value = strings.Clone(w.key), bytes.Clone(w.value)
+		t.waiting = append(t.waiting, q)
 		return nil
 	case w.turn == TurnBegin:
 		if done, err := e.beginDuplicate(pt, w, o); done {
@@ -98,7 +99,7 @@ func (e *Engine) writeTurn(pt *part, w write, o origin) error {
 // beginDuplicate answers a turn asked for a verb whose writer's sequence
 // was committed before, with its first reply, rather than granting it
 // (rule 16): done says it was answered.
-func (e *Engine) beginDuplicate(pt *part, w write, o origin) (done bool, err error) {
+func (e *Engine) beginDuplicate(pt *part, w *write, o origin) (done bool, err error) {
 	if e.dd == nil || w.writer == "" {
 		return false, nil
 	}
@@ -107,7 +108,7 @@ func (e *Engine) beginDuplicate(pt *part, w write, o origin) (done bool, err err
 
 // grantTurn gives the key tk's turn to the TurnBegin w, with waiting behind
 // it, and tells its proposer.
-func (e *Engine) grantTurn(pt *part, tk string, w write, o origin, waiting []queued) {
+func (e *Engine) grantTurn(pt *part, tk string, w *write, o origin, waiting []queued) {
 	if pt.turns == nil {
 		pt.turns = map[string]*turn{}
 	}
@@ -117,7 +118,7 @@ func (e *Engine) grantTurn(pt *part, tk string, w write, o origin, waiting []que
 
 // endTurn commits a turn's record, if it has one, in the turn's epoch, and
 // passes the turn on, whether or not the record fits the state.
-func (e *Engine) endTurn(pt *part, tk string, t *turn, w write, o origin) error {
+func (e *Engine) endTurn(pt *part, tk string, t *turn, w *write, o origin) error {
 	if t == nil || t.id != w.turnID || t.epoch != pt.accepted {
 		return ErrTurnEnded
 	}
@@ -139,25 +140,25 @@ func (e *Engine) endTurn(pt *part, tk string, t *turn, w write, o origin) error 
 func (e *Engine) passTurn(pt *part, tk string, t *turn) {
 	delete(pt.turns, tk)
 	for i, q := range t.waiting {
-		if e.expired(q.write, q.origin) {
+		if e.expired(&q.write, q.origin) {
 			e.complete(pt, q.origin, Position{}, ErrExpired)
 			continue
 		}
 		if q.turn == TurnBegin {
-			if done, err := e.beginDuplicate(pt, q.write, q.origin); done {
+			if done, err := e.beginDuplicate(pt, &q.write, q.origin); done {
 				if err != nil {
 					e.complete(pt, q.origin, Position{}, err)
 				}
 				continue
 			}
-			e.grantTurn(pt, tk, q.write, q.origin, t.waiting[i+1:])
+			e.grantTurn(pt, tk, &q.write, q.origin, t.waiting[i+1:])
 			return
 		}
 		var err error
 		if !e.hasQuorum() {
 			err = e.noQuorum()
 		} else {
-			err = e.commit(pt, q.write, q.origin)
+			err = e.commit(pt, &q.write, q.origin)
 		}
 		if err != nil {
 			e.complete(pt, q.origin, Position{}, err)
@@ -175,7 +176,7 @@ func (e *Engine) expireTurns(pt *part) {
 		}
 		kept := t.waiting[:0]
 		for _, q := range t.waiting {
-			if e.expired(q.write, q.origin) {
+			if e.expired(&q.write, q.origin) {
 				e.complete(pt, q.origin, Position{}, ErrExpired)
 			} else {
 				kept = append(kept, q)
