@@ -397,6 +397,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.auth.conns, n.auth.proving = make(map[*transport.Conn]role), make(map[*transport.Conn]authProving)
 	n.SetTokens(cfg.Tokens...)
 	n.pool.onAttach = n.serveAttach
+	n.pool.onLost = n.connectionLost
 	if len(cfg.Servers) > 0 {
 		n.pool.attach = true
 		if cfg.Token != nil {
@@ -1349,6 +1350,9 @@ func (n *Node) dialLater(id string, msg []byte) {
 		if err != nil && n.ctx.Err() == nil {
 			n.logger.Debug("fero: node: dial failed", "peer", id, "addr", addr, "err", err)
 		}
+		if err != nil && n.ctx.Err() == nil {
+			n.connectionLost(id) // what was sent to it waits for nothing
+		}
 		n.dmu.Lock()
 		if err != nil {
 			if n.dialErr == nil {
@@ -1373,6 +1377,17 @@ func (n *Node) dialLater(id string, msg []byte) {
 		delete(n.dialing, id)
 		delete(n.dialAt, id)
 	}()
+}
+
+// connectionLost tells the engine that the connection to peer id broke or
+// could not be made, so the writes forwarded to it whose callers retry
+// fail over at once (partition.Engine.ConnectionLost). It waits for the
+// driver, so it runs on a goroutine of its own.
+func (n *Node) connectionLost(id string) {
+	select {
+	case n.queries <- func(e *partition.Engine) { e.ConnectionLost(id) }:
+	case <-n.ctx.Done():
+	}
 }
 
 // Status returns the engine's view of every partition, read on the

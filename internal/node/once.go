@@ -66,7 +66,8 @@ func (n *Node) nextOnce() Once {
 // own error is its answer, and the caller's deadline ends the retries.
 func retryable(err error) bool {
 	return errors.Is(err, transport.ErrConnLost) || errors.Is(err, partition.ErrOwnershipLost) ||
-		errors.Is(err, partition.ErrOwnerGone) || errors.Is(err, errClosedInFlight)
+		errors.Is(err, partition.ErrOwnerGone) || errors.Is(err, partition.ErrForwardLost) ||
+		errors.Is(err, errClosedInFlight)
 }
 
 // onceRecord is the record of change c sent as o: a batch that names its

@@ -2,14 +2,22 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // TestAttempts: which failures a write that names its writer makes again,
@@ -53,4 +61,124 @@ func TestAttempts(t *testing.T) {
 	defer stop()
 	d := newAttempts(expired, once)
 	assert.False(t, d.again(partition.ErrOwnershipLost))
+}
+
+// TestForwardFailsOverWhenItsConnectionBreaks: a write forwarded to its
+// owner whose bytes are lost, and then its connection breaks (the owner
+// still in the map, as when a network path fails), is made again at once,
+// over a new connection, and applies once (issue 41, fail fast: "or whose
+// connection breaks"). Before, the forward waited for its deadline.
+func TestForwardFailsOverWhenItsConnectionBreaks(t *testing.T) {
+	nw := memnet.New(41)
+	var d lossyDialer
+	lossy := func(c *Config) { c.Transport = append(c.Transport, transport.WithDialer(d.dial)) }
+	a := startNodeCfg(t, nw, "a", false, nil, lossy)
+	x := startNodeCfg(t, nw, "x", true, nil, lossy, a.Membership().Local().Gossip)
+	require.Eventually(t, func() bool { return settled([]*Node{a, x}, 1) }, 20*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, write(ctx, x, doc.Change{Type: wire.RecordUpdate, Key: "k", Value: wire.AppendUint(nil, 1)}, partition.WaitAck))
+	p := a.Store().PartitionOf("k")
+	start := ownerOffset(t, a, p)
+
+	// What either sends now on the connections between them is lost on
+	// the way.
+	d.lose()
+	// The write's deadline is far past the test's wait below.
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := x.Write(wctx, doc.Change{Type: wire.RecordUpdate, Key: "k", Value: wire.AppendUint(nil, 7)}, partition.WaitAck, 0)
+		wrote <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); forwardsWaiting(t, x) == 0; time.Sleep(time.Millisecond) {
+		select {
+		case err := <-wrote:
+			t.Fatalf("the write was answered before its connection broke (%v): the test cannot tell", err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the write was never forwarded")
+	}
+	// Then the connection breaks; a new one carries what is sent.
+	d.breakAll()
+	began := time.Now()
+	select {
+	case err := <-wrote:
+		require.NoError(t, err)
+	case <-time.After(8 * time.Second):
+		t.Fatalf("the write was not made again after its connection broke: still waiting after %v", time.Since(began))
+	}
+	v, ok := a.Store().Get("k")
+	require.True(t, ok, "the write is not in the owner's state")
+	assert.Equal(t, "7", fmt.Sprint(v))
+	assert.Equal(t, start+1, ownerOffset(t, a, p), "the write was committed more than once, or not at all")
+}
+
+// lossyDialer dials TCP connections whose writes can be made to vanish
+// (lose), and which can be broken (breakAll), as a failing network path
+// does; connections dialed after breakAll are sound.
+type lossyDialer struct {
+	mu    sync.Mutex
+	conns []*lossyConn
+}
+
+type lossyConn struct {
+	net.Conn
+	lost atomic.Bool
+}
+
+func (c *lossyConn) Write(b []byte) (int, error) {
+	if c.lost.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (d *lossyDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	lc := &lossyConn{Conn: c}
+	d.mu.Lock()
+	d.conns = append(d.conns, lc)
+	d.mu.Unlock()
+	return lc, nil
+}
+
+func (d *lossyDialer) lose() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.lost.Store(true)
+	}
+}
+
+func (d *lossyDialer) breakAll() {
+	d.mu.Lock()
+	cs := d.conns
+	d.conns = nil
+	d.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Conn.Close()
+	}
+}
+
+// ownerOffset returns the offset of partition p's last commit on n.
+func ownerOffset(t *testing.T, n *Node, p int) uint64 {
+	t.Helper()
+	st, err := n.Status(context.Background())
+	require.NoError(t, err)
+	return st[p].Position.Offset
+}
+
+// forwardsWaiting returns how many writes n forwarded that wait for their
+// owner's answer.
+func forwardsWaiting(t *testing.T, n *Node) int {
+	t.Helper()
+	out := make(chan int, 1)
+	require.NoError(t, n.query(context.Background(), func(e *partition.Engine) { out <- e.Forwards() }))
+	return <-out
 }

@@ -70,6 +70,10 @@ type pool struct {
 	// onAttach answers a hello marked Attach (a server's: attach.go);
 	// nil refuses them.
 	onAttach func(r *transport.Request, h hello)
+	// onLost is told, on a goroutine of its own, that the connection the
+	// pool kept for a peer closed while it was still the one kept (it
+	// broke; it was not replaced by a newer one); nil: nobody is.
+	onLost func(id string)
 
 	mu      sync.Mutex
 	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
@@ -365,10 +369,32 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 	if ok && cur.c != c && cur.c.Err() != nil {
 		delete(p.byConn, cur.c) // a live loser keeps its entry until closeLater closes it
 	}
+	if !ok || cur.c != c {
+		p.watch(id, c)
+	}
 	p.conns[id] = pooled{c: c, initiator: initiator}
 	p.byConn[c] = id
 	p.mu.Unlock()
 	return c
+}
+
+// watch tells onLost when c, kept for peer id, closes while still kept.
+// Callers hold mu.
+func (p *pool) watch(id string, c *transport.Conn) {
+	if p.onLost == nil {
+		return
+	}
+	p.closing.Add(1)
+	go func() {
+		defer p.closing.Done()
+		<-c.Done()
+		p.mu.Lock()
+		lost := !p.closed && p.conns[id].c == c
+		p.mu.Unlock()
+		if lost {
+			p.onLost(id)
+		}
+	}()
 }
 
 // queued returns the bytes waiting in the outboxes of the pool's live

@@ -162,6 +162,40 @@ func TestForwardFailsFastWhenItsOwnerLeaves(t *testing.T) {
 	must(t, !ok, "a write whose caller does not retry was answered before its deadline")
 }
 
+// TestForwardFailsFastWhenItsConnectionBreaks: when the connection to a
+// forward's owner breaks (the owner still in the map), a forward whose
+// caller retries fails at once, indefinite; one whose caller does not, and
+// one to another owner, keep waiting (rule 1).
+func TestForwardFailsFastWhenItsConnectionBreaks(t *testing.T) {
+	n := newNetwork(t, 8, []string{"a", "b"})
+	n.add("x", true)
+	n.setMap([]string{"a", "b"}, "a", "b", "x")
+	n.settle()
+	pa, pb := -1, -1
+	for p := 0; p < 8; p++ {
+		switch {
+		case n.owner(p) == "a" && pa < 0:
+			pa = p
+		case n.owner(p) == "b" && pb < 0:
+			pb = p
+		}
+	}
+	must(t, pa >= 0 && pb >= 0, "no partition owned by each server")
+	x := n.nodes["x"]
+	retried, _ := n.proposeOnce("x", pa, "k", "v", "w", 1, WaitAck)
+	plain, _ := n.propose("x", pa, "k2", "v", WaitAck)
+	other, _ := n.proposeOnce("x", pb, "k3", "v", "w", 2, WaitAck)
+	n.queue = nil // the forwards are lost with the connection
+	x.e.ConnectionLost("a")
+	n.collect(x)
+	c, ok := x.done[retried]
+	must(t, ok && errors.Is(c.Err, ErrForwardLost) && !errs.Definite(c.Err), "the retried write: %+v (answered %v)", c, ok)
+	_, ok = x.done[plain]
+	must(t, !ok, "a write whose caller does not retry was answered before its deadline")
+	_, ok = x.done[other]
+	must(t, !ok, "a write forwarded to another owner was answered")
+}
+
 // TestVerbRetryGetsItsFirstReply: a turn asked again for a verb call whose
 // record was committed is answered with the call's reply, without a turn.
 func TestVerbRetryGetsItsFirstReply(t *testing.T) {

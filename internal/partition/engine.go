@@ -268,6 +268,33 @@ func (e *Engine) SetMap(m *ring.Map, clients []string) error {
 // caller sends it again with the same sequence (rule 16).
 var ErrOwnerGone = errs.New(errs.Aborted, "the owner left the cluster with the write in flight")
 
+// ConnectionLost tells the engine that the connection to node id broke,
+// or could not be made: a forward sent to it may have been lost on the
+// way, or its answer may be. The forwards to id whose caller sends them
+// again with their writer's sequence fail now with ErrForwardLost,
+// indefinite, and the retry goes out at once (rule 16; fail fast). The
+// rest wait for their deadline, as before: such a write may still reach
+// the owner and commit until then (rule 1), and its caller has no other
+// way to learn which.
+func (e *Engine) ConnectionLost(id string) {
+	for fid, f := range e.fwd.All() {
+		if f.retried && f.to == id {
+			e.fwd.Take(fid)
+			e.rd.Completions = append(e.rd.Completions, Completion{Token: f.token, Partition: f.partition, Err: ErrForwardLost})
+		}
+	}
+}
+
+// Forwards returns how many writes this node forwarded that still wait
+// for their owner's answer.
+func (e *Engine) Forwards() int { return e.fwd.Len() }
+
+// ErrForwardLost fails a forwarded write whose connection to its owner
+// broke before the owner answered: the owner may have committed it, so the
+// error is indefinite; its caller sends it again with the same sequence
+// (rule 16).
+var ErrForwardLost = errs.New(errs.Aborted, "the connection to the owner broke with the write in flight")
+
 // remap applies a new map to one partition.
 func (e *Engine) remap(pt *part, prev *ring.Map) {
 	oldOwner := ""
