@@ -283,6 +283,9 @@ func (c *Conn) readLoop() {
 	// one deadline; see WithConnectTimeout.
 	by := time.Now().Add(c.cfg.connectTimeout)
 	if err := c.readPreface(by); err != nil {
+		if c.ended.Load() {
+			return // we closed it: a stranger's place taken, say
+		}
 		c.warn("fero: transport: closing connection", err)
 		c.end(c.lost(err), false)
 		return

@@ -112,6 +112,9 @@ func (s *Server) acceptLoop() {
 		c.srv, c.ip = s, ip
 		s.conns[c] = struct{}{}
 		if s.cfg.preAuth {
+			// Its answers are a handshake's too: a stranger that never
+			// reads stops its own reader once they fill this.
+			c.out.limit = min(s.cfg.authMaxFrame, s.cfg.outboxLimit)
 			c.state = stateUnproved
 			s.unproved[ip] = append(s.unproved[ip], c)
 			s.nUnproved++
@@ -270,6 +273,9 @@ func (c *Conn) Prove() error {
 	c.proved.Store(true)
 	s.mu.Unlock()
 	c.authTimer.Stop()
+	c.out.mu.Lock()
+	c.out.limit = s.cfg.outboxLimit // senders waiting for room see it when the writer takes the queue
+	c.out.mu.Unlock()
 	return nil
 }
 
