@@ -212,3 +212,30 @@ func TestDialedConnsAreProved(t *testing.T) {
 	proved, unproved := ts.Conns()
 	require.Equal(t, [2]int{1, 0}, [2]int{proved, unproved})
 }
+
+// TestScavengeAfterLargeConnsEnd: once connections holding 16 MiB or more
+// of read blocks have ended, the server hands the memory back to the OS
+// (debug.FreeOSMemory) rather than leave it to a collection an idle
+// process may not run for minutes.
+func TestScavengeAfterLargeConnsEnd(t *testing.T) {
+	ts := newTestServer(t, WithMaxFrame(32<<20))
+	scavenged := func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return !ts.scav.last.IsZero()
+	}
+	c, err := DialConn(ctxT(t), ts.Addr().String(), WithMaxFrame(32<<20))
+	require.NoError(t, err)
+	_, err = c.Call(ctxT(t), opEcho, make([]byte, 8<<20))
+	require.NoError(t, err)
+	require.False(t, scavenged(), "nothing ended yet")
+	c.Close()
+	require.False(t, scavenged(), "8 MiB is under the threshold")
+
+	c, err = DialConn(ctxT(t), ts.Addr().String(), WithMaxFrame(32<<20))
+	require.NoError(t, err)
+	_, err = c.Call(ctxT(t), opEcho, make([]byte, 12<<20))
+	require.NoError(t, err)
+	c.Close()
+	require.Eventually(t, scavenged, 10*time.Second, 10*time.Millisecond, "20 MiB of read blocks ended")
+}
