@@ -248,10 +248,10 @@ func (s *Server) Conns() (proved, unproved int) {
 // connection that is already proved, or that this end dialed, it does
 // nothing.
 func (c *Conn) Prove() error {
-	if c.proved.Load() {
+	s := c.srv
+	if c.proved.Load() || s == nil {
 		return nil
 	}
-	s := c.srv
 	s.mu.Lock()
 	switch {
 	case c.state != stateUnproved:
