@@ -154,12 +154,15 @@ func closedBy(c net.Conn, by time.Time) bool {
 // whole (a server went from 62 to 708 MB, and held it); now the node
 // refuses each frame at its length prefix (over --auth-max-frame, 8 KiB)
 // and closes the connection. Then the address holds all the unproved
-// connections it may (64, the rest refused), each after a hello; the
-// node's RSS stays within the bound docs/security.md gives one address.
+// connections it may (64, the rest refused), each after a hello, until
+// the auth timeout (here 15 s) closes them; the node's RSS stays within
+// the bound docs/security.md gives one address.
 func TestPreAuthFramesAreSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, _, tokenFile := preAuthNode(ctx, t)
+	// An auth timeout long enough that none of the 80 connections below
+	// passes it while they are opened on a loaded machine.
+	s, _, tokenFile := preAuthNode(ctx, t, "--auth-timeout", "15s")
 	pid := s.cmd.Process.Pid
 	base := rssMB(t, pid)
 	rss := sampleRSS(t, pid)
@@ -237,10 +240,13 @@ func TestPreAuthFramesAreSmall(t *testing.T) {
 	t.Logf("%d connections wrote %.1f MB of %d frames of %d bytes (%d closed by the node); then %d hellos held, %d refused; RSS at rest %.1f MB, peak %.1f MB (bound: rest + %.0f MB)",
 		conns, float64(sent.Load())/(1<<20), conns, body, byNode, len(held), refused, base, peak, bound)
 	require.Equal(t, conns, byNode, "the node closes every connection whose frame is over the pre-auth limit")
-	require.Equal(t, 16, refused, "one address holds at most 64 unproved connections")
+	// At most the cap; the connections of the first attack may take a
+	// moment to leave the count after their client saw them closed.
+	require.LessOrEqual(t, len(held), 64, "one address holds at most 64 unproved connections")
+	require.GreaterOrEqual(t, len(held), 56, "the cap is there to be used")
 	require.Less(t, peak, base+bound, "RSS peaked at %.1f MB while 40 strangers sent almost 16 MiB each, and 64 held their hello", peak)
 	for _, c := range held {
-		require.True(t, closedBy(c, time.Now().Add(30*time.Second)), "the auth timeout closes a stranger's connection")
+		require.True(t, closedBy(c, time.Now().Add(45*time.Second)), "the auth timeout closes a stranger's connection")
 	}
 	memoryComesBack(t, pid, base)
 }
@@ -403,7 +409,7 @@ func TestPreAuthConnectionsCannotCrowdOut(t *testing.T) {
 	b = serve(t, peer...)
 	require.True(t, b.out.Scan())
 	require.Contains(t, b.out.Text(), "sees 2 servers")
-	require.Eventually(t, func() bool { return put(b.data, "after-restart") == nil }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return put(b.data, "after-restart") == nil }, 30*time.Second, 50*time.Millisecond,
 		"the restarted peer carries a Majority write during the attack")
 	// Those that held on since the attack began pass the auth timeout.
 	require.Eventually(t, func() bool { return timedOut.Load() > 0 }, 20*time.Second, 20*time.Millisecond,
