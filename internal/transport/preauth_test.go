@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -238,4 +240,22 @@ func TestScavengeAfterLargeConnsEnd(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 	require.Eventually(t, scavenged, 10*time.Second, 10*time.Millisecond, "20 MiB of read blocks ended")
+}
+
+// TestPreAuthFrameLimitOverTLS: over TLS too, a stranger's frame over the
+// pre-auth limit closes its connection at the length prefix (issue 42
+// measured the same growth over TLS as without).
+func TestPreAuthFrameLimitOverTLS(t *testing.T) {
+	ca := newCA(t)
+	cert := ca.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	var stats Stats
+	s := newPreAuthServer(t, &stats, WithTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}))
+	nc, err := tls.Dial("tcp", s.Addr().String(), &tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS13})
+	require.NoError(t, err)
+	defer nc.Close()
+	big := append(preface[:], wire.AppendFrameHeader(nil, wire.KindCall, 1, opEcho, 1<<20)...)
+	big = append(big, make([]byte, 1<<20-1)...)
+	go func() { _, _ = nc.Write(big) }() // fails once the server closes it
+	closedWithin(t, nc, 10*time.Second)
+	require.Eventually(t, func() bool { return stats.PreAuthFrameTooLarge.Load() == 1 }, 10*time.Second, time.Millisecond)
 }
