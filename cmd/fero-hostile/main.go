@@ -1,7 +1,9 @@
 // Command fero-hostile attacks a running fero node the way issue 17's
-// attacker on the same host did, in a loop, for a bounded time: slow
-// connections, half-sent 16 MiB frames, nested payloads, forged hellos,
-// oversized calls and garbage gossip packets. It is the hostile client of
+// and issue 42's attackers did, in a loop, for a bounded time: slow
+// connections, half-sent and almost complete 16 MiB frames, nested
+// payloads, forged hellos, oversized calls, engine calls without a hello,
+// connections that say hello and nothing more (from several source
+// addresses with --from) and garbage gossip packets. It is the hostile client of
 // the soak (scripts/soak.sh): a node must stay up, keep its memory flat
 // and keep serving normal clients while it runs.
 //
@@ -16,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -28,8 +31,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 func main() {
@@ -46,6 +51,9 @@ type flags struct {
 	data, gossip string
 	duration     time.Duration
 	slow, half   int
+	full, engine int
+	silent       int
+	from         []string
 	claim        string
 }
 
@@ -63,6 +71,17 @@ until --duration ends, and prints what each round did:
   forged    a hello that names --claim (a member) and a proof it cannot make
   big       30 calls of 16 MiB on one connection
   gossip    1,000 UDP packets of random bytes to the gossip port
+  full      --full connections that each send a frame of almost 16 MiB, every
+            byte but the last
+  engine    --engine connections that each send an engine call without a hello,
+            and wait for its answer
+  silent    --silent connections from each --from address that say hello and
+            nothing more, held until the node closes them
+
+--from spreads the connections of every attack over these local source
+addresses (on Linux any of 127.0.0.0/8 reaches a node on loopback), so
+that they count against the node's caps per source address as an attack
+from several hosts does.
 
 It sends only to --data and --gossip.`,
 		Args: cobra.NoArgs,
@@ -74,6 +93,10 @@ It sends only to --data and --gossip.`,
 	fl.DurationVar(&f.duration, "duration", time.Minute, "how long to keep attacking")
 	fl.IntVar(&f.slow, "slow", 500, "slow connections per round")
 	fl.IntVar(&f.half, "half", 40, "half-sent 16 MiB frames per round")
+	fl.IntVar(&f.full, "full", 40, "almost complete 16 MiB frames per round")
+	fl.IntVar(&f.engine, "engine", 8, "engine calls without a hello per round")
+	fl.IntVar(&f.silent, "silent", 80, "hello-then-silence connections per source address per round")
+	fl.StringSliceVar(&f.from, "from", nil, "local source addresses to spread connections over (default: the system's choice)")
 	fl.StringVar(&f.claim, "claim", "server-0", "the member ID forged hellos claim")
 	_ = cmd.MarkFlagRequired("data")
 	return cmd
@@ -85,6 +108,7 @@ var preface = []byte{'F', 'E', 'R', 'O', 0, 0, 0, 1}
 func run(ctx context.Context, f flags) error {
 	ctx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
+	dials.from = f.from
 	for round := 1; ctx.Err() == nil; round++ {
 		start := time.Now()
 		var out []string
@@ -93,6 +117,7 @@ func run(ctx context.Context, f flags) error {
 			do   func(context.Context, flags) string
 		}{
 			{"slow", slow}, {"half", half}, {"nested", nested}, {"forged", forged}, {"big", big}, {"gossip", gossip},
+			{"full", full}, {"engine", engine}, {"silent", silent},
 		} {
 			if ctx.Err() != nil {
 				break
@@ -104,13 +129,31 @@ func run(ctx context.Context, f flags) error {
 	return nil
 }
 
+// dialer opens TCP connections to the node, from the --from addresses in
+// turn.
+type dialer struct {
+	from []string
+	next atomic.Uint64
+}
+
+func (d *dialer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	nd := net.Dialer{Timeout: 5 * time.Second}
+	if len(d.from) > 0 {
+		ip := d.from[int(d.next.Add(1))%len(d.from)]
+		nd.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	return nd.DialContext(ctx, "tcp", addr)
+}
+
+var dials dialer
+
 // hold opens n connections, writes b on each, and waits (until ctx ends
 // or 45 s) for the node to close them; it reports how many it closed.
 func hold(ctx context.Context, addr string, n int, b []byte) string {
 	var closed, failed atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
-		c, err := net.Dial("tcp", addr)
+		c, err := dials.dial(ctx, addr)
 		if err != nil {
 			failed.Add(1)
 			continue
@@ -242,6 +285,146 @@ func gossip(ctx context.Context, f flags) string {
 		}
 	}
 	return fmt.Sprintf("%d packets sent", sent)
+}
+
+// full sends, on each of --full connections, a frame of 16 MiB less 64
+// bytes but for its last byte: a node that buffers what strangers send
+// holds it all until the frame timeout.
+func full(ctx context.Context, f flags) string {
+	const payload = 16<<20 - 64
+	b := wire.AppendFrameHeader(bytes.Clone(preface), wire.KindCall, 1, node.OpAuth, payload)
+	b = append(b, make([]byte, payload-1)...)
+	var sent, closed, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range f.full {
+		c, err := dials.dial(ctx, f.data)
+		if err != nil {
+			failed.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+			defer stop()
+			_ = c.SetDeadline(time.Now().Add(45 * time.Second))
+			n, _ := c.Write(b)
+			sent.Add(int64(n))
+			if _, err := io.Copy(io.Discard, c); !isTimeout(err) {
+				closed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return fmt.Sprintf("%d of %d closed by the node, %.0f MB written (%d dials failed)", closed.Load(), f.full, float64(sent.Load())/(1<<20), failed.Load())
+}
+
+// engine sends an engine call on each of --engine connections that said no
+// hello, and waits up to 10 s for its answer.
+func engine(ctx context.Context, f flags) string {
+	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, node.OpEngine, make([]byte, 4000))
+	seen := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range f.engine {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			what := engineCall(ctx, f.data, b)
+			mu.Lock()
+			seen[what]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return fmt.Sprint(seen)
+}
+
+func engineCall(ctx context.Context, addr string, b []byte) string {
+	c, err := dials.dial(ctx, addr)
+	if err != nil {
+		return "dial failed"
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(b); err != nil {
+		return "write failed"
+	}
+	got, err := answer(c)
+	switch {
+	case isTimeout(err):
+		return "unanswered in 10 s"
+	case err != nil:
+		return "closed unanswered"
+	case got.Kind != wire.KindError:
+		return "answered " + got.Kind.String()
+	}
+	code, _, _, _ := wire.ParseErrorPayload(got.Payload)
+	return errs.Code(code).String()
+}
+
+// answer reads the node's preface and its first frame.
+func answer(c net.Conn) (wire.Frame, error) {
+	var f wire.Frame
+	if _, err := io.ReadFull(c, make([]byte, len(preface))); err != nil {
+		return f, err
+	}
+	return f, wire.NewReader(c, 1<<20).Next(&f)
+}
+
+// silent opens --silent connections per source address that each say
+// hello (a member's ID, a nonce) and nothing after, and holds them until
+// the node closes them (or 45 s): it reports how many were answered,
+// refused, and how long the longest stayed open.
+func silent(ctx context.Context, f flags) string {
+	nonce := make([]byte, 32)
+	h, _ := msgpack.Marshal(map[string]any{"id": f.claim, "n": nonce})
+	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, node.OpHello, h)
+	n := f.silent * max(1, len(f.from))
+	var answered, refused, closed atomic.Int64
+	var longest atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dials.dial(ctx, f.data)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			defer c.Close()
+			stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+			defer stop()
+			_ = c.SetDeadline(time.Now().Add(45 * time.Second))
+			if _, err := c.Write(b); err != nil {
+				refused.Add(1)
+				return
+			}
+			if got, err := answer(c); err != nil || got.Kind != wire.KindReply {
+				refused.Add(1)
+				return
+			}
+			answered.Add(1)
+			at := time.Now()
+			if _, err := io.Copy(io.Discard, c); !isTimeout(err) {
+				closed.Add(1)
+				for d, old := int64(time.Since(at)), longest.Load(); d > old && !longest.CompareAndSwap(old, d); old = longest.Load() {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return fmt.Sprintf("%d hellos answered, %d refused, %d closed by the node (the longest %v after its hello)",
+		answered.Load(), refused.Load(), closed.Load(), time.Duration(longest.Load()).Round(time.Millisecond))
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // short is an error's message cut to a line's worth.

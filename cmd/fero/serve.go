@@ -76,6 +76,9 @@ type serveFlags struct {
 	jepsenVerbs  bool
 	// Limits on input (docs/security.md).
 	maxConns, maxConnsPerIP       int
+	maxUnproved, maxUnprovedPerIP int
+	authMaxFrame                  int
+	authTimeout                   time.Duration
 	maxInflight, maxInflightBytes int
 	maxFrame                      int
 	frameTimeout                  time.Duration
@@ -132,6 +135,12 @@ To rotate a secret without downtime, rewrite every node's file and send it
 SIGHUP three times over, each round done on every node before the next:
 "old, new", then "new, old", then "new" (docs/security.md).
 
+With a secret or tokens, a data connection gets a handshake's budget until
+it proves one: messages of at most --auth-max-frame bytes, --auth-timeout
+to prove it, and caps of its own (--max-unproved-conns,
+--max-unproved-conns-per-ip) that never take the places of peers and
+clients that proved a credential (--max-conns, --max-conns-per-ip).
+
 With --tls-cert, --tls-key and --tls-ca the data plane runs over TLS 1.3:
 every connection, between nodes and from clients, is encrypted, and each
 node's certificate must chain to the CA (host names are not checked: the
@@ -176,8 +185,12 @@ cluster secret.`,
 	fl.IntVar(&f.historyBytes, "history-bytes", 2<<20, "bytes of keys and values kept in history per partition (the newest commit is kept whatever its size)")
 	fl.IntVar(&f.quorum, "quorum", 0, "live servers an owner needs to accept writes (0: a majority of the most seen)")
 	fl.IntVar(&f.maxEntry, "max-entry", 1<<20, "largest key plus value of one write, in bytes")
-	fl.IntVar(&f.maxConns, "max-conns", transport.DefaultMaxConns, "data connections this node accepts in all; one over is closed at once")
-	fl.IntVar(&f.maxConnsPerIP, "max-conns-per-ip", transport.DefaultMaxConnsPerIP, "data connections this node accepts from one source IP, loopback included")
+	fl.IntVar(&f.maxConns, "max-conns", transport.DefaultMaxConns, "data connections this node accepts in all; one over is closed at once (with a secret or tokens: connections that proved one)")
+	fl.IntVar(&f.maxConnsPerIP, "max-conns-per-ip", transport.DefaultMaxConnsPerIP, "data connections this node accepts from one source IP, loopback included (with a secret or tokens: connections that proved one)")
+	fl.IntVar(&f.maxUnproved, "max-unproved-conns", transport.DefaultMaxUnprovedConns, "with a secret or tokens: data connections that have not proved one yet, in all; at the cap a newcomer takes the place of the oldest of the source IP that holds the most, or is closed")
+	fl.IntVar(&f.maxUnprovedPerIP, "max-unproved-conns-per-ip", transport.DefaultMaxUnprovedConnsPerIP, "with a secret or tokens: data connections from one source IP that have not proved one yet; one over is closed at once")
+	fl.IntVar(&f.authMaxFrame, "auth-max-frame", transport.DefaultAuthMaxFrame, "with a secret or tokens: largest message, in bytes, a connection may send before it proves one (the handshakes need a few hundred)")
+	fl.DurationVar(&f.authTimeout, "auth-timeout", transport.DefaultAuthTimeout, "with a secret or tokens: how long a data connection has to prove one before it is closed")
 	fl.IntVar(&f.maxInflight, "max-inflight", transport.DefaultMaxInflight, "requests one connection may have open (handler not yet answered); one over is answered resource exhausted")
 	fl.IntVar(&f.maxInflightBytes, "max-inflight-bytes", transport.DefaultMaxInflightBytes, "bytes of read buffer the open requests of one connection may hold")
 	fl.IntVar(&f.maxFrame, "max-frame", wire.DefaultMaxFrame, "largest message accepted or sent, in bytes")
@@ -206,6 +219,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		fero.WithHistoryMax(f.historyMax), fero.WithHistoryBytes(f.historyBytes), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
 		fero.WithMaxConns(f.maxConns, f.maxConnsPerIP), fero.WithMaxInflight(f.maxInflight, f.maxInflightBytes),
 		fero.WithMaxFrame(f.maxFrame), fero.WithFrameTimeout(f.frameTimeout),
+		fero.WithPreAuthLimits(f.authMaxFrame, f.maxUnproved, f.maxUnprovedPerIP), fero.WithAuthTimeout(f.authTimeout),
 	}
 	for _, d := range []struct {
 		v   time.Duration

@@ -76,10 +76,11 @@ func (n *Node) serveAttach(r *transport.Request, h hello) {
 		return
 	}
 	if err := attachRefusal(h.ID, n.cfg.Client, n.authRequired(), n.connRole(c)); err != nil {
+		_ = r.Fail(err)
 		if errs.CodeOf(err) == errs.PermissionDenied {
 			n.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
+			n.closeUnproved(c)
 		}
-		_ = r.Fail(err)
 		return
 	}
 	b, err := msgpack.Marshal(hello{ID: n.id})

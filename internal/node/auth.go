@@ -120,6 +120,8 @@ func (n *Node) roleOf(c *transport.Conn) role {
 
 // allow wraps a handler: a request from a connection below need is
 // refused with PermissionDenied, and the refusal logged (rate-limited).
+// A connection that has proved nothing is closed after the refusal
+// (closeUnproved).
 func (n *Node) allow(need role, h func(*transport.Request)) func(*transport.Request) {
 	return func(r *transport.Request) {
 		if got := n.roleOf(r.Conn()); got < need {
@@ -131,10 +133,53 @@ func (n *Node) allow(need role, h func(*transport.Request)) func(*transport.Requ
 				n.logger.Warn("fero: node: refused a request from a connection without the credential it needs", "remote", r.Conn().RemoteAddr(), "needs", what)
 			}
 			_ = r.Fail(errs.Errorf(errs.PermissionDenied, "this node needs %s for that (fero.WithToken, --token-file)", what))
+			n.closeUnproved(r.Conn())
 			return
 		}
 		h(r)
 	}
+}
+
+// refuseEngine answers an engine message that is not a peer's one-way
+// message: from a connection that said no hello (peer false), or sent as
+// a call. A call is answered at once; a connection that has proved
+// nothing is closed.
+func (n *Node) refuseEngine(r *transport.Request, peer bool) {
+	c := r.Conn()
+	if peer {
+		n.logger.Debug("fero: node: engine message sent as a call", "remote", c.RemoteAddr())
+		_ = r.Fail(errs.New(errs.InvalidArgument, "engine messages are one-way"))
+		return
+	}
+	if n.pool.refusals.Allow(remoteHost(c), time.Now()) {
+		n.logger.Warn("fero: node: refused an engine message on a connection without a peer's hello", "remote", c.RemoteAddr())
+	}
+	_ = r.Fail(errs.New(errs.PermissionDenied, "engine messages come from peers, after their hello"))
+	n.closeUnproved(c)
+}
+
+// closeUnproved closes, once its refusal has left, a connection that has
+// proved nothing (transport.WithPreAuth) and asked for what needs a
+// proof: it had its chance to prove one. It counts the refusal.
+func (n *Node) closeUnproved(c *transport.Conn) {
+	if c.Proved() {
+		return
+	}
+	n.needProof.Add(1)
+	go c.Close() // flushes the refusal; not on the reader, which Close waits for
+}
+
+// prove lifts a connection's pre-auth budget once it has proved a
+// credential (transport.Conn.Prove). When the node holds as many proved
+// connections as it takes, it fails r and closes the connection.
+func prove(r *transport.Request) bool {
+	c := r.Conn()
+	if err := c.Prove(); err != nil {
+		_ = r.Fail(err)
+		go c.Close()
+		return false
+	}
+	return true
 }
 
 // serveAuth answers a connection's OpAuth with the node's nonce and MAC.
@@ -195,6 +240,9 @@ func (n *Node) serveAuthProof(r *transport.Request) {
 		}
 		_ = r.Fail(errs.Errorf(errs.PermissionDenied, "wrong %s", pr.kind))
 		go c.Close()
+		return
+	}
+	if !prove(r) {
 		return
 	}
 	n.auth.mu.Lock()

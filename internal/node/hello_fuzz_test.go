@@ -311,6 +311,22 @@ func FuzzAuth(f *testing.F) {
 			}
 		}()
 		require.Equal(t, roleNone, n.roleOf(served), "a fresh connection holds no role")
+		// A frame over the pre-auth limit closes the connection at its
+		// length, before its payload is read (transport.WithPreAuth).
+		overLimit := func(op uint32, b []byte) bool {
+			if len(b) <= transport.DefaultAuthMaxFrame-64 {
+				return false
+			}
+			_, err := c.Call(ctx, op, b)
+			if len(b) > transport.DefaultAuthMaxFrame {
+				require.ErrorIs(t, err, transport.ErrConnLost, "a frame over the pre-auth limit")
+			}
+			client.drop()
+			return true
+		}
+		if overLimit(OpAuth, authB) {
+			return
+		}
 
 		var want authHello
 		var key []byte
@@ -342,6 +358,8 @@ func FuzzAuth(f *testing.F) {
 		if right {
 			proofB, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "caller", want.Nonce, got.Nonce, "", "")})
 			require.NoError(t, err)
+		} else if overLimit(OpAuthProof, proofB) {
+			return
 		}
 		_, err = c.Call(ctx, OpAuthProof, proofB)
 		switch {

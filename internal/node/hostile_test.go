@@ -142,10 +142,12 @@ func TestConnectionsProveACredential(t *testing.T) {
 	forget, err := msgpack.Marshal([]string{"nobody"})
 	require.NoError(t, err)
 
-	anon := dial()
-	for _, op := range []uint32{OpStatus, OpRequest, OpTail, OpForget} {
+	// Each refusal closes the connection that proved nothing (issue 42).
+	for _, op := range []uint32{OpStatus, OpRequest, OpTail, OpForget, OpEngine} {
+		anon := dial()
 		_, err := anon.Call(ctx, op, nil)
 		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "op %d: %v", op, err)
+		require.Eventually(t, func() bool { return anon.Err() != nil }, 10*time.Second, 5*time.Millisecond, "op %d: the connection is closed", op)
 	}
 
 	client := dial()

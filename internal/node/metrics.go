@@ -190,6 +190,7 @@ var (
 		diskSnapshotBytes, diskBehind, diskFailed           *prometheus.Desc
 		subscriberDrops, lagOffsets, lagSeconds             *prometheus.Desc
 		outboxBytes, bpWaits, bpSeconds                     *prometheus.Desc
+		preAuthRefusals, dataConns                          *prometheus.Desc
 	}{
 		committed:         prometheus.NewDesc("fero_commits_total", "Changes this node committed as a partition's owner.", descLabels, nil),
 		applied:           prometheus.NewDesc("fero_applied_total", "Owners' commits applied to this node's copy.", descLabels, nil),
@@ -221,6 +222,8 @@ var (
 		outboxBytes:       prometheus.NewDesc("fero_peer_outbox_bytes", "Bytes waiting in the outboxes of this node's connections to its peers.", descLabels, nil),
 		bpWaits:           prometheus.NewDesc("fero_backpressure_waits_total", "Sends that waited for room in a connection's full outbox (the peer or the network not keeping up).", descLabels, nil),
 		bpSeconds:         prometheus.NewDesc("fero_backpressure_wait_seconds_total", "Time sends spent waiting for room in full outboxes.", descLabels, nil),
+		preAuthRefusals:   prometheus.NewDesc("fero_preauth_refusals_total", "Data connections that had proved no credential, refused or closed, by reason: frame_too_large (a frame over --auth-max-frame), auth_timeout (nothing proved within --auth-timeout), cap_per_ip and cap_total (--max-unproved-conns-per-ip, --max-unproved-conns: the newcomer refused, or at cap_total an older stranger closed for it), needs_proof (a request or engine message that needs a credential). docs/security.md, The pre-auth budget.", []string{"resource", "reason"}, nil),
+		dataConns:         prometheus.NewDesc("fero_data_connections", "Connections the data port holds, by state: proved (a peer's or a client's that proved a credential, or any on a node without credentials) or unproved.", []string{"resource", "state"}, nil),
 		subscriberDrops:   prometheus.NewDesc("fero_subscriber_overflows_total", "Changes a slow subscriber missed (its stream was cut or its oldest changes dropped, as its overflow policy says).", descLabels, nil),
 	}
 )
@@ -254,6 +257,19 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descs.outboxBytes, float64(n.pool.queued()))
 	counter(descs.bpWaits, float64(n.tstats.BackpressureWaits.Load()))
 	counter(descs.bpSeconds, time.Duration(n.tstats.BackpressureNanos.Load()).Seconds())
+	for _, r := range []struct {
+		reason string
+		v      uint64
+	}{
+		{"frame_too_large", n.tstats.PreAuthFrameTooLarge.Load()}, {"auth_timeout", n.tstats.PreAuthTimeouts.Load()},
+		{"cap_per_ip", n.tstats.PreAuthCapPerIP.Load()}, {"cap_total", n.tstats.PreAuthCapTotal.Load()},
+		{"needs_proof", n.needProof.Load()},
+	} {
+		ch <- prometheus.MustNewConstMetric(descs.preAuthRefusals, prometheus.CounterValue, float64(r.v), res, r.reason)
+	}
+	proved, unproved := n.srv.Conns()
+	ch <- prometheus.MustNewConstMetric(descs.dataConns, prometheus.GaugeValue, float64(proved), res, "proved")
+	ch <- prometheus.MustNewConstMetric(descs.dataConns, prometheus.GaugeValue, float64(unproved), res, "unproved")
 	gauge(descs.keys, float64(n.store.Len()))
 	counter(descs.catchUps, float64(n.catchUps.Load()))
 	counter(descs.catchUpSeconds, time.Duration(n.catchUpNanos.Load()).Seconds())

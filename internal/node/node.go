@@ -134,6 +134,9 @@ type Node struct {
 	fwdSpans map[fwdKey]fwdSpan
 	// subDrops counts changes subscribers with the Drop policy missed.
 	subDrops atomic.Uint64
+	// needProof counts requests refused, and their connections closed,
+	// for asking what needs a credential before proving one.
+	needProof atomic.Uint64
 	// t0 is when the node was made: the origin of Node.since.
 	t0 time.Time
 	// tstats counts the backpressure of every connection the node makes
@@ -414,7 +417,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
 	mux.HandleFunc(OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
 	mux.HandleFunc(OpMembers, n.allow(roleClient, n.whenStarted(n.serveMembers)))
-	if n.srv, err = transport.Listen(cfg.Listen, mux, topts...); err != nil {
+	sopts := topts
+	if len(cfg.Secrets) > 0 || len(cfg.Tokens) > 0 {
+		// Strangers get a handshake's budget until they prove a
+		// credential (serveProof, serveAuthProof). Without credentials
+		// there is nothing to prove: every connection is as trusted as
+		// it will be, and the budget would only cut idle clients.
+		sopts = append(slices.Clone(topts), transport.WithPreAuth(true))
+	}
+	if n.srv, err = transport.Listen(cfg.Listen, mux, sopts...); err != nil {
 		return nil, err
 	}
 
@@ -793,8 +804,11 @@ func (n *Node) afterBurst() {
 // reading, which pushes back on the sender.
 func (n *Node) serveEngine(r *transport.Request) {
 	from, ok := n.pool.idOfWait(n.ctx, r.Conn())
-	if !ok {
-		n.logger.Debug("fero: node: engine message on a connection without hello", "remote", r.Conn().RemoteAddr())
+	if !ok || r.Mode() != transport.ModeSend {
+		// Engine messages are a peer's, one-way. Never left unanswered:
+		// an open call holds its read block (issue 42: 4 connections
+		// pinned 322 MB).
+		n.refuseEngine(r, ok)
 		return
 	}
 	// The messages alias the batch's bytes, which the connection keeps

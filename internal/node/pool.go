@@ -257,6 +257,11 @@ func (p *pool) serveHello(r *transport.Request) {
 	}
 	keys := p.keys.Load()
 	if keys == nil {
+		// No secret to prove: the hello is all a peer shows (with client
+		// tokens but no secret, a library-only setup).
+		if !prove(r) {
+			return
+		}
 		b, err := msgpack.Marshal(hello{ID: p.self})
 		if err != nil {
 			_ = r.Fail(err)
@@ -315,6 +320,9 @@ func (p *pool) serveProof(r *transport.Request) {
 		p.refused(c, pr.id, "wrong proof of the cluster secret")
 		_ = r.Fail(errs.New(errs.PermissionDenied, "wrong proof of the cluster secret"))
 		go c.Close()
+		return
+	}
+	if !prove(r) {
 		return
 	}
 	_ = r.Reply(nil)

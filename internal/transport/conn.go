@@ -53,6 +53,16 @@ type Conn struct {
 	freeBlk     freeBlocks
 	accepted    bool        // a Server accepted it: its first frame has a deadline
 	trusted     atomic.Bool // TrustLengths was called
+	// The pre-auth budget (WithPreAuth): proved is set by Prove (at once
+	// on a connection dialed, or accepted without WithPreAuth); limited
+	// while the reader reads with the pre-auth limits, reader only; the
+	// rest is the accepting Server's: state under its mu.
+	proved    atomic.Bool
+	limited   bool
+	srv       *Server
+	ip        netip.Addr
+	state     connState
+	authTimer *time.Timer
 
 	oneway     Request         // reused for every one-way request; reader only
 	ctx        context.Context // cancelled when the connection ends
@@ -94,6 +104,7 @@ func newConn(nc net.Conn, cfg *config, h Handler, accepted bool) *Conn {
 	c.oneway = Request{conn: c, kind: wire.KindSend}
 	c.out.buf = append(c.out.buf, preface[:]...)
 	if !accepted {
+		c.proved.Store(true)
 		// A server closes a connection whose first frame does not come
 		// within the connect timeout, so that a peer cannot hold one by
 		// saying nothing. An idle client must not look like that: it
@@ -272,12 +283,21 @@ func (c *Conn) readLoop() {
 	// one deadline; see WithConnectTimeout.
 	by := time.Now().Add(c.cfg.connectTimeout)
 	if err := c.readPreface(by); err != nil {
+		if c.ended.Load() {
+			return // we closed it: a stranger's place taken, say
+		}
 		c.warn("fero: transport: closing connection", err)
 		c.end(c.lost(err), false)
 		return
 	}
 	r := wire.NewReader(c.nc, c.cfg.maxFrame)
 	r.SetAlloc(c.freeBlk.get)
+	if !c.proved.Load() {
+		// A stranger's frames are a handshake's: a small frame in a
+		// small block, until it proves itself.
+		c.limited = true
+		r.SetLimits(c.cfg.authMaxFrame, max(wire.MinBlockSize, c.cfg.authMaxFrame))
+	}
 	c.rd = r
 	if !c.accepted {
 		by = time.Time{}
@@ -288,6 +308,10 @@ func (c *Conn) readLoop() {
 	}
 	holding, exact := false, false
 	for {
+		if c.limited && c.proved.Load() {
+			c.limited = false
+			r.SetLimits(c.cfg.maxFrame, 0)
+		}
 		if !exact && c.trusted.Load() {
 			exact = true
 			r.SetExact(c.cfg.maxFrame)
@@ -298,6 +322,11 @@ func (c *Conn) readLoop() {
 				return // we closed it
 			}
 			switch {
+			case c.limited && errors.Is(err, wire.ErrFrameTooLarge):
+				if st := c.cfg.stats; st != nil {
+					st.PreAuthFrameTooLarge.Add(1)
+				}
+				c.warn("fero: transport: closing a connection that proved nothing: frame over the pre-auth limit", err)
 			case errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge):
 				c.warn("fero: transport: closing connection after bad input", err)
 			case errors.Is(err, wire.ErrFrameTimeout):
@@ -386,8 +415,24 @@ func errKind(err error) int {
 		return 2
 	case errors.Is(err, wire.ErrFrameTimeout):
 		return 3
+	case errors.Is(err, ErrAuthTimeout):
+		return 4
 	}
 	return 0
+}
+
+// heldBytes is about what the connection held in memory when it ended
+// (the scavenger's measure): its read blocks and connOverhead. Called
+// once its reader has ended.
+func (c *Conn) heldBytes() int {
+	n := connOverhead
+	if c.rd != nil {
+		n += cap(c.rd.BlockBytes())
+	}
+	c.freeBlk.mu.Lock()
+	n += c.freeBlk.bytes
+	c.freeBlk.mu.Unlock()
+	return n
 }
 
 func (c *Conn) readPreface(by time.Time) error {

@@ -102,6 +102,18 @@
 //   - Connections: at most MaxConns (4096) in all and MaxConnsPerIP (1024)
 //     from one source address, loopback included. One over is reset at
 //     once; refusals are logged at most once per source every 5 seconds.
+//   - Strangers: with WithPreAuth (a node that takes credentials turns it
+//     on), a connection is unproved until the handler calls Conn.Prove,
+//     and until then it reads frames of at most 8 KiB
+//     (WithAuthMaxFrame: a larger one closes it at its length prefix)
+//     into blocks of at most as much, queues at most as much of answers,
+//     is closed after 5 s (WithAuthTimeout), and counts against caps of
+//     its own, 256 in all and 64 from one address
+//     (WithMaxUnprovedConns), never against MaxConns and MaxConnsPerIP,
+//     which then count proved connections: strangers cannot take their
+//     places. At the cap in all a newcomer takes the place of the oldest
+//     stranger of the address that holds the most, if it holds at least
+//     two more than the newcomer's. Each refusal is counted in Stats.
 //   - Silence: the preface and the first frame must arrive within the
 //     connect timeout (10 s) of the connection being accepted.
 //   - Half-sent frames: the read buffer grows with the bytes that arrive,
@@ -119,7 +131,12 @@
 //   - Outgoing data: the outbox (above).
 //
 // Each is per connection or per server, not per node: a node's memory under
-// attack is bounded by their product, and by how fast the attacker can
-// send, not by any one of them. Keep the data port off networks you do not
-// trust, or use TLS with client certificates.
+// attack by peers that proved themselves is bounded by their product, and
+// by how fast they can send, not by any one of them; with WithPreAuth, what
+// strangers can hold is bounded apart, by the unproved caps times what
+// one unproved connection holds. Once connections holding 16 MiB in all
+// have ended, the Server hands the memory back to the system
+// (debug.FreeOSMemory, at most every 30 s; see scavenger). Keep the data
+// port off networks you do not trust, or use TLS with client
+// certificates.
 package transport

@@ -25,4 +25,14 @@ var (
 	ErrNotStream = errs.New(errs.FailedPrecondition, "call is not a stream")
 	// ErrReplied is returned when a request is answered a second time.
 	ErrReplied = errs.New(errs.FailedPrecondition, "request already answered")
+	// ErrTooManyConns is returned by Conn.Prove when the server holds as
+	// many proved connections as it takes (WithMaxConns,
+	// WithMaxConnsPerIP).
+	ErrTooManyConns = errs.New(errs.ResourceExhausted, "too many connections")
+	// ErrAuthTimeout ends a connection that proved nothing within the auth
+	// timeout (WithAuthTimeout).
+	ErrAuthTimeout = errors.New("proved nothing within the auth timeout")
+	// errEvicted ends an unproved connection whose place a newcomer took
+	// (WithMaxUnprovedConns).
+	errEvicted = errors.New("closed for a newer connection: too many unproved connections")
 )

@@ -57,6 +57,18 @@ const (
 	// DefaultMaxInflightBytes bounds the memory a connection's unanswered
 	// requests hold (see WithMaxInflightBytes).
 	DefaultMaxInflightBytes = 64 << 20
+	// DefaultAuthMaxFrame bounds a frame of a connection that has not
+	// proved a credential yet (see WithPreAuth): the hello and the
+	// credential exchanges are a few hundred bytes.
+	DefaultAuthMaxFrame = 8 << 10
+	// DefaultAuthTimeout is how long an accepted connection has to prove
+	// a credential (see WithPreAuth).
+	DefaultAuthTimeout = 5 * time.Second
+	// DefaultMaxUnprovedConns bounds the connections that have proved
+	// nothing yet, in all (see WithMaxUnprovedConns).
+	DefaultMaxUnprovedConns = 256
+	// DefaultMaxUnprovedConnsPerIP bounds them from one source address.
+	DefaultMaxUnprovedConnsPerIP = 64
 )
 
 type config struct {
@@ -73,6 +85,11 @@ type config struct {
 	maxConnsPerIP  int
 	maxInflight    int
 	maxInflightB   int
+	preAuth        bool // accepted connections start unproved (WithPreAuth)
+	authMaxFrame   int
+	authTimeout    time.Duration
+	maxUnproved    int
+	maxUnprovedIP  int
 	retryBase      time.Duration
 	retryCap       time.Duration
 	retryMax       int
@@ -100,6 +117,10 @@ func defaultConfig() config {
 		maxConnsPerIP:  DefaultMaxConnsPerIP,
 		maxInflight:    DefaultMaxInflight,
 		maxInflightB:   DefaultMaxInflightBytes,
+		authMaxFrame:   DefaultAuthMaxFrame,
+		authTimeout:    DefaultAuthTimeout,
+		maxUnproved:    DefaultMaxUnprovedConns,
+		maxUnprovedIP:  DefaultMaxUnprovedConnsPerIP,
 		retryBase:      DefaultRetryBase,
 		retryCap:       DefaultRetryCap,
 		retryMax:       DefaultRetryMax,
@@ -139,6 +160,10 @@ func newConfig(opts []Option) (config, error) {
 	if c.maxInflight <= 0 || c.maxInflightB <= 0 {
 		errs = append(errs, fmt.Errorf("max in flight %d requests and %d bytes must be positive", c.maxInflight, c.maxInflightB))
 	}
+	if c.authMaxFrame <= 0 || c.authTimeout <= 0 || c.maxUnproved <= 0 || c.maxUnprovedIP <= 0 {
+		errs = append(errs, fmt.Errorf("pre-auth frame limit %d, auth timeout %v and unproved connection caps %d and %d per IP must be positive",
+			c.authMaxFrame, c.authTimeout, c.maxUnproved, c.maxUnprovedIP))
+	}
 	if c.retryBase <= 0 || c.retryCap < c.retryBase || c.retryMax < 1 {
 		errs = append(errs, fmt.Errorf("retry base %v, cap %v, max %d: need 0 < base <= cap and max >= 1", c.retryBase, c.retryCap, c.retryMax))
 	}
@@ -168,6 +193,15 @@ func WithOutboxLimit(n int) Option { return optionFunc(func(c *config) { c.outbo
 type Stats struct {
 	BackpressureWaits atomic.Uint64
 	BackpressureNanos atomic.Int64
+
+	// Refusals of connections that had proved nothing (WithPreAuth): a
+	// frame over the pre-auth limit, the auth timeout passed, the cap per
+	// source address reached, and the cap in all reached (the newcomer
+	// refused, or an older connection closed to make room).
+	PreAuthFrameTooLarge atomic.Uint64
+	PreAuthTimeouts      atomic.Uint64
+	PreAuthCapPerIP      atomic.Uint64
+	PreAuthCapTotal      atomic.Uint64
 }
 
 // WithStats makes the connections count their backpressure waits in s.
@@ -271,6 +305,45 @@ func WithMaxInflight(n int) Option { return optionFunc(func(c *config) { c.maxIn
 // (up to the frame limit), so no request is refused for good. Requests
 // stop counting when answered or cancelled by their caller.
 func WithMaxInflightBytes(n int) Option { return optionFunc(func(c *config) { c.maxInflightB = n }) }
+
+// WithPreAuth makes a Server's connections start unproved (default
+// off): until the handler calls Conn.Prove, a connection reads frames of
+// at most the pre-auth frame limit (WithAuthMaxFrame) into small blocks,
+// is closed if it has not proved itself within the auth timeout
+// (WithAuthTimeout), and counts against the caps for unproved
+// connections (WithMaxUnprovedConns) instead of WithMaxConns and
+// WithMaxConnsPerIP, which count proved connections only: strangers can
+// never take the slots of the connections that proved a credential. A
+// server that takes no credentials leaves it off, as every connection is
+// then as trusted as it will ever be. Connections this end dials are
+// always proved: it chose whom to dial, and proves itself on them.
+func WithPreAuth(on bool) Option { return optionFunc(func(c *config) { c.preAuth = on }) }
+
+// WithAuthMaxFrame sets the largest frame body an unproved connection may
+// send (default DefaultAuthMaxFrame, 8 KiB; see WithPreAuth). A larger
+// one is refused at its length prefix, before any of its body is read,
+// and closes the connection.
+func WithAuthMaxFrame(n int) Option { return optionFunc(func(c *config) { c.authMaxFrame = n }) }
+
+// WithAuthTimeout sets how long an accepted connection has to prove
+// itself (default DefaultAuthTimeout; see WithPreAuth) before it is
+// closed.
+func WithAuthTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.authTimeout = d })
+}
+
+// WithMaxUnprovedConns bounds the unproved connections a Server holds at
+// once, in all and from one source address (defaults
+// DefaultMaxUnprovedConns and DefaultMaxUnprovedConnsPerIP; see
+// WithPreAuth). One over the per-address cap is reset at once. One over
+// the cap in all takes the place of the oldest unproved connection of the
+// address that holds the most, if that address holds more than the
+// newcomer's does; else it is reset. So strangers from a few addresses
+// cannot keep a client from another address from connecting: they would
+// need more addresses than the cap in all, each holding one connection.
+func WithMaxUnprovedConns(total, perIP int) Option {
+	return optionFunc(func(c *config) { c.maxUnproved, c.maxUnprovedIP = total, perIP })
+}
 
 // WithRetry sets a Peer's reconnect backoff: the first delay, the largest,
 // and how many failed redials in a row make the peer unreachable (defaults

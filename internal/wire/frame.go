@@ -264,6 +264,22 @@ func (r *Reader) BlockBytes() []byte { return r.buf }
 // the first frames of an accepted connection. n <= 0 turns it off.
 func (r *Reader) SetExact(n int) { r.exact = max(n, 0) }
 
+// SetLimits changes the largest frame body the Reader accepts (maxFrame,
+// DefaultMaxFrame if <= 0) and the largest block it grows to while reads
+// fill its blocks (maxBlock, DefaultBlockSize if <= 0), from the next frame
+// on. A connection that has proved nothing reads with small limits, which
+// it lifts once it has (transport's pre-auth budget).
+func (r *Reader) SetLimits(maxFrame, maxBlock int) {
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
+	}
+	if maxBlock <= 0 {
+		maxBlock = DefaultBlockSize
+	}
+	r.max, r.maxBlock = maxFrame, maxBlock
+	r.block = min(r.block, maxBlock)
+}
+
 // Pin keeps every payload returned so far valid after later calls to Next.
 func (r *Reader) Pin() { r.pinned = true }
 

@@ -535,12 +535,35 @@ func WithMaxFrame(n int) Option {
 
 // WithMaxConns caps the data connections a node accepts, in all and from
 // one source IP (defaults 4,096 and 1,024, loopback included); a
-// connection over a cap is closed at once. docs/security.md lists every
-// input limit.
+// connection over a cap is closed at once. On a node that takes
+// credentials they count the connections that proved one;
+// WithPreAuthLimits caps the others. docs/security.md lists every input
+// limit.
 func WithMaxConns(total, perIP int) Option {
 	return func(c *config) {
 		c.transport = append(c.transport, transport.WithMaxConns(total), transport.WithMaxConnsPerIP(perIP))
 	}
+}
+
+// WithPreAuthLimits caps what a data connection may take before it has
+// proved a credential (a peer's hello with the cluster secret, or a
+// client's token or secret), on a node that takes credentials: the
+// largest message it may send (default 8 KiB, what the handshakes need;
+// a larger one closes it), and how many such connections the node holds
+// in all and from one source IP (defaults 256 and 64). These never count
+// against WithMaxConns, whose caps are for connections that proved a
+// credential. docs/security.md, The pre-auth budget.
+func WithPreAuthLimits(maxFrame, conns, connsPerIP int) Option {
+	return func(c *config) {
+		c.transport = append(c.transport, transport.WithAuthMaxFrame(maxFrame), transport.WithMaxUnprovedConns(conns, connsPerIP))
+	}
+}
+
+// WithAuthTimeout sets how long a data connection has to prove a
+// credential, on a node that takes credentials, before it is closed
+// (default 5 s).
+func WithAuthTimeout(d time.Duration) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithAuthTimeout(d)) }
 }
 
 // WithMaxInflight caps the requests one connection may have open on this
