@@ -1,6 +1,8 @@
 package check
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -267,6 +269,47 @@ type run struct {
 	noFinal []string
 	// start and end bound every timestamp in the run.
 	start, end int64
+	// serverCommits are the commits the servers' tails (<node>.tail.jsonl,
+	// `fero tail` of each server) show, by value: a commit a client learned
+	// only through a restore (a snapshot, which names no values) is there.
+	serverCommits map[string][]history.Change
+}
+
+// TailSuffix ends the name of a server's tail, beside the histories.
+const TailSuffix = ".tail.jsonl"
+
+// loadTails reads the servers' tails in dir into r.serverCommits. A tail
+// holds what its server committed or applied (lives one after another);
+// a torn last line is skipped.
+func (r *run) loadTails(dir string) error {
+	ts, err := filepath.Glob(filepath.Join(dir, "*"+TailSuffix))
+	if err != nil {
+		return err
+	}
+	r.serverCommits = map[string][]history.Change{}
+	for _, path := range ts {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+		for sc.Scan() {
+			var c history.Change
+			if json.Unmarshal(sc.Bytes(), &c) != nil || c.Value == "" {
+				continue
+			}
+			if c.Kind == kindCommitted || c.Kind == kindApplied {
+				r.serverCommits[c.Value] = append(r.serverCommits[c.Value], c)
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("check: %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 func load(dir string) (*run, error) {
@@ -363,6 +406,9 @@ func load(dir string) (*run, error) {
 			t.whole, t.changes = changes[0].Missed == 0, changes[1:]
 		}
 		r.traces = append(r.traces, t)
+	}
+	if err := r.loadTails(dir); err != nil {
+		return nil, err
 	}
 	for _, o := range pending {
 		o.ret = r.end + 1

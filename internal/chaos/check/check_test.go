@@ -23,10 +23,12 @@ type builder struct {
 	nextID map[int]uint64
 	// missed[proc] is the Missed count of proc's subscribed line.
 	missed map[int]uint64
+	// tails are servers' tails, by node.
+	tails map[string][]history.Change
 }
 
 func newBuilder(t *testing.T) *builder {
-	return &builder{t: t, hist: map[int][]any{}, traces: map[int][]history.Change{}, nextID: map[int]uint64{}, missed: map[int]uint64{}}
+	return &builder{t: t, hist: map[int][]any{}, traces: map[int][]history.Change{}, nextID: map[int]uint64{}, missed: map[int]uint64{}, tails: map[string][]history.Change{}}
 }
 
 func (b *builder) id(proc int) uint64 {
@@ -117,6 +119,14 @@ func (b *builder) dir() string {
 			require.NoError(b.t, tw.Write(c))
 		}
 		require.NoError(b.t, tw.Close())
+	}
+	for node, cs := range b.tails {
+		w, err := history.Create(filepath.Join(dir, node+TailSuffix))
+		require.NoError(b.t, err)
+		for _, c := range cs {
+			require.NoError(b.t, w.Write(c))
+		}
+		require.NoError(b.t, w.Close())
 	}
 	return dir
 }
@@ -552,6 +562,31 @@ func TestDroppedAttemptRetried(t *testing.T) {
 	b.change(1, 5, kindDropped, 3, 1, 2, "k", "r")
 	b.change(1, 9, kindApplied, 3, 2, 1, "k", "r")
 	require.Empty(t, checkDropped(b.run()))
+}
+
+// TestDroppedAttemptRetriedSeenInATail: the retry's commit reached the
+// clients only through a restore (seed 41920); a server's tail shows it,
+// in a later term. A commit in the same term, or one a client dropped,
+// does not count.
+func TestDroppedAttemptRetriedSeenInATail(t *testing.T) {
+	build := func(tail ...history.Change) *builder {
+		b := newBuilder(t)
+		b.write(1, "k", "r", "majority", 1, 10, history.OK)
+		b.change(1, 2, kindApplied, 3, 1, 2, "k", "r")
+		b.change(1, 5, kindDropped, 3, 1, 2, "k", "r")
+		b.change(1, 6, kindRestored, 3, 2, 2, "", "")
+		b.tails["n1"] = tail
+		return b
+	}
+	retry := history.Change{Kind: kindCommitted, Partition: 3, Term: 2, Offset: 2, Key: "k", Value: "r", Type: "UPDATE"}
+	require.Equal(t, []string{KindMajorityDropped}, kinds(checkDropped(build().run())), "without the tail")
+	require.Empty(t, checkDropped(build(retry).run()))
+	same := retry
+	same.Term = 1
+	require.Equal(t, []string{KindMajorityDropped}, kinds(checkDropped(build(same).run())), "the dropped commit itself")
+	b := build(retry)
+	b.change(1, 7, kindDropped, 3, 2, 2, "k", "r")
+	require.Equal(t, []string{KindMajorityDropped}, kinds(checkDropped(b.run())), "the later commit dropped too")
 }
 
 // The retried write's effect is its kept commit, not the dropped first

@@ -406,17 +406,37 @@ func checkOffsets(r *run) []Anomaly {
 // checkDropped is checker 6: a copy drops only writes that were never
 // acknowledged at Majority. A Majority write that the history holds after
 // all is not lost: its first attempt, committed by an owner that then lost
-// the partition, was dropped, and its retry (rule 16) committed it.
+// the partition, was dropped, and its retry (rule 16) committed it. The
+// clients may learn the retry's commit only through a restore (seed 41920:
+// the new owner's sync restored every client at the retry's offset), so a
+// commit of the value in a later term that a server's tail shows, and no
+// client trace dropped, counts too.
 func checkDropped(r *run) []Anomaly {
 	var out []Anomaly
 	reported := map[*op]bool{}
 	final := buildLogs(r).pos
+	dropped := map[[3]uint64]bool{}
+	for _, t := range r.traces {
+		for _, c := range t.changes {
+			if c.Kind == kindDropped {
+				dropped[[3]uint64{uint64(c.Partition), c.Term, c.Offset}] = true
+			}
+		}
+	}
+	committedLater := func(c history.Change) bool {
+		for _, s := range r.serverCommits[c.Value] {
+			if s.Partition == c.Partition && s.Term > c.Term && !dropped[[3]uint64{uint64(s.Partition), s.Term, s.Offset}] {
+				return true
+			}
+		}
+		return false
+	}
 	for _, t := range r.traces {
 		for _, c := range t.changes {
 			if c.Kind != kindDropped {
 				continue
 			}
-			if _, kept := final[c.Value]; kept {
+			if _, kept := final[c.Value]; kept || committedLater(c) {
 				continue
 			}
 			if w := r.writes[c.Value]; w != nil && w.majorityOK() && !reported[w] {
