@@ -116,6 +116,10 @@ func (a *attempts) again(err error) bool {
 	switch {
 	case a.once.Writer == "" || err == nil:
 		return false
+	case errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrConnLost):
+		// This side closed: nothing will carry another attempt.
+		a.last = err
+		return false
 	case retryable(err):
 		a.uncertain = true
 	case rerouted(err), a.uncertain && errs.CodeOf(err) == errs.Unavailable:

@@ -52,6 +52,15 @@ func TestAttempts(t *testing.T) {
 	// A handler's own answer is never made again.
 	assert.False(t, b.again(errs.Errorf(409, "taken")))
 
+	// A call in flight when this side closed its connection may have been
+	// carried out: again (the pool dials anew), and if this side's
+	// transport itself is closed, no further attempt, and indefinite.
+	cl := newAttempts(ctx, once)
+	assert.True(t, cl.again(transport.ErrClosedInFlight))
+	assert.False(t, cl.again(transport.ErrClosed))
+	got = cl.answer(transport.ErrClosed)
+	assert.False(t, errs.Definite(got), "told definite after a call closed in flight: %v", got)
+
 	// Without a writer nothing is made again.
 	c := newAttempts(ctx, Once{})
 	assert.False(t, c.again(partition.ErrOwnershipLost))

@@ -257,8 +257,14 @@ func (c *Conn) end(cause error, flush bool) {
 			c.dropWatch(ctx, w)
 		}
 		c.pmu.Unlock()
+		// A call waiting for its answer may have been carried out by the
+		// peer, however its connection ended: never definite (rule 12).
+		inFlight := cause
+		if cause == ErrClosed {
+			inFlight = ErrClosedInFlight
+		}
 		for _, p := range ps {
-			p.deliver(nil, cause)
+			p.deliver(nil, inFlight)
 		}
 	})
 }

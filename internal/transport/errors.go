@@ -11,8 +11,14 @@ var (
 	// was closed locally.
 	ErrClosed = errs.New(errs.Unavailable, "transport closed")
 	// ErrConnLost is wrapped by the error of every call that was in flight
-	// when its connection broke.
+	// when its connection broke, or was closed on this side
+	// (ErrClosedInFlight).
 	ErrConnLost = errors.New("connection lost")
+	// ErrClosedInFlight fails a call still waiting for its answer when its
+	// connection is closed on this side: the peer may have carried it out,
+	// so it is indefinite (Aborted), unlike ErrClosed, which fails a call
+	// that never left. It wraps ErrClosed and ErrConnLost.
+	ErrClosedInFlight = errs.Errorf(errs.Aborted, "%w with the call in flight (%w)", ErrClosed, ErrConnLost)
 	// ErrOutboxFull is returned by a FailFast call when the outbox is full.
 	ErrOutboxFull = errs.New(errs.ResourceExhausted, "outbox full")
 	// ErrUnavailable is returned by a FailFast call on a Peer that is
