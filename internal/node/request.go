@@ -899,16 +899,17 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 	}
 	wr.Hops++
 	b := wr.append(nil)
+	op := OpRequest
 	send := func(c *transport.Conn) {
 		if r.Mode() == transport.ModeSend {
-			err := c.Send(n.ctx, OpRequest, b, transport.FailFast)
+			err := c.Send(n.ctx, op, b, transport.FailFast)
 			if err != nil {
 				n.logger.Debug("fero: node: forwarding a one-way request failed", "to", owner, "err", err)
 			}
 			finish(err)
 			return
 		}
-		err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+		err := c.Go(r.Context(), op, b, func(reply []byte, err error) {
 			finish(err)
 			if err != nil {
 				_ = r.Fail(err)
@@ -922,6 +923,16 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 		} else if err != nil {
 			finish(err)
 			_ = r.Fail(err)
+		}
+	}
+	if via := n.relay.via(owner, time.Now()); via != "" {
+		if c := n.pool.lookup(via); c != nil {
+			// Rule 17: the owner has not been heard from directly for a
+			// lease; the relay calls it with the request, as is.
+			b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
+			op = OpRelay
+			send(c)
+			return
 		}
 	}
 	if c := n.pool.lookup(owner); c != nil {

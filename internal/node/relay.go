@@ -1,0 +1,279 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/ring"
+	"github.com/fero-go/fero/internal/transport"
+)
+
+// OpRelay carries what one server sends another through a third, when
+// the data plane between the two fails while gossip still shows both
+// alive (docs/engine.md, rule 17), and the probe that finds the direct
+// path again. Its payload is a kind byte, a node ID (uvarint length,
+// bytes) and what the kind carries.
+const OpRelay uint32 = 12
+
+const (
+	// relayBatch: an engine batch for the named server, to the relay.
+	relayBatch byte = 1 + iota
+	// relayDeliver: an engine batch from the named server, from the relay.
+	relayDeliver
+	// relayRequest: a forwarded request (OpRequest's payload, its hop
+	// already counted) for the named server, to the relay, which calls
+	// the server with it and answers with its answer.
+	relayRequest
+	// relayProbe: nothing, sent directly; it shows the receiver that the
+	// sender's messages reach it again.
+	relayProbe
+)
+
+// appendRelay appends an OpRelay payload to b.
+func appendRelay(b []byte, kind byte, id string, payload []byte) []byte {
+	b = append(b, kind)
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	b = append(b, id...)
+	return append(b, payload...)
+}
+
+var errBadRelay = errs.New(errs.InvalidArgument, "fero: malformed relay frame")
+
+// parseRelay splits an OpRelay payload; rest aliases b.
+func parseRelay(b []byte) (kind byte, id string, rest []byte, err error) {
+	if len(b) < 2 {
+		return 0, "", nil, errBadRelay
+	}
+	kind = b[0]
+	n, k := binary.Uvarint(b[1:])
+	if k <= 0 || n > uint64(len(b)-1-k) || n > 1024 {
+		return 0, "", nil, errBadRelay
+	}
+	off := 1 + k
+	return kind, string(b[off : off+int(n)]), b[off+int(n):], nil
+}
+
+// relays is rule 17's bookkeeping: when each server of the map was last
+// heard from directly, which server to send to a peer through, and what
+// a relay passes on. It decides on the times it is given; the node gives
+// it the wall clock.
+type relays struct {
+	mu      sync.Mutex
+	lease   time.Duration
+	servers []string             // the map's servers but this node, sorted
+	direct  map[string]time.Time // last batch or probe straight from each (or when it entered the map)
+	probed  map[string]time.Time // last probe sent to each
+}
+
+func newRelays() *relays {
+	return &relays{direct: map[string]time.Time{}, probed: map[string]time.Time{}}
+}
+
+// setMap takes the servers of a new map (all but self) and the lease, three
+// probe intervals. A server new to the map counts as heard at now: it
+// gets a lease to be heard, as the engine's lease does (rule 9).
+func (t *relays) setMap(m *ring.Map, self string, lease time.Duration, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lease = lease
+	t.servers = t.servers[:0]
+	for _, s := range m.Members() {
+		if s.ID != self {
+			t.servers = append(t.servers, s.ID)
+		}
+	}
+	slices.Sort(t.servers)
+	for id := range t.direct {
+		if !t.isServer(id) {
+			delete(t.direct, id)
+			delete(t.probed, id)
+		}
+	}
+	for _, id := range t.servers {
+		if _, ok := t.direct[id]; !ok {
+			t.direct[id] = now
+		}
+	}
+}
+
+func (t *relays) isServer(id string) bool {
+	_, ok := slices.BinarySearch(t.servers, id)
+	return ok
+}
+
+// heard notes a batch or probe that came straight from id.
+func (t *relays) heard(id string, now time.Time) {
+	t.mu.Lock()
+	if t.isServer(id) && now.After(t.direct[id]) {
+		t.direct[id] = now
+	}
+	t.mu.Unlock()
+}
+
+// cut reports whether server id has not been heard from directly for a
+// lease; callers hold mu.
+func (t *relays) cut(id string, now time.Time) bool {
+	return t.isServer(id) && now.Sub(t.direct[id]) > t.lease
+}
+
+// via returns the server to send to id through, or "" to send directly:
+// id is a server of the map not heard from directly for a lease, and
+// the relay is the first server by ID, other than id, heard from
+// directly within one. With no such server, messages go directly.
+func (t *relays) via(id string, now time.Time) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.cut(id, now) {
+		return ""
+	}
+	for _, s := range t.servers {
+		if s != id && !t.cut(s, now) {
+			return s
+		}
+	}
+	return ""
+}
+
+// passes reports whether this node, as a relay, passes a message from
+// server from on to server to: both are servers of its map, and it has
+// heard from to directly within a lease (so its own connection works).
+func (t *relays) passes(from, to string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return from != to && t.isServer(from) && t.isServer(to) && !t.cut(to, now)
+}
+
+// sender reports whether id is a server of the map (a relayed batch's
+// origin must be one).
+func (t *relays) sender(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.isServer(id)
+}
+
+// probes returns the servers cut from this node whose probe is due (one
+// per probe interval, a third of the lease), and marks them probed.
+func (t *relays) probes(now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, id := range t.servers {
+		if t.cut(id, now) && now.Sub(t.probed[id]) >= t.lease/3 {
+			t.probed[id] = now
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// relayVia sends an engine batch for server to through relay; it reports
+// whether the relay took it (a batch it does not take is lost, as a
+// direct one over a failed link is: the engine's retries recover it).
+func (n *Node) relayVia(relay, to string, b []byte) bool {
+	c := n.pool.lookup(relay)
+	if c == nil {
+		return false
+	}
+	err := c.Send(n.ctx, OpRelay, appendRelay(make([]byte, 0, len(b)+len(to)+2), relayBatch, to, b), transport.FailFast)
+	if err != nil {
+		n.logger.Debug("fero: node: relaying failed", "to", to, "via", relay, "err", err)
+		return false
+	}
+	n.stats.relayed.Add(1)
+	return true
+}
+
+// probeCut sends a probe straight to every server this node relays to,
+// once per probe interval, dialing it afresh if its connection is gone
+// (a stalled one dies at the transport's user timeout). The driver's.
+func (n *Node) probeCut(now time.Time) {
+	if n.cfg.Client {
+		return
+	}
+	for _, id := range n.relay.probes(now) {
+		if c := n.pool.lookup(id); c != nil {
+			_ = c.Send(n.ctx, OpRelay, appendRelay(nil, relayProbe, "", nil), transport.FailFast)
+		} else {
+			n.dialLater(id, nil)
+		}
+	}
+}
+
+// serveRelay serves OpRelay: a probe, a batch or request to pass on (as
+// the relay), or a batch passed on (as the destination). Only a server
+// that proved the cluster secret (an adopted, unattached peer) sends
+// one, and only servers of this node's map are relayed for.
+func (n *Node) serveRelay(r *transport.Request) {
+	from, ok := n.pool.idOf(r.Conn())
+	if !ok || membership.IsAttached(from) || n.cfg.Client {
+		if r.Mode() == transport.ModeCall {
+			_ = r.Fail(errs.New(errs.PermissionDenied, "fero: relays are for the servers of a cluster"))
+		}
+		return
+	}
+	kind, id, payload, err := parseRelay(r.Payload())
+	if err != nil {
+		if r.Mode() == transport.ModeCall {
+			_ = r.Fail(err)
+		}
+		return
+	}
+	now := time.Now()
+	switch kind {
+	case relayProbe:
+		n.relay.heard(from, now)
+	case relayBatch:
+		c := n.pool.lookup(id)
+		if c == nil || !n.relay.passes(from, id, now) {
+			return // lost, as over the failed link
+		}
+		if err := c.Send(n.ctx, OpRelay, appendRelay(make([]byte, 0, len(payload)+len(from)+2), relayDeliver, from, payload), transport.FailFast); err == nil {
+			n.stats.relayedFor.Add(1)
+		}
+	case relayDeliver:
+		// From the relay: the origin's batch, stepped as the origin's.
+		if !n.relay.sender(id) || membership.IsAttached(id) || !n.relay.sender(from) {
+			return
+		}
+		n.serveEngineFrom(r, id, payload, false)
+	case relayRequest:
+		n.relayRequestTo(r, from, id, payload, now)
+	}
+}
+
+// relayRequestTo passes a forwarded request on to server to and its
+// answer back; a request it cannot pass on is answered "retry" (nothing
+// was done), as a non-owner answers one.
+func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []byte, now time.Time) {
+	c := n.pool.lookup(to)
+	oneway := r.Mode() == transport.ModeSend
+	if c == nil || !n.relay.passes(from, to, now) {
+		if !oneway {
+			_ = r.Reply([]byte{replyRetry})
+		}
+		return
+	}
+	b := append([]byte(nil), payload...) // the read buffer is reused once this returns
+	n.stats.relayedFor.Add(1)
+	if oneway {
+		_ = c.Send(n.ctx, OpRequest, b, transport.FailFast)
+		return
+	}
+	err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+		if err != nil {
+			_ = r.Fail(err)
+			return
+		}
+		_ = r.Reply(reply)
+	}, transport.FailFast)
+	if errors.Is(err, transport.ErrOutboxFull) {
+		_ = r.Reply([]byte{replyRetry})
+	} else if err != nil {
+		_ = r.Fail(err)
+	}
+}
