@@ -142,8 +142,10 @@ type Node struct {
 
 	srv  *transport.Server
 	pool *pool
-	// relay routes around a peer the data plane does not reach (rule 17).
-	relay *relays
+	// relay routes around a peer the data plane does not reach (rule 17);
+	// relayRoutes is what the driver last logged of it.
+	relay       *relays
+	relayRoutes map[string]string
 	// attached is a server's attached clients; feed an attached client's
 	// source of the servers (attach.go).
 	attached attachedSet

@@ -171,6 +171,30 @@ func (t *relays) probes(now time.Time) []string {
 	return out
 }
 
+// routes returns the servers cut from this node, each with the server
+// messages to it go through ("" when none is heard from either).
+func (t *relays) routes(now time.Time) map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out map[string]string
+	for _, id := range t.servers {
+		if !t.cut(id, now) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[id] = ""
+		for _, s := range t.servers {
+			if s != id && !t.cut(s, now) {
+				out[id] = s
+				break
+			}
+		}
+	}
+	return out
+}
+
 // relayVia sends an engine batch for server to through relay; it reports
 // whether the relay took it (a batch it does not take is lost, as a
 // direct one over a failed link is: the engine's retries recover it).
@@ -195,6 +219,19 @@ func (n *Node) probeCut(now time.Time) {
 	if n.cfg.Client {
 		return
 	}
+	routes := n.relay.routes(now)
+	for id, via := range routes {
+		if was, ok := n.relayRoutes[id]; !ok || was != via {
+			n.logger.Warn("fero: node: a server gossip shows alive has not been heard from over the data plane for a lease; sending to it through another server (docs/engine.md, rule 17)",
+				"peer", id, "via", via, "lease", n.relay.lease)
+		}
+	}
+	for id := range n.relayRoutes {
+		if _, ok := routes[id]; !ok {
+			n.logger.Info("fero: node: heard from a server directly again; sending to it directly", "peer", id)
+		}
+	}
+	n.relayRoutes = routes
 	for _, id := range n.relay.probes(now) {
 		if c := n.pool.lookup(id); c != nil {
 			_ = c.Send(n.ctx, OpRelay, appendRelay(nil, relayProbe, "", nil), transport.FailFast)

@@ -55,6 +55,9 @@ func TestRelayRoutesAroundACutPeer(t *testing.T) {
 	if v := a.via("b", at(851*time.Millisecond)); v != "c" {
 		t.Fatalf("via(b) past the lease = %q, want c (the first server heard from)", v)
 	}
+	if got := a.routes(at(851 * time.Millisecond)); len(got) != 1 || got["b"] != "c" {
+		t.Fatalf("routes past b's lease = %v, want b through c", got)
+	}
 	for _, id := range []string{"c", "d", "x", "a"} {
 		if v := a.via(id, at(2*time.Second)); v != "" {
 			t.Fatalf("via(%s) = %q, want direct (heard from, or not a server of the map)", id, v)
