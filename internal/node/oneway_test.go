@@ -47,8 +47,9 @@ func (l *cutLinks) set(from, addr string, cut bool) {
 // TestOneWayCutIsRoutedAround: with the data plane between two servers
 // down both ways (what a one-way packet drop does to TCP) and gossip
 // still showing both alive, a Majority write through either to a key
-// the other owns succeeds, as a node's own write (an engine Forward)
-// and as a request it forwards (docs/engine.md, rule 17). Before the
+// the other owns succeeds, as a node's own write (an engine Forward),
+// as a request it forwards, and as its own request (docs/engine.md,
+// rule 17). Before the
 // relays, both waited for the cut to heal (gossip never declares
 // either dead), and the writes here failed at their deadlines.
 func TestOneWayCutIsRoutedAround(t *testing.T) {
@@ -111,16 +112,19 @@ func TestOneWayCutIsRoutedAround(t *testing.T) {
 		for _, w := range []struct {
 			via  *Node
 			key  string
-			call bool
-		}{{a, kb, false}, {b, ka, false}, {a, kb, true}} {
+			call string // "": a write; "remote": a request to via; "own": via's own request
+		}{{a, kb, ""}, {b, ka, ""}, {a, kb, "remote"}, {b, ka, "own"}} {
 			var err error
 			for {
 				try, cancel := context.WithTimeout(ctx, time.Second)
-				if w.call {
-					payload, merr := msgpack.Marshal(i)
-					require.NoError(t, merr)
+				payload, merr := msgpack.Marshal(i)
+				require.NoError(t, merr)
+				switch w.call {
+				case "remote":
 					_, err = CallNodeWait(try, peer, VerbUpdate, w.key, payload, WaitSpec{Set: true, Kind: partition.WaitMajority})
-				} else {
+				case "own":
+					_, err = w.via.Request(try, VerbUpdate, w.key, payload, false)
+				default:
 					_, err = w.via.Write(try, change(w.key, i), partition.WaitMajority, 0)
 				}
 				cancel()
@@ -128,7 +132,7 @@ func TestOneWayCutIsRoutedAround(t *testing.T) {
 					break
 				}
 			}
-			require.NoError(t, err, "write %d of %s through %s (as a request: %v), %v after the cut", i, w.key, w.via.ID(), w.call, time.Since(cutAt).Round(time.Millisecond))
+			require.NoError(t, err, "write %d of %s through %s (as a request: %q), %v after the cut", i, w.key, w.via.ID(), w.call, time.Since(cutAt).Round(time.Millisecond))
 		}
 	}
 	t.Logf("the writes through the cut servers took %v from the cut", time.Since(cutAt).Round(time.Millisecond))
