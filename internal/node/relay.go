@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fero-go/fero/internal/errs"
@@ -61,17 +62,37 @@ func parseRelay(b []byte) (kind byte, id string, rest []byte, err error) {
 // relays is rule 17's bookkeeping: when each server of the map was last
 // heard from directly, which server to send to a peer through, and what
 // a relay passes on. It decides on the times it is given; the node gives
-// it the wall clock.
+// it the wall clock. Every inbound batch notes its sender and every
+// outbound one asks the way, so both read an immutable view of the map's
+// servers and store times in atomics: no lock on the data path.
 type relays struct {
-	mu      sync.Mutex
-	lease   time.Duration
-	servers []string             // the map's servers but this node, sorted
-	direct  map[string]time.Time // last batch or probe straight from each (or when it entered the map)
-	probed  map[string]time.Time // last probe sent to each
+	mu   sync.Mutex // serializes setMap
+	view atomic.Pointer[relayView]
 }
 
-func newRelays() *relays {
-	return &relays{direct: map[string]time.Time{}, probed: map[string]time.Time{}}
+// relayView is one map's servers (all but this node, sorted) and, by the
+// same index, when each was last heard from directly (or entered the
+// map) and last probed, in Unix nanoseconds.
+type relayView struct {
+	lease          time.Duration
+	servers        []string
+	direct, probed []atomic.Int64
+}
+
+func newRelays() *relays { return &relays{} }
+
+// index returns id's place in v.servers, or -1.
+func (v *relayView) index(id string) int {
+	if i, ok := slices.BinarySearch(v.servers, id); ok {
+		return i
+	}
+	return -1
+}
+
+// cut reports whether the i-th server has not been heard from directly
+// for a lease.
+func (v *relayView) cut(i int, now time.Time) bool {
+	return now.UnixNano()-v.direct[i].Load() > int64(v.lease)
 }
 
 // setMap takes the servers of a new map (all but self) and the lease, three
@@ -80,45 +101,47 @@ func newRelays() *relays {
 func (t *relays) setMap(m *ring.Map, self string, lease time.Duration, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lease = lease
-	t.servers = t.servers[:0]
+	old := t.view.Load()
+	v := &relayView{lease: lease}
 	for _, s := range m.Members() {
 		if s.ID != self {
-			t.servers = append(t.servers, s.ID)
+			v.servers = append(v.servers, s.ID)
 		}
 	}
-	slices.Sort(t.servers)
-	for id := range t.direct {
-		if !t.isServer(id) {
-			delete(t.direct, id)
-			delete(t.probed, id)
+	slices.Sort(v.servers)
+	v.direct = make([]atomic.Int64, len(v.servers))
+	v.probed = make([]atomic.Int64, len(v.servers))
+	for i, id := range v.servers {
+		v.direct[i].Store(now.UnixNano())
+		if old != nil {
+			if j := old.index(id); j >= 0 {
+				v.direct[i].Store(old.direct[j].Load())
+				v.probed[i].Store(old.probed[j].Load())
+			}
 		}
 	}
-	for _, id := range t.servers {
-		if _, ok := t.direct[id]; !ok {
-			t.direct[id] = now
-		}
-	}
+	t.view.Store(v)
 }
 
-func (t *relays) isServer(id string) bool {
-	_, ok := slices.BinarySearch(t.servers, id)
-	return ok
+// lease is the current lease (0 before the first map).
+func (t *relays) lease() time.Duration {
+	if v := t.view.Load(); v != nil {
+		return v.lease
+	}
+	return 0
 }
 
 // heard notes a batch or probe that came straight from id.
 func (t *relays) heard(id string, now time.Time) {
-	t.mu.Lock()
-	if t.isServer(id) && now.After(t.direct[id]) {
-		t.direct[id] = now
+	v := t.view.Load()
+	if v == nil {
+		return
 	}
-	t.mu.Unlock()
-}
-
-// cut reports whether server id has not been heard from directly for a
-// lease; callers hold mu.
-func (t *relays) cut(id string, now time.Time) bool {
-	return t.isServer(id) && now.Sub(t.direct[id]) > t.lease
+	if i := v.index(id); i >= 0 && v.direct[i].Load() < now.UnixNano() {
+		// Two readers may race here; the later store may hold the
+		// slightly earlier time, which costs nothing.
+		v.direct[i].Store(now.UnixNano())
+	}
 }
 
 // via returns the server to send to id through, or "" to send directly:
@@ -126,13 +149,21 @@ func (t *relays) cut(id string, now time.Time) bool {
 // the relay is the first server by ID, other than id, heard from
 // directly within one. With no such server, messages go directly.
 func (t *relays) via(id string, now time.Time) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.cut(id, now) {
+	v := t.view.Load()
+	if v == nil {
 		return ""
 	}
-	for _, s := range t.servers {
-		if s != id && !t.cut(s, now) {
+	i := v.index(id)
+	if i < 0 || !v.cut(i, now) {
+		return ""
+	}
+	return v.relayFor(i, now)
+}
+
+// relayFor is the first server but the i-th heard from within a lease.
+func (v *relayView) relayFor(i int, now time.Time) string {
+	for j, s := range v.servers {
+		if j != i && !v.cut(j, now) {
 			return s
 		}
 	}
@@ -143,28 +174,33 @@ func (t *relays) via(id string, now time.Time) string {
 // server from on to server to: both are servers of its map, and it has
 // heard from to directly within a lease (so its own connection works).
 func (t *relays) passes(from, to string, now time.Time) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return from != to && t.isServer(from) && t.isServer(to) && !t.cut(to, now)
+	v := t.view.Load()
+	if v == nil || from == to || v.index(from) < 0 {
+		return false
+	}
+	i := v.index(to)
+	return i >= 0 && !v.cut(i, now)
 }
 
 // sender reports whether id is a server of the map (a relayed batch's
 // origin must be one).
 func (t *relays) sender(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.isServer(id)
+	v := t.view.Load()
+	return v != nil && v.index(id) >= 0
 }
 
 // probes returns the servers cut from this node whose probe is due (one
-// per probe interval, a third of the lease), and marks them probed.
+// per probe interval, a third of the lease), and marks them probed. The
+// driver's alone.
 func (t *relays) probes(now time.Time) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	v := t.view.Load()
+	if v == nil {
+		return nil
+	}
 	var out []string
-	for _, id := range t.servers {
-		if t.cut(id, now) && now.Sub(t.probed[id]) >= t.lease/3 {
-			t.probed[id] = now
+	for i, id := range v.servers {
+		if v.cut(i, now) && now.UnixNano()-v.probed[i].Load() >= int64(v.lease/3) {
+			v.probed[i].Store(now.UnixNano())
 			out = append(out, id)
 		}
 	}
@@ -174,23 +210,19 @@ func (t *relays) probes(now time.Time) []string {
 // routes returns the servers cut from this node, each with the server
 // messages to it go through ("" when none is heard from either).
 func (t *relays) routes(now time.Time) map[string]string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	v := t.view.Load()
+	if v == nil {
+		return nil
+	}
 	var out map[string]string
-	for _, id := range t.servers {
-		if !t.cut(id, now) {
+	for i, id := range v.servers {
+		if !v.cut(i, now) {
 			continue
 		}
 		if out == nil {
 			out = map[string]string{}
 		}
-		out[id] = ""
-		for _, s := range t.servers {
-			if s != id && !t.cut(s, now) {
-				out[id] = s
-				break
-			}
-		}
+		out[id] = v.relayFor(i, now)
 	}
 	return out
 }
@@ -223,7 +255,7 @@ func (n *Node) probeCut(now time.Time) {
 	for id, via := range routes {
 		if was, ok := n.relayRoutes[id]; !ok || was != via {
 			n.logger.Warn("fero: node: a server gossip shows alive has not been heard from over the data plane for a lease; sending to it through another server (docs/engine.md, rule 17)",
-				"peer", id, "via", via, "lease", n.relay.lease)
+				"peer", id, "via", via, "lease", n.relay.lease())
 		}
 	}
 	for id := range n.relayRoutes {
