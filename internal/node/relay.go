@@ -259,7 +259,7 @@ func (n *Node) probeCut(now time.Time) {
 		}
 	}
 	for id := range n.relayRoutes {
-		if _, ok := routes[id]; !ok {
+		if _, ok := routes[id]; !ok && n.relay.sender(id) {
 			n.logger.Info("fero: node: heard from a server directly again; sending to it directly", "peer", id)
 		}
 	}
