@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -309,6 +310,39 @@ func FormatVia(reps []ViaReport, start, stop time.Duration) string {
 			r.Server, r.Before, r.Tens, r.Failed, viaWindow, 100*viaShare, rec)
 	}
 	return b.String()
+}
+
+// ReadViaRecords reads the records writeVia wrote (via.records.txt), so
+// that CheckVia can judge a run again (fero-chaos via).
+func ReadViaRecords(path string) ([]ViaRecord, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []ViaRecord
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, " ", 7)
+		if len(f) < 6 {
+			return nil, fmt.Errorf("chaos: %s:%d: malformed", path, i+1)
+		}
+		r := ViaRecord{Server: f[0], Key: f[1], OK: f[5] == "ok=true"}
+		var errs []error
+		var e error
+		r.Value, e = strconv.Atoi(f[2])
+		errs = append(errs, e)
+		r.Invoke, e = time.ParseDuration(strings.TrimPrefix(f[3], "invoke="))
+		errs = append(errs, e)
+		r.At, e = time.ParseDuration(strings.TrimPrefix(f[4], "at="))
+		errs = append(errs, e)
+		if err := errors.Join(errs...); err != nil {
+			return nil, fmt.Errorf("chaos: %s:%d: %w", path, i+1, err)
+		}
+		if len(f) == 7 {
+			r.Err = f[6]
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // writeVia writes the report and the records to the run's directory.
