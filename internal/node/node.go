@@ -948,7 +948,7 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			q(n.eng)
 		case now := <-tick.C:
-			n.probeCut(now)
+			n.probeServers(now)
 			n.engMu.Lock()
 			n.eng.Tick(now)
 		}

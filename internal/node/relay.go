@@ -171,15 +171,15 @@ func (v *relayView) relayFor(i int, now time.Time) string {
 }
 
 // passes reports whether this node, as a relay, passes a message from
-// server from on to server to: both are servers of its map, and it has
-// heard from to directly within a lease (so its own connection works).
-func (t *relays) passes(from, to string, now time.Time) bool {
+// server from on to server to: both are other servers of its map. It
+// passes it even if it has not heard from to lately itself: over a
+// connection that does not work the message is lost, as it would be
+// dropped here; over one that is merely slow (a loaded machine) it
+// arrives. (Dropping it here lost the messages of a cluster forming on
+// a machine at load average 41, whose peers all looked cut, for 35 s.)
+func (t *relays) passes(from, to string) bool {
 	v := t.view.Load()
-	if v == nil || from == to || v.index(from) < 0 {
-		return false
-	}
-	i := v.index(to)
-	return i >= 0 && !v.cut(i, now)
+	return v != nil && from != to && v.index(from) >= 0 && v.index(to) >= 0
 }
 
 // sender reports whether id is a server of the map (a relayed batch's
@@ -189,9 +189,12 @@ func (t *relays) sender(id string) bool {
 	return v != nil && v.index(id) >= 0
 }
 
-// probes returns the servers cut from this node whose probe is due (one
-// per probe interval, a third of the lease), and marks them probed. The
-// driver's alone.
+// probes returns the servers whose probe is due (one per probe interval,
+// a third of the lease), and marks them probed. Every server is probed,
+// not only those cut: the engine's heartbeats go once per its own probe
+// interval (1 s by default), longer than a lease of three gossip probe
+// intervals (750 ms with lan), so on an idle cluster they alone left
+// every peer looking cut between two of them. The driver's alone.
 func (t *relays) probes(now time.Time) []string {
 	v := t.view.Load()
 	if v == nil {
@@ -199,7 +202,7 @@ func (t *relays) probes(now time.Time) []string {
 	}
 	var out []string
 	for i, id := range v.servers {
-		if v.cut(i, now) && now.UnixNano()-v.probed[i].Load() >= int64(v.lease/3) {
+		if now.UnixNano()-v.probed[i].Load() >= int64(v.lease/3) {
 			v.probed[i].Store(now.UnixNano())
 			out = append(out, id)
 		}
@@ -244,10 +247,11 @@ func (n *Node) relayVia(relay, to string, b []byte) bool {
 	return true
 }
 
-// probeCut sends a probe straight to every server this node relays to,
-// once per probe interval, dialing it afresh if its connection is gone
-// (a stalled one dies at the transport's user timeout). The driver's.
-func (n *Node) probeCut(now time.Time) {
+// probeServers sends a probe straight to every server of the map once per
+// probe interval, dialing one afresh if its connection is gone (a stalled
+// one dies at the transport's user timeout): a peer hears from this node
+// directly at least that often while the path works. The driver's.
+func (n *Node) probeServers(now time.Time) {
 	if n.cfg.Client {
 		return
 	}
@@ -298,7 +302,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 		n.relay.heard(from, now)
 	case relayBatch:
 		c := n.pool.lookup(id)
-		if c == nil || !n.relay.passes(from, id, now) {
+		if c == nil || !n.relay.passes(from, id) {
 			return // lost, as over the failed link
 		}
 		if err := c.Send(n.ctx, OpRelay, appendRelay(make([]byte, 0, len(payload)+len(from)+2), relayDeliver, from, payload), transport.FailFast); err == nil {
@@ -311,17 +315,17 @@ func (n *Node) serveRelay(r *transport.Request) {
 		}
 		n.serveEngineFrom(r, id, payload, false)
 	case relayRequest:
-		n.relayRequestTo(r, from, id, payload, now)
+		n.relayRequestTo(r, from, id, payload)
 	}
 }
 
 // relayRequestTo passes a forwarded request on to server to and its
 // answer back; a request it cannot pass on is answered "retry" (nothing
 // was done), as a non-owner answers one.
-func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []byte, now time.Time) {
+func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []byte) {
 	c := n.pool.lookup(to)
 	oneway := r.Mode() == transport.ModeSend
-	if c == nil || !n.relay.passes(from, to, now) {
+	if c == nil || !n.relay.passes(from, to) {
 		if !oneway {
 			_ = r.Reply([]byte{replyRetry})
 		}
