@@ -79,12 +79,14 @@ chaos: ## The fault suite: CHAOS_SEEDS schedules on real processes and namespace
 	FERO_SIGKILL_ROUNDS=$(CHAOS_SIGKILL_ROUNDS) $(GO) test -count=1 -timeout 30m -run TestWholeClusterSIGKILL -v ./cmd/fero
 
 .PHONY: chaos-scenarios
-chaos-scenarios: ## Issue 16's regression cases on real processes: paused-owner 50 runs, long-split 20 (needs root, ip, nft, tc).
+chaos-scenarios: ## Regression cases on real processes: paused-owner 50 runs, long-split 20 (issue 16), oneway 10 (issue 42) (needs root, ip, nft, tc).
 	@out=.chaos/scenarios-$$(date +%Y%m%d-%H%M%S); rc=0; \
 	./scripts/chaos.sh full --scenario paused-owner --seeds 1-50 --nodes 3 --clients 2 --settle 6s --parallel $(CHAOS_PARALLEL) \
 		--max-time 45m --out $$out/paused-owner $(CHAOS_ARGS) || rc=1; \
 	./scripts/chaos.sh full --scenario long-split --seeds 1-20 --nodes 3 --clients 2 --settle 6s --converge 2m --parallel $(CHAOS_PARALLEL) \
 		--max-time 45m --out $$out/long-split $(CHAOS_ARGS) || rc=1; \
+	./scripts/chaos.sh full --scenario oneway --seeds 1-10 --nodes 3 --clients 2 --settle 6s --converge 2m --parallel 1 \
+		--max-time 20m --out $$out/oneway $(CHAOS_ARGS) || rc=1; \
 	exit $$rc
 
 .PHONY: soak

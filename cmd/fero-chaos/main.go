@@ -43,6 +43,6 @@ histories. A seed replays its schedule. Needs root, ip, nft and tc.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRun(), newWorkload(), newFailover())
+	root.AddCommand(newRun(), newWorkload(), newFailover(), newVia())
 	return root
 }

@@ -81,7 +81,11 @@ one; the seed varies only the workload (its keys and operations):
   paused-owner  SIGSTOP of the server owning the most partitions for 6s,
                 past the dead timeout, then SIGCONT and 8s more of writes
   long-split    that server and client c1 cut off from the rest for 65s,
-                both sides writing, then the heal`,
+                both sides writing, then the heal
+  oneway        that server's packets to another server dropped for 60s
+                (gossip keeps both alive), while writers through every
+                server write Majority: each server's acked writes must
+                keep half their rate from 4s on, and none may be lost`,
 		Example: `  fero-chaos run --seeds 1-250 --nodes 3,5 --out .chaos/full
   fero-chaos run --seed 17 --nodes 5
   fero-chaos run --seed 3 --server-arg=--quorum=2

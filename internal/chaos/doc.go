@@ -21,7 +21,11 @@
 //	Schedule a list of timed start/stop steps of faults, generated from the
 //	         seed alone (math/rand/v2's PCG), printed as text; or a fixed
 //	         scenario (paused-owner, long-split: issue 16's regression
-//	         cases), where the seed varies only the workload's keys and ops
+//	         cases; oneway: issue 42's), where the seed varies only the
+//	         workload's keys and ops
+//	Via      the oneway scenario's writers through each server (Remotes
+//	         dialed from a client's namespace) and CheckVia, the one-way
+//	         fault's availability checker (via.go)
 //	Injector applies each step: drop rules (nftables, in each receiving
 //	         node's namespace), link shaping (tc: netem, or tbf), signals
 //	         (SIGKILL and restart, SIGSTOP and SIGCONT, SIGTERM to leave,

@@ -339,9 +339,13 @@ func (n *Net) Dial(ctx context.Context, node, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// inside runs f on a thread that has entered node's network namespace.
-// The thread stays locked and exits with its goroutine, so no other
-// goroutine ever runs in that namespace by accident.
+// inside runs f on a thread that has entered node's network namespace,
+// then returns the thread to the namespace it came from. Only a thread
+// that could not go back stays locked and exits with its goroutine: the
+// runtime ends a locked thread whose goroutine exits, and a process the
+// harness started from that thread (with Pdeathsig) would be killed with
+// it (the one-way scenario dials its Remotes this way while every server
+// runs: before, all three servers died a second into the run).
 func (n *Net) inside(node string, f func() error) error {
 	if _, ok := n.ip[node]; !ok {
 		return fmt.Errorf("chaos: no node %q", node)
@@ -350,17 +354,29 @@ func (n *Net) inside(node string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := syscall.Open("/proc/thread-self/ns/net", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("chaos: open this thread's namespace: %w", err)
+			return
+		}
+		defer syscall.Close(home)
 		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("chaos: open %s: %w", path, err)
 			return
 		}
 		defer syscall.Close(fd)
 		if _, _, e := syscall.RawSyscall(sysSetns, uintptr(fd), syscall.CLONE_NEWNET, 0); e != 0 {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("chaos: setns %s: %w", path, e)
 			return
 		}
-		errc <- f()
+		err = f()
+		if _, _, e := syscall.RawSyscall(sysSetns, uintptr(home), syscall.CLONE_NEWNET, 0); e == 0 {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }

@@ -168,7 +168,11 @@ func Run(ctx context.Context, cfg Config) *Result {
 type runner struct {
 	cfg Config
 	res *Result
-	log *os.File // Out/harness.log
+	// viaOps and viaReport are the one-way scenario's writes through the
+	// servers and CheckVia's report (checkVia).
+	viaOps    int
+	viaReport string
+	log       *os.File // Out/harness.log
 
 	mu sync.Mutex
 }
@@ -264,6 +268,17 @@ func (r *runner) run(ctx context.Context) (err error) {
 		return err
 	}
 
+	var via *viaRun
+	if cfg.Scenario == ScenarioOneWay {
+		if len(clients) == 0 {
+			return fmt.Errorf("chaos: %s writes through the servers from a client's namespace: it needs a client", cfg.Scenario)
+		}
+		if via, err = startVia(ctx, nt, cl, clients[len(clients)-1], servers, cfg.Seed, t0, sched.Config.Duration); err != nil {
+			return err
+		}
+		defer func() { via.wait(); via.close() }()
+	}
+
 	inj := NewInjector(nt, cl)
 	inj.ClockJump = cfg.ClockJump
 	stepErr := r.runSchedule(ctx, inj, sched, t0)
@@ -286,6 +301,9 @@ func (r *runner) run(ctx context.Context) (err error) {
 	// client writes its final copy, or that copy misses the last writes.
 	waitOpsDone(ctx, wls, time.Minute)
 	r.converge(ctx, cl)
+	if via != nil {
+		r.checkVia(ctx, via, sched, cl)
+	}
 	for _, c := range cl.Crashes() {
 		r.res.Anomalies = append(r.res.Anomalies, Anomaly{Kind: "server-crashed", Message: c})
 	}
@@ -312,7 +330,40 @@ func (r *runner) run(ctx context.Context) (err error) {
 		r.res.Ops, r.res.Report = v.Ops, v.Text
 		r.res.Anomalies = append(r.res.Anomalies, v.Anomalies...)
 	}
+	r.res.Ops += r.viaOps
+	r.res.Report += r.viaReport
 	return stepErr
+}
+
+// checkVia waits for the writers through the servers, reads their acked
+// writes back and runs the availability checker (CheckVia) over the
+// schedule's one fault.
+func (r *runner) checkVia(ctx context.Context, via *viaRun, sched *Schedule, cl *Cluster) {
+	via.wait()
+	f := sched.Faults[0]
+	servers, _, _ := r.cfg.Nodes()
+	recs := via.records()
+	reps, anomalies := CheckVia(recs, servers, f.Start, f.Stop, OneWayBound)
+	vctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	reader := cl.Running()
+	if len(reader) > 0 {
+		anomalies = append(anomalies, via.verify(vctx, reader[0])...)
+	}
+	report := FormatVia(reps, f.Start, f.Stop)
+	acked := 0
+	for _, rec := range recs {
+		if rec.OK {
+			acked++
+		}
+	}
+	report += fmt.Sprintf("%d writes through the servers, %d acked and read back after the heal: %d anomalies\n", len(recs), acked, len(anomalies))
+	r.logf("%s", strings.TrimSpace(report))
+	if err := writeVia(r.cfg.Out, report, recs); err != nil {
+		r.logf("via: %v", err)
+	}
+	r.viaOps, r.viaReport = len(recs), report
+	r.res.Anomalies = append(r.res.Anomalies, anomalies...)
 }
 
 // runSchedule applies each step at its time. A step that fails is

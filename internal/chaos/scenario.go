@@ -26,10 +26,18 @@ const (
 	// with default settings, so both sides write throughout; then heals.
 	// The cut-off side must never replace the majority's Majority writes.
 	ScenarioLongSplit = "long-split"
+	// ScenarioOneWay drops the packets of the server that owns the most
+	// partitions to another server for OneWayLength, gossip left to see
+	// both alive (issue 42), while writers through every server
+	// (via.go) write Majority; then heals. Besides the safety checkers,
+	// CheckVia holds writes through every server to half their rate
+	// from OneWayBound on, and every acked one must be there after the
+	// heal.
+	ScenarioOneWay = "oneway"
 )
 
 // Scenarios lists the scenarios by name.
-var Scenarios = []string{ScenarioPausedOwner, ScenarioLongSplit}
+var Scenarios = []string{ScenarioPausedOwner, ScenarioLongSplit, ScenarioOneWay}
 
 const (
 	// scenarioWarmup runs the workload unhindered first: clients up,
@@ -46,6 +54,10 @@ const (
 	// rejoin backoff cap (60 s). (The quorum window the issue's split
 	// outlasted is gone: nothing ages out of the configuration, rule 9.)
 	LongSplitLength = 65 * time.Second
+	// OneWayLength is the one-way drop, issue 42's measurement.
+	OneWayLength = 60 * time.Second
+	// oneWayAfter is the workload after the heal.
+	oneWayAfter = 5 * time.Second
 )
 
 // The placement options `fero serve` uses by default; the harness passes
@@ -114,6 +126,19 @@ func scenario(cfg ScheduleConfig) (*Schedule, error) {
 		slices.SortFunc(f.Groups, func(a, b []string) int { return cmp.Compare(a[0], b[0]) })
 		f.Stop = f.Start + LongSplitLength
 		cfg.Duration = f.Stop
+	case ScenarioOneWay:
+		if len(cfg.Servers) < 3 {
+			return nil, fmt.Errorf("chaos: %s needs 3 servers or more, so a third can carry what the two cannot send each other", cfg.Scenario)
+		}
+		f.Kind, f.From = KindOneWay, owner
+		for _, s := range cfg.Servers {
+			if s != owner {
+				f.To = s
+				break
+			}
+		}
+		f.Stop = f.Start + OneWayLength
+		cfg.Duration = f.Stop + oneWayAfter
 	}
 	cfg.Kinds, cfg.Gap = []Kind{f.Kind}, 0
 	s := &Schedule{Config: cfg, Faults: []Fault{f}}

@@ -147,3 +147,31 @@ func TestScenarioKeysRotate(t *testing.T) {
 		t.Fatalf("random schedule's keys = %s, want k0,k1,k2", got)
 	}
 }
+
+// TestScenarioOneWay: the biggest owner's packets to another server are
+// dropped for 60 s after the warm-up, with workload time after the heal;
+// the same for every seed.
+func TestScenarioOneWay(t *testing.T) {
+	for _, servers := range []int{3, 5} {
+		s, err := NewSchedule(scenarioConfig(ScenarioOneWay, 1, servers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner, _ := BiggestOwner(s.Config.Servers)
+		checkScenario(t, s)
+		f := s.Faults[0]
+		if f.Kind != KindOneWay || f.From != owner || f.To == owner || !slices.Contains(s.Config.Servers, f.To) {
+			t.Fatalf("%d servers: fault %s, want %s's packets to another server dropped", servers, f, owner)
+		}
+		if f.Start < 5*time.Second || f.Stop-f.Start != OneWayLength || s.Config.Duration-f.Stop < 5*time.Second {
+			t.Fatalf("%d servers: %s from %v to %v, heal at %v: want a 5s warm-up, 60s of drops, 5s after", servers, f, f.Start, f.Stop, s.Config.Duration)
+		}
+		other, _ := NewSchedule(scenarioConfig(ScenarioOneWay, 2, servers))
+		if strings.ReplaceAll(other.String(), "seed=2", "seed=1") != s.String() {
+			t.Fatalf("seeds 1 and 2 gave different schedules:\n%s\n%s", s, other)
+		}
+	}
+	if _, err := NewSchedule(scenarioConfig(ScenarioOneWay, 1, 2)); err == nil {
+		t.Fatal("a oneway scenario with 2 servers: no error, want one (no third server to relay)")
+	}
+}

@@ -236,10 +236,16 @@ type Stats struct {
 	Restored  uint64 `msgpack:"restored" json:"restored"`   // partitions replaced by a snapshot
 	Gained    uint64 `msgpack:"gained" json:"gained"`       // partitions this node took ownership of
 	Lost      uint64 `msgpack:"lost" json:"lost"`           // partitions this node stopped owning
+	// Relayed counts the engine batches this server sent a peer through
+	// another server, RelayedFor the batches and requests it passed on
+	// for two others (docs/engine.md, rule 17).
+	Relayed    uint64 `msgpack:"relayed,omitempty" json:"relayed,omitempty"`
+	RelayedFor uint64 `msgpack:"relayed_for,omitempty" json:"relayed_for,omitempty"`
 }
 
 type stats struct {
 	committed, applied, dropped, restored, gained, lost atomic.Uint64
+	relayed, relayedFor                                 atomic.Uint64
 }
 
 // Stats returns the node's counters.
@@ -248,6 +254,7 @@ func (n *Node) Stats() Stats {
 		Committed: n.stats.committed.Load(), Applied: n.stats.applied.Load(),
 		Dropped: n.stats.dropped.Load(), Restored: n.stats.restored.Load(),
 		Gained: n.stats.gained.Load(), Lost: n.stats.lost.Load(),
+		Relayed: n.stats.relayed.Load(), RelayedFor: n.stats.relayedFor.Load(),
 	}
 }
 

@@ -145,6 +145,10 @@ type Node struct {
 
 	srv  *transport.Server
 	pool *pool
+	// relay routes around a peer the data plane does not reach (rule 17);
+	// relayRoutes is what the driver last logged of it.
+	relay       *relays
+	relayRoutes map[string]string
 	// attached is a server's attached clients; feed an attached client's
 	// source of the servers (attach.go).
 	attached attachedSet
@@ -395,6 +399,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux := transport.NewMux()
 	topts := append([]transport.Option{transport.WithLogger(n.logger), transport.WithStats(&n.tstats), transport.WithAfterBurst(n.afterBurst)}, cfg.Transport...)
 	n.pool = newPool(n.id, append(topts, transport.WithHandler(mux))...)
+	n.relay = newRelays()
 	n.pool.logger = n.logger
 	n.pool.setSecrets(cfg.Secrets)
 	n.auth.conns, n.auth.proving = make(map[*transport.Conn]role), make(map[*transport.Conn]authProving)
@@ -412,6 +417,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpAuth, n.serveAuth)
 	mux.HandleFunc(OpAuthProof, n.serveAuthProof)
 	mux.HandleFunc(OpEngine, n.serveEngine)
+	mux.HandleFunc(OpRelay, n.serveRelay)
 	mux.HandleFunc(OpRequest, n.allow(roleClient, n.whenStarted(n.serveRequest)))
 	mux.HandleFunc(OpStatus, n.allow(roleClient, n.whenStarted(n.serveStatus)))
 	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
@@ -811,6 +817,15 @@ func (n *Node) serveEngine(r *transport.Request) {
 		n.refuseEngine(r, ok)
 		return
 	}
+	n.serveEngineFrom(r, from, r.Payload(), true)
+}
+
+// serveEngineFrom hands the engine batch payload, which came in r from
+// the server from (directly, or through a relay: rule 17), to the driver.
+func (n *Node) serveEngineFrom(r *transport.Request, from string, payload []byte, direct bool) {
+	if direct && !n.cfg.Client {
+		n.relay.heard(from, time.Now())
+	}
 	// The messages alias the batch's bytes, which the connection keeps
 	// until the round that steps them has been acted on (release): the
 	// engine copies what it holds past the step that takes them (see
@@ -821,7 +836,7 @@ func (n *Node) serveEngine(r *transport.Request) {
 		last = v.(partition.ClusterID)
 	}
 	dec := n.decoders.get()
-	cluster, msgs, err := decodeBatch(dec, r.Payload(), last)
+	cluster, msgs, err := decodeBatch(dec, payload, last)
 	if err != nil {
 		n.decoders.put(dec)
 		hold.Release()
@@ -911,6 +926,9 @@ func (n *Node) drive() {
 			// not rest on it: a sync needs promises from a majority of the
 			// configuration (rule 9).
 			n.eng.SetSettleDelay(n.ms.ProbeInterval())
+			if !n.cfg.Client {
+				n.relay.setMap(m, n.id, 3*n.ms.ProbeInterval(), time.Now())
+			}
 			n.logger.Info("fero: node: partition map changed", "version", fmt.Sprintf("%016x", m.Version()), "servers", len(m.Members()), "clients", len(clients))
 			n.noteSeedAnswered()
 			if len(unseen) > 0 && n.eng.AwaitingConfig() {
@@ -945,6 +963,7 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			q(n.eng)
 		case now := <-tick.C:
+			n.probeServers(now)
 			n.engMu.Lock()
 			n.eng.Tick(now)
 		}
@@ -1304,6 +1323,9 @@ const maxWaitingMessages = 4096
 // full misses the message. The engine's retries and fetches recover what
 // is lost either way; the queue only saves them a timeout at start-up.
 func (n *Node) sendTo(id string, b []byte) {
+	if via := n.relay.via(id, time.Now()); via != "" && n.relayVia(via, id, b) {
+		return // rule 17: id has not been heard from directly for a lease
+	}
 	if c := n.pool.lookup(id); c != nil {
 		n.send(id, c, b)
 		return

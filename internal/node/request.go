@@ -675,20 +675,32 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				}
 				wbuf = w.append((*bp)[:0])
 			}
-			c, err := n.connTo(ctx, owner)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
+			op, b := OpRequest, wbuf
+			var c *transport.Conn
+			if via := n.relay.via(owner, time.Now()); via != "" {
+				// Rule 17: the owner has not been heard from directly for
+				// a lease; the relay calls it with the request, as is.
+				if c = n.pool.lookup(via); c != nil {
+					op, b = OpRelay, appendRelay(make([]byte, 0, len(wbuf)+len(owner)+2), relayRequest, owner, wbuf)
 				}
-				break // never sent: retry once the map moves on
+			}
+			if c == nil {
+				var err error
+				if c, err = n.connTo(ctx, owner); err != nil {
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					break // never sent: retry once the map moves on
+				}
 			}
 			if oneway {
-				if err := c.Send(ctx, OpRequest, wbuf); err != nil {
+				if err := c.Send(ctx, op, b); err != nil {
 					return nil, err
 				}
 				return nil, nil
 			}
-			reply, retry, err := callOnce(ctx, c, wbuf)
+			reply, err := c.Call(ctx, op, b)
+			reply, retry, err := readAnswer(ctx, reply, err)
 			if !retry && !tries.again(err) {
 				return reply, tries.answer(err)
 			}
@@ -899,16 +911,17 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 	}
 	wr.Hops++
 	b := wr.append(nil)
+	op := OpRequest
 	send := func(c *transport.Conn) {
 		if r.Mode() == transport.ModeSend {
-			err := c.Send(n.ctx, OpRequest, b, transport.FailFast)
+			err := c.Send(n.ctx, op, b, transport.FailFast)
 			if err != nil {
 				n.logger.Debug("fero: node: forwarding a one-way request failed", "to", owner, "err", err)
 			}
 			finish(err)
 			return
 		}
-		err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+		err := c.Go(r.Context(), op, b, func(reply []byte, err error) {
 			finish(err)
 			if err != nil {
 				_ = r.Fail(err)
@@ -922,6 +935,16 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 		} else if err != nil {
 			finish(err)
 			_ = r.Fail(err)
+		}
+	}
+	if via := n.relay.via(owner, time.Now()); via != "" {
+		if c := n.pool.lookup(via); c != nil {
+			// Rule 17: the owner has not been heard from directly for a
+			// lease; the relay calls it with the request, as is.
+			b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
+			op = OpRelay
+			send(c)
+			return
 		}
 	}
 	if c := n.pool.lookup(owner); c != nil {
