@@ -287,6 +287,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 		if r.Mode() == transport.ModeCall {
 			_ = r.Fail(errs.New(errs.PermissionDenied, "fero: relays are for the servers of a cluster"))
 		}
+		n.closeUnproved(r.Conn()) // a stranger's (pre-auth budget): it had its chance
 		return
 	}
 	kind, id, payload, err := parseRelay(r.Payload())
