@@ -88,6 +88,7 @@ func (w *worker) ticketFor(rng *rand.Rand, id uint64, writes *int) ticket {
 
 // versioned is VERSION's reply: [version, value].
 type versioned struct {
+	//lint:ignore U1000 msgpack reads its tag: the reply is an array
 	_msgpack struct{} `msgpack:",as_array"`
 	Version  uint64
 	Value    msgpack.RawMessage
