@@ -93,6 +93,18 @@ chaos-scenarios: ## Regression cases on real processes: paused-owner 50 runs, lo
 soak: ## Issue 17's soak: a fixed load at 80% of the open-loop max for SOAK_DURATION (10m), alone then beside fero-hostile; RSS sampled.
 	./scripts/soak.sh
 
+# The hostile soak's phases (issue 42): quiet, then attacked, each this long.
+SOAK_PHASE ?= 10m
+SOAK_OUT   ?= .soak/hostile-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: soak-hostile
+soak-hostile: ## Issue 42's hostile soak in namespaces (needs root, ip): SOAK_PHASE quiet then SOAK_PHASE attacked from 5 addresses, with the secret, then over TLS.
+	$(GO) build -o $(BIN)/fero-chaos ./cmd/fero-chaos
+	@rc=0; \
+	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) --out $(SOAK_OUT)/secret || rc=1; \
+	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) --tls --out $(SOAK_OUT)/tls || rc=1; \
+	exit $$rc
+
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
 	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s --parallel 2 \

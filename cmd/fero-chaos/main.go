@@ -8,6 +8,7 @@
 //	fero-chaos run --seed 17 --nodes 5         # replay one
 //	fero-chaos failover --runs 5               # failover times per preset (no root)
 //	fero-chaos failover --mode failfast        # writes in flight at a kill, as callers see them
+//	fero-chaos soak --phase 10m --tls          # the hostile soak (issue 42)
 package main
 
 import (
@@ -43,6 +44,6 @@ histories. A seed replays its schedule. Needs root, ip, nft and tc.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRun(), newWorkload(), newFailover(), newVia())
+	root.AddCommand(newRun(), newWorkload(), newFailover(), newVia(), newSoak())
 	return root
 }

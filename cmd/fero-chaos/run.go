@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -306,20 +305,7 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 }
 
 // buildFero builds ./cmd/fero of the module fero-chaos runs in.
-func buildFero(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	mod := strings.TrimSpace(string(out))
-	if err != nil || mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("build fero: run fero-chaos inside fero's module, or give --fero (go env GOMOD: %q, %v)", mod, err)
-	}
-	bin := filepath.Join(dir, "fero")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fero")
-	build.Dir = filepath.Dir(mod)
-	if b, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/fero: %w\n%s", err, b)
-	}
-	return bin, nil
-}
+func buildFero(ctx context.Context, dir string) (string, error) { return buildCmd(ctx, dir, "fero") }
 
 // parseSeeds reads "1-250" or "1,5,9-12".
 func parseSeeds(s string) ([]uint64, error) {

@@ -8,6 +8,7 @@
 // and keep serving normal clients while it runs.
 //
 //	fero-hostile --data 127.0.0.1:7400 --gossip 127.0.0.1:7946 --duration 10m
+//	fero-hostile --data 10.0.0.1:7400,10.0.0.2:7400 --tls --from 10.0.1.1,10.0.1.2
 //
 // It only sends to the addresses it is given, and stops by itself.
 package main
@@ -15,6 +16,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -48,13 +50,15 @@ func main() {
 }
 
 type flags struct {
-	data, gossip string
-	duration     time.Duration
-	slow, half   int
-	full, engine int
-	silent       int
-	from         []string
-	claim        string
+	targets, gossips []string
+	data, gossip     string // the target of one attack loop
+	duration         time.Duration
+	slow, half       int
+	full, engine     int
+	silent, storm    int
+	from             []string
+	claim            string
+	tls              bool
 }
 
 func newRoot() *cobra.Command {
@@ -77,6 +81,16 @@ until --duration ends, and prints what each round did:
             and wait for its answer
   silent    --silent connections from each --from address that say hello and
             nothing more, held until the node closes them
+  storm     --storm connections opened and closed one after another, each
+            with the preface (and with --tls, a whole TLS handshake)
+
+With several --data addresses (and as many --gossip), every node is
+attacked at once, each by its own loop of rounds.
+
+With --tls every TCP connection first completes a TLS handshake without
+a client certificate (an attacker has none) and without checking the
+node's: what an attacker on the network can do to a node that serves
+TLS.
 
 --from spreads the connections of every attack over these local source
 addresses (on Linux any of 127.0.0.0/8 reaches a node on loopback), so
@@ -88,14 +102,16 @@ It sends only to --data and --gossip.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.data, "data", "", "the node's data address host:port")
-	fl.StringVar(&f.gossip, "gossip", "", "the node's gossip address host:port (optional)")
+	fl.StringSliceVar(&f.targets, "data", nil, "the nodes' data addresses host:port (comma-separated)")
+	fl.StringSliceVar(&f.gossips, "gossip", nil, "the nodes' gossip addresses host:port, in --data's order (optional)")
 	fl.DurationVar(&f.duration, "duration", time.Minute, "how long to keep attacking")
 	fl.IntVar(&f.slow, "slow", 500, "slow connections per round")
 	fl.IntVar(&f.half, "half", 40, "half-sent 16 MiB frames per round")
 	fl.IntVar(&f.full, "full", 40, "almost complete 16 MiB frames per round")
 	fl.IntVar(&f.engine, "engine", 8, "engine calls without a hello per round")
 	fl.IntVar(&f.silent, "silent", 80, "hello-then-silence connections per source address per round")
+	fl.IntVar(&f.storm, "storm", 2000, "connections opened and closed per round (a reconnect storm)")
+	fl.BoolVar(&f.tls, "tls", false, "attack over TLS (the node serves --tls-cert)")
 	fl.StringSliceVar(&f.from, "from", nil, "local source addresses to spread connections over (default: the system's choice)")
 	fl.StringVar(&f.claim, "claim", "server-0", "the member ID forged hellos claim")
 	_ = cmd.MarkFlagRequired("data")
@@ -106,9 +122,31 @@ It sends only to --data and --gossip.`,
 var preface = []byte{'F', 'E', 'R', 'O', 0, 0, 0, 1}
 
 func run(ctx context.Context, f flags) error {
+	if len(f.gossips) > 0 && len(f.gossips) != len(f.targets) {
+		return fmt.Errorf("--gossip: %d addresses for %d --data addresses", len(f.gossips), len(f.targets))
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.duration)
 	defer cancel()
 	dials.from = f.from
+	if f.tls {
+		// An attacker checks nothing and proves nothing.
+		dials.tls = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13} //nolint:gosec // an attacker's
+	}
+	var wg sync.WaitGroup
+	for i, t := range f.targets {
+		g := f
+		g.data, g.gossip = t, ""
+		if len(f.gossips) > 0 {
+			g.gossip = f.gossips[i]
+		}
+		wg.Go(func() { rounds(ctx, g, len(f.targets) > 1) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// rounds attacks f.data, round after round, until ctx ends.
+func rounds(ctx context.Context, f flags, name bool) {
 	for round := 1; ctx.Err() == nil; round++ {
 		start := time.Now()
 		var out []string
@@ -117,23 +155,27 @@ func run(ctx context.Context, f flags) error {
 			do   func(context.Context, flags) string
 		}{
 			{"slow", slow}, {"half", half}, {"nested", nested}, {"forged", forged}, {"big", big}, {"gossip", gossip},
-			{"full", full}, {"engine", engine}, {"silent", silent},
+			{"full", full}, {"engine", engine}, {"silent", silent}, {"storm", storm},
 		} {
 			if ctx.Err() != nil {
 				break
 			}
 			out = append(out, a.name+": "+a.do(ctx, f))
 		}
-		fmt.Printf("round %d (%v): %v\n", round, time.Since(start).Round(time.Millisecond), out)
+		who := ""
+		if name {
+			who = f.data + " "
+		}
+		fmt.Printf("%sround %d (%v): %v\n", who, round, time.Since(start).Round(time.Millisecond), out)
 	}
-	return nil
 }
 
-// dialer opens TCP connections to the node, from the --from addresses in
-// turn.
+// dialer opens connections to the node, from the --from addresses in
+// turn, over TLS with --tls.
 type dialer struct {
 	from []string
 	next atomic.Uint64
+	tls  *tls.Config
 }
 
 func (d *dialer) dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -142,7 +184,18 @@ func (d *dialer) dial(ctx context.Context, addr string) (net.Conn, error) {
 		ip := d.from[int(d.next.Add(1))%len(d.from)]
 		nd.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
 	}
-	return nd.DialContext(ctx, "tcp", addr)
+	c, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil || d.tls == nil {
+		return c, err
+	}
+	tc := tls.Client(c, d.tls)
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 var dials dialer
@@ -200,7 +253,11 @@ func nestedMsgpack(n int) []byte {
 }
 
 func dial(ctx context.Context, addr string) (*transport.Conn, error) {
-	return transport.DialConn(ctx, addr, transport.WithMaxFrame(32<<20))
+	opts := []transport.Option{transport.WithMaxFrame(32 << 20)}
+	if dials.tls != nil {
+		opts = append(opts, transport.WithTLS(dials.tls))
+	}
+	return transport.DialConn(ctx, addr, opts...)
 }
 
 func nested(ctx context.Context, f flags) string {
@@ -355,6 +412,8 @@ func engineCall(ctx context.Context, addr string, b []byte) string {
 	}
 	got, err := answer(c)
 	switch {
+	case ctx.Err() != nil:
+		return "cut short by --duration"
 	case isTimeout(err):
 		return "unanswered in 10 s"
 	case err != nil:
@@ -420,6 +479,32 @@ func silent(ctx context.Context, f flags) string {
 	wg.Wait()
 	return fmt.Sprintf("%d hellos answered, %d refused, %d closed by the node (the longest %v after its hello)",
 		answered.Load(), refused.Load(), closed.Load(), time.Duration(longest.Load()).Round(time.Millisecond))
+}
+
+// storm opens --storm connections one after another (from the --from
+// addresses in turn), each sending the preface and closing at once: it
+// reports how many the node accepted and how fast they went.
+func storm(ctx context.Context, f flags) string {
+	start := time.Now()
+	var ok, failed int
+	for range f.storm {
+		if ctx.Err() != nil {
+			break
+		}
+		c, err := dials.dial(ctx, f.data)
+		if err != nil {
+			failed++
+			continue
+		}
+		if _, err := c.Write(preface); err == nil {
+			ok++
+		} else {
+			failed++
+		}
+		c.Close()
+	}
+	d := time.Since(start)
+	return fmt.Sprintf("%d opened and closed in %v (%.0f/s), %d failed", ok, d.Round(time.Millisecond), float64(ok)/max(d.Seconds(), 1e-3), failed)
 }
 
 func isTimeout(err error) bool {

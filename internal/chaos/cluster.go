@@ -52,7 +52,15 @@ type ClusterConfig struct {
 	// DataDirs gives every server <Dir>/<node>.data as its data directory,
 	// with the group fsync policy: a restarted server loads its data.
 	DataDirs bool
+	// TLS runs the data plane over TLS: StartCluster makes a CA and one
+	// node certificate in PKIDir(Dir) (`fero certs`), every server serves
+	// with it, and the harness's own commands and clients check it
+	// against the CA.
+	TLS bool
 }
+
+// PKIDir is where a TLS cluster's CA and certificate are, in its Dir.
+func PKIDir(dir string) string { return filepath.Join(dir, "pki") }
 
 // SecretFile is the cluster secret file in a cluster's Dir: the servers
 // and the workload clients authenticate each other with it, as nodes on
@@ -142,6 +150,14 @@ func StartCluster(ctx context.Context, n *Net, cfg ClusterConfig) (*Cluster, err
 	if err := writeSecret(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("chaos: cluster secret: %w", err)
 	}
+	if cfg.TLS {
+		if _, err := os.Stat(filepath.Join(PKIDir(cfg.Dir), "ca.pem")); err != nil {
+			out, err := exec.CommandContext(ctx, cfg.Fero, "certs", "--dir", PKIDir(cfg.Dir), "--nodes", "node").CombinedOutput()
+			if err != nil {
+				return nil, fmt.Errorf("chaos: fero certs: %w: %s", err, out)
+			}
+		}
+	}
 	c := &Cluster{net: n, cfg: cfg, procs: map[string]*proc{}, starts: map[string]int{}}
 	errc := make(chan error, len(cfg.Servers))
 	for _, s := range cfg.Servers {
@@ -216,6 +232,11 @@ func (c *Cluster) ServeArgs(node string, waitServers int) []string {
 	}
 	if waitServers > 0 {
 		args = append(args, "--wait-servers", fmt.Sprint(waitServers))
+	}
+	if c.cfg.TLS {
+		pki := PKIDir(c.cfg.Dir)
+		args = append(args, "--tls-cert", filepath.Join(pki, "node.pem"), "--tls-key", filepath.Join(pki, "node.key"),
+			"--tls-ca", filepath.Join(pki, "ca.pem"))
 	}
 	if c.cfg.DataDirs {
 		args = append(args, "--data-dir", filepath.Join(c.cfg.Dir, node+".data"), "--fsync", "group")
@@ -333,7 +354,7 @@ func (c *Cluster) startTail(node string, server *proc) error {
 		return nil
 	}
 	dir := c.cfg.Dir
-	t, err := c.spawn(node+"/tail", []string{c.cfg.Fero, "tail", "--addr", c.Addr(node), "--cluster-secret-file", SecretFile(c.cfg.Dir)},
+	t, err := c.spawn(node+"/tail", append([]string{c.cfg.Fero, "tail", "--addr", c.Addr(node)}, c.CLIArgs()...),
 		filepath.Join(dir, node+".tail.jsonl"), filepath.Join(dir, node+".log"))
 	if err != nil {
 		return err
@@ -555,7 +576,7 @@ func (c *Cluster) Retire(ctx context.Context, node string) error {
 			if s == node {
 				continue
 			}
-			out, err := c.net.Exec(ctx, s, c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s", "--cluster-secret-file", SecretFile(c.cfg.Dir))
+			out, err := c.net.Exec(ctx, s, append([]string{c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s"}, c.CLIArgs()...)...)
 			if err == nil {
 				// Through a node that never heard the spare take its vote
 				// too: the peers that list it drop it (seed 2286).
@@ -717,6 +738,16 @@ func (c *Cluster) WaitVoting(ctx context.Context, except string, limit time.Dura
 	}
 }
 
+// CLIArgs are the credentials a `fero` command needs to talk to the
+// servers: the cluster secret, and the CA for a TLS cluster.
+func (c *Cluster) CLIArgs() []string {
+	args := []string{"--cluster-secret-file", SecretFile(c.cfg.Dir)}
+	if c.cfg.TLS {
+		args = append(args, "--tls-ca", filepath.Join(PKIDir(c.cfg.Dir), "ca.pem"))
+	}
+	return args
+}
+
 // Status asks node for its status, from inside its namespace.
 func (c *Cluster) Status(ctx context.Context, node string) (*Status, string, error) {
 	return c.status(ctx, node, false)
@@ -728,7 +759,7 @@ func (c *Cluster) StatusFull(ctx context.Context, node string) (*Status, string,
 }
 
 func (c *Cluster) status(ctx context.Context, node string, parts bool) (*Status, string, error) {
-	args := []string{c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s", "--cluster-secret-file", SecretFile(c.cfg.Dir)}
+	args := append([]string{c.cfg.Fero, "status", "--json", "--addr", c.Addr(node), "--timeout", "3s"}, c.CLIArgs()...)
 	if parts {
 		args = append(args, "--partitions")
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fero-go/fero/internal/tlsfiles"
 	"github.com/fero-go/fero/pkg/fero"
 )
 
@@ -80,10 +81,18 @@ func startVia(ctx context.Context, nt *Net, cl *Cluster, node string, servers []
 		return nil, fmt.Errorf("chaos: via: %w", err)
 	}
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return nt.Dial(ctx, node, addr) }
+	opts := []fero.Option{fero.WithToken(tokens[0]), fero.WithDialer(dial)}
+	if cl.cfg.TLS {
+		cfg, err := tlsfiles.Config(tlsfiles.Files{CA: filepath.Join(PKIDir(cl.cfg.Dir), "ca.pem")}, false)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: via: %w", err)
+		}
+		opts = append(opts, fero.WithTLS(cfg))
+	}
 	v := &viaRun{t0: t0, remotes: map[string]*fero.Remote{}}
 	for _, s := range servers {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rm, err := fero.Dial(dctx, cl.Addr(s), fero.WithToken(tokens[0]), fero.WithDialer(dial))
+		rm, err := fero.Dial(dctx, cl.Addr(s), opts...)
 		cancel()
 		if err != nil {
 			v.close()
