@@ -60,14 +60,20 @@ func TestJudgeSoakFailsEachBrokenPromise(t *testing.T) {
 		change func(*soakInput)
 		want   string
 	}{
-		"slow under attack": {func(in *soakInput) { *in = soakRun(time.Millisecond, 3*time.Millisecond, [3]int{60 << 10, 80 << 10, 65 << 10}) }, "p99 under attack"},
-		"memory grows":      {func(in *soakInput) { *in = soakRun(time.Millisecond, time.Millisecond, [3]int{60 << 10, 130 << 10, 65 << 10}) }, "peak RSS under attack"},
-		"memory kept":       {func(in *soakInput) { *in = soakRun(time.Millisecond, time.Millisecond, [3]int{60 << 10, 100 << 10, 125 << 10}) }, "after the attack"},
-		"a write lost":      {func(in *soakInput) { in.Lost = []Anomaly{{Kind: "via-write-lost", Key: "7"}} }, "1 acked writes lost"},
-		"no rejoin":         {func(in *soakInput) { in.Rejoins[1] = -1 }, "did not vote again"},
-		"restart skipped":   {func(in *soakInput) { in.Rejoins = in.Rejoins[:1] }, "only 1 of the 2 restarts"},
-		"a crash":           {func(in *soakInput) { in.Crashes = []string{"n2"} }, "exited by themselves"},
-		"nothing acked":     {func(in *soakInput) { in.Recs = nil }, "no acked write"},
+		"slow under attack": {func(in *soakInput) {
+			*in = soakRun(time.Millisecond, 3*time.Millisecond, [3]int{60 << 10, 80 << 10, 65 << 10})
+		}, "p99 under attack"},
+		"memory grows": {func(in *soakInput) {
+			*in = soakRun(time.Millisecond, time.Millisecond, [3]int{60 << 10, 130 << 10, 65 << 10})
+		}, "peak RSS under attack"},
+		"memory kept": {func(in *soakInput) {
+			*in = soakRun(time.Millisecond, time.Millisecond, [3]int{60 << 10, 100 << 10, 125 << 10})
+		}, "after the attack"},
+		"a write lost":    {func(in *soakInput) { in.Lost = []Anomaly{{Kind: "via-write-lost", Key: "7"}} }, "1 acked writes lost"},
+		"no rejoin":       {func(in *soakInput) { in.Rejoins[1] = -1 }, "did not vote again"},
+		"restart skipped": {func(in *soakInput) { in.Rejoins = in.Rejoins[:1] }, "only 1 of the 2 restarts"},
+		"a crash":         {func(in *soakInput) { in.Crashes = []string{"n2"} }, "exited by themselves"},
+		"nothing acked":   {func(in *soakInput) { in.Recs = nil }, "no acked write"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
