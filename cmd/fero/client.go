@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -355,6 +356,7 @@ func newStatus() *cobra.Command {
 
 func newForget() *cobra.Command {
 	var f remoteFlags
+	var unknown bool
 	cmd := &cobra.Command{
 		Use:   "forget SERVER-ID...",
 		Short: "Remove servers that are gone for good from the cluster's configuration",
@@ -371,10 +373,13 @@ that must go together are named in one call: after two of three servers
 crash, the survivor alone is no majority of the configuration with either,
 so "fero forget b c" through it, not one at a time.
 
-An ID the node it goes through has never heard of is forgotten too, in
-every life started before now: that node may have missed the server's
-joining, and the servers that list it drop it when they hear the removal.
-Check the spelling: a typo is recorded as a forgotten server.
+An ID the node it goes through has never heard of (neither in its
+configuration nor among its members) is refused, so that a typo is not
+recorded as a forgotten server: forget fails naming the servers the node
+knows. That node may have missed the server's joining (it was cut off
+then): go through a node whose status lists the server, or give
+--unknown, which forgets the ID in every life started before now; the
+servers that list it drop it when they hear the removal.
 
 Forget servers once the others have caught up (status shows every node's
 digest). A forgotten server that is in fact alive but cut off could, with
@@ -382,6 +387,15 @@ the rest of its side, make a second majority.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, func(ctx context.Context, rc *fero.Remote) error {
+				if !unknown {
+					st, err := rc.Status(ctx)
+					if err != nil {
+						return err
+					}
+					if err := knownServers(st, args); err != nil {
+						return err
+					}
+				}
 				if err := rc.Forget(ctx, args...); err != nil {
 					return err
 				}
@@ -391,7 +405,39 @@ the rest of its side, make a second majority.`,
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().BoolVar(&unknown, "unknown", false, "forget IDs the node has never heard of too (it may have missed their joining)")
 	return cmd
+}
+
+// knownServers fails unless the node whose status st is knows every one
+// of ids, as a server of its configuration or a member.
+func knownServers(st *fero.NodeStatus, ids []string) error {
+	known := map[string]bool{}
+	var names []string
+	for _, c := range st.Configuration {
+		if !known[c.ID] {
+			known[c.ID] = true
+			names = append(names, c.ID)
+		}
+	}
+	for _, m := range st.Members {
+		if !m.Client && !known[m.ID] {
+			known[m.ID] = true
+			names = append(names, m.ID)
+		}
+	}
+	var missing []string
+	for _, id := range ids {
+		if !known[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return fmt.Errorf("%s: not a server node %s knows (its servers: %s); check the spelling, or if it joined while %s was cut off, go through a node whose status lists it, or give --unknown",
+		strings.Join(missing, ", "), st.ID, strings.Join(names, ", "), st.ID)
 }
 
 func printStatus(w io.Writer, st *fero.NodeStatus) error {

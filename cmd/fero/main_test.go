@@ -230,11 +230,14 @@ func TestCLIAgainstRealCluster(t *testing.T) {
 	assert.Contains(t, text, "up, opened by", "each peer's data connection")
 	assert.Contains(t, text, "configuration: 3 servers (n1, n2, n3), a quorum is 2")
 
-	// forget refuses a live server; an ID the node never heard of is
-	// forgotten too (a peer may list it).
+	// forget refuses a live server, and an ID the node never heard of
+	// (a typo) unless --unknown says so (a peer may list it).
 	_, err = run(ctx, "forget", "--addr", a.data, "n2")
 	assert.ErrorContains(t, err, "cannot forget a live server")
 	text, err = run(ctx, "forget", "--addr", a.data, "n9")
+	require.Error(t, err, "forget of an unknown ID fails: %s", text)
+	assert.ErrorContains(t, err, "n9: not a server node n1 knows (its servers: n1, n2, n3)")
+	text, err = run(ctx, "forget", "--addr", a.data, "n9", "--unknown")
 	require.NoError(t, err)
 	assert.Contains(t, text, "forgot n9")
 

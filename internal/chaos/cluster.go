@@ -576,7 +576,7 @@ func (c *Cluster) Retire(ctx context.Context, node string) error {
 			if s == node {
 				continue
 			}
-			out, err := c.net.Exec(ctx, s, append([]string{c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s"}, c.CLIArgs()...)...)
+			out, err := c.net.Exec(ctx, s, append([]string{c.cfg.Fero, "forget", node, "--addr", c.Addr(s), "--timeout", "2s", "--unknown"}, c.CLIArgs()...)...)
 			if err == nil {
 				// Through a node that never heard the spare take its vote
 				// too: the peers that list it drop it (seed 2286).
