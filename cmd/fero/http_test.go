@@ -156,7 +156,20 @@ func TestServeHTTP(t *testing.T) {
 		commits += c
 	}
 	require.Equal(t, float64(writes), commits, "commits across the owners")
-	_, found := sample(ms, "go_goroutines")
+	// The configuration, the quorum and readiness, and a dead-members
+	// series at 0 before any dies (issue 43: the alert "servers of the
+	// configuration not alive >= 1" needs them).
+	for name, want := range map[string]float64{
+		"fero_configuration_servers": 3, "fero_configuration_quorum": 2, "fero_configuration_servers_alive": 3, "fero_ready": 1,
+	} {
+		v, found := sample(ms, name, "resource", "kv")
+		require.True(t, found, "%s exported", name)
+		require.Equal(t, want, v, name)
+	}
+	dead, found := sample(ms, "fero_members", "role", "server", "state", "dead")
+	require.True(t, found, "fero_members{state=dead} exported while none is dead")
+	require.Equal(t, 0.0, dead)
+	_, found = sample(ms, "go_goroutines")
 	require.True(t, found, "the Go runtime's metrics")
 	_, found = sample(ms, "process_resident_memory_bytes")
 	require.True(t, found, "the process's metrics")
@@ -166,14 +179,31 @@ func TestServeHTTP(t *testing.T) {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 	}
-	// Until failure detection declares both dead it may say something
-	// else first (the partitions it took over from one are syncing).
+	// Its first answer that is not ready names the servers it misses
+	// first, before the partitions it took over from them are synced or
+	// gossip declares them dead; then it says it lacks a quorum.
 	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = httpGet(t, "http://"+web[0]+"/readyz")
+		return code == http.StatusServiceUnavailable
+	}, time.Minute, 20*time.Millisecond, "the survivor stayed ready")
+	require.Regexp(t, `^fero: not ready: servers of its configuration not alive: h2 \(\w+\)(, h3 \(\w+\))?; `, body, "the missing servers first")
 	require.Eventually(t, func() bool {
 		var code int
 		code, body = httpGet(t, "http://"+web[0]+"/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "sees 1 of the 3 servers of its configuration alive; a quorum is 2")
 	}, time.Minute, 100*time.Millisecond, "the survivor did not say it lacks a quorum: %q", lazy(func() string { return body }))
+	require.Contains(t, body, "servers of its configuration not alive: h2 (dead), h3 (dead)")
+	require.Eventually(t, func() bool {
+		ms = scrape(t, web[0])
+		dead, _ := sample(ms, "fero_members", "role", "server", "state", "dead")
+		alive, _ := sample(ms, "fero_configuration_servers_alive")
+		ready, found := sample(ms, "fero_ready")
+		return dead == 2 && alive == 1 && found && ready == 0
+	}, time.Minute, 100*time.Millisecond, "metrics: 2 dead members, 1 of the configuration alive, not ready")
+	v, _ := sample(ms, "fero_configuration_servers")
+	require.Equal(t, 3.0, v, "the dead are still in the configuration")
 	code, _ := httpGet(t, "http://"+web[0]+"/healthz")
 	require.Equal(t, http.StatusOK, code, "alive all the same")
 

@@ -203,9 +203,9 @@ func TestClientTokens(t *testing.T) {
 	out, err := run(ctx, append([]string{"get", "--addr", b.data, "k"}, tok...)...)
 	require.NoError(t, err)
 	require.JSONEq(t, `"v"`, out)
-	_, err = run(ctx, append([]string{"forget", "--addr", a.data, "nobody"}, tok...)...)
+	_, err = run(ctx, append([]string{"forget", "--addr", a.data, "nobody", "--unknown"}, tok...)...)
 	require.ErrorContains(t, err, "permission_denied")
-	_, err = run(ctx, "forget", "--addr", a.data, "nobody", "--cluster-secret-file", secretFile)
+	_, err = run(ctx, "forget", "--addr", a.data, "nobody", "--unknown", "--cluster-secret-file", secretFile)
 	require.NotContains(t, fmt.Sprint(err), "permission_denied")
 
 	// A new token on SIGHUP: the old one is refused from then on.

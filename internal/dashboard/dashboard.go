@@ -178,7 +178,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 		Node: NodeInfo{
 			ID: rep.ID, Resource: rep.Resource, Client: rep.Client, Addr: rep.Addr,
 			Version: d.version, Started: d.started.UTC(), Voting: rep.Voting, Cluster: rep.Cluster,
-			MapVersion: strconv.FormatUint(rep.MapVersion, 10), Partitions: rep.Partitions, Keys: rep.Keys, Roles: rep.Roles,
+			MapVersion: node.FormatMapVersion(rep.MapVersion), Partitions: rep.Partitions, Keys: rep.Keys, Roles: rep.Roles,
 			Stats: rep.Stats, Ready: rd.Ready, NotReady: rd.Why,
 		},
 		Members: rep.Members, Configuration: rep.Configuration, Disk: rep.Disk,
@@ -241,7 +241,7 @@ func (d *Dashboard) servePartitions(w http.ResponseWriter, r *http.Request) {
 	out := Partitions{API: API, Partitions: make([]Partition, 0, len(st))}
 	m := d.n.Map()
 	if m != nil {
-		out.MapVersion = strconv.FormatUint(m.Version(), 10)
+		out.MapVersion = node.FormatMapVersion(m.Version())
 	}
 	store := d.n.Store()
 	for _, s := range st {

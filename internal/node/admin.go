@@ -29,6 +29,11 @@ const (
 	OpForget uint32 = 7
 )
 
+// FormatMapVersion is how a partition map's version (a 64-bit hash) is
+// shown to people, the same in `fero status`, the admin API and the
+// dashboard: 16 hex digits.
+func FormatMapVersion(v uint64) string { return fmt.Sprintf("%016x", v) }
+
 // StatusReport is one node's view of its cluster.
 type StatusReport struct {
 	ID         string         `msgpack:"id" json:"id"`

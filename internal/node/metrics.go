@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,7 +192,12 @@ var (
 		subscriberDrops, lagOffsets, lagSeconds             *prometheus.Desc
 		outboxBytes, bpWaits, bpSeconds                     *prometheus.Desc
 		preAuthRefusals, dataConns                          *prometheus.Desc
+		configServers, configQuorum, configAlive, ready     *prometheus.Desc
 	}{
+		configServers:     prometheus.NewDesc("fero_configuration_servers", "Servers in the cluster's configuration as this server knows it (forgotten ones not counted): the servers whose majority makes a quorum (docs/engine.md rule 9).", descLabels, nil),
+		configQuorum:      prometheus.NewDesc("fero_configuration_quorum", "Servers of the configuration that make a quorum (a majority).", descLabels, nil),
+		configAlive:       prometheus.NewDesc("fero_configuration_servers_alive", "Servers of the configuration this server sees alive (connected or suspect, itself included). Writes need fero_configuration_quorum of them.", descLabels, nil),
+		ready:             prometheus.NewDesc("fero_ready", "1 when the node is ready (what /readyz answers 200 for), else 0.", descLabels, nil),
 		committed:         prometheus.NewDesc("fero_commits_total", "Changes this node committed as a partition's owner.", descLabels, nil),
 		applied:           prometheus.NewDesc("fero_applied_total", "Owners' commits applied to this node's copy.", descLabels, nil),
 		dropped:           prometheus.NewDesc("fero_dropped_total", "Changes this node applied and then undid because another history replaced them (never Majority-acked ones; docs/engine.md rule 6).", descLabels, nil),
@@ -277,7 +283,12 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 	type key struct{ role, state string }
 	members := map[key]int{}
-	for _, m := range n.ms.Members() {
+	// Every state of a server, so that an alert on dead ones has a series
+	// at 0 before the first dies.
+	for _, st := range []membership.Status{membership.StatusConnecting, membership.StatusConnected, membership.StatusSuspect, membership.StatusDead} {
+		members[key{"server", st.String()}] = 0
+	}
+	for _, m := range n.ms.Known() {
 		members[key{m.Role.String(), m.Status.String()}]++
 	}
 	for k, v := range members {
@@ -315,12 +326,25 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			voting = 1
 		}
 		gauge(descs.voting, voting)
+		if !n.cfg.Client {
+			cv := n.configView(ci)
+			gauge(descs.configServers, float64(cv.servers))
+			gauge(descs.configQuorum, float64(cv.quorum))
+			gauge(descs.configAlive, float64(cv.alive))
+		}
 		cu := ci.catchUp
 		counter(descs.catchUpPieces, float64(cu.Pieces))
 		counter(descs.catchUpBytes, float64(cu.PieceBytes))
 		counter(descs.catchUpStale, float64(cu.Stale))
 		counter(descs.catchUpBusy, float64(cu.Busy))
 		counter(descs.catchUpRetries, float64(cu.Retries))
+	}
+	if rd, err := n.Readiness(ctx); err == nil {
+		ready := 0.0
+		if rd.Ready {
+			ready = 1
+		}
+		gauge(descs.ready, ready)
 	}
 	if d := n.disk; d != nil {
 		r := d.report(n.cfg.DataDir)
@@ -379,24 +403,9 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 	if !ci.voting {
 		why = append(why, "its vote does not count yet: it is catching up (a learner)")
 	}
-	alive := map[string]bool{}
-	for _, mem := range n.ms.Members() {
-		if mem.Status == membership.StatusConnected || mem.Status == membership.StatusSuspect {
-			alive[mem.ID] = true
-		}
-	}
-	voters, up := 0, 0
-	for _, v := range ci.voters {
-		if v.Left {
-			continue
-		}
-		voters++
-		if alive[v.ID] || v.ID == n.id {
-			up++
-		}
-	}
-	if quorum := voters/2 + 1; voters == 0 || up < quorum {
-		why = append(why, fmt.Sprintf("it sees %d of the %d servers of its configuration alive; a quorum is %d", up, voters, voters/2+1))
+	cv := n.configView(ci)
+	if cv.servers == 0 || cv.alive < cv.quorum {
+		why = append(why, fmt.Sprintf("it sees %d of the %d servers of its configuration alive; a quorum is %d", cv.alive, cv.servers, cv.quorum))
 	}
 	st, err := n.Status(ctx)
 	if err != nil {
@@ -411,5 +420,47 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 	if syncing > 0 {
 		why = append(why, fmt.Sprintf("%d partitions it owns are still syncing", syncing))
 	}
+	if len(why) > 0 && len(cv.missing) > 0 {
+		// Named first: the servers it does not see are most often why
+		// the rest (partitions syncing, no quorum) follows. A server
+		// missing alone does not make it unready while a quorum is there.
+		why = append([]string{"servers of its configuration not alive: " + strings.Join(cv.missing, ", ")}, why...)
+	}
 	return Readiness{Ready: len(why) == 0, Why: why}, nil
+}
+
+// configurationView is the configuration as one node sees it: its
+// servers (not forgotten), the quorum, how many it sees alive (connected
+// or suspect, itself included), and the others, each as "ID (state)".
+type configurationView struct {
+	servers, quorum, alive int
+	missing                []string
+}
+
+func (n *Node) configView(ci clusterView) configurationView {
+	state := map[string]membership.Status{}
+	for _, mem := range n.ms.Known() {
+		state[mem.ID] = mem.Status
+	}
+	var cv configurationView
+	for _, v := range ci.voters {
+		if v.Left {
+			continue
+		}
+		cv.servers++
+		st, known := state[v.ID]
+		switch {
+		case v.ID == n.id || st == membership.StatusConnected:
+			cv.alive++
+		case st == membership.StatusSuspect:
+			cv.alive++
+			cv.missing = append(cv.missing, v.ID+" (suspect)")
+		case known:
+			cv.missing = append(cv.missing, fmt.Sprintf("%s (%v)", v.ID, st))
+		default:
+			cv.missing = append(cv.missing, v.ID+" (unknown to its gossip)")
+		}
+	}
+	cv.quorum = cv.servers/2 + 1
+	return cv
 }

@@ -74,7 +74,10 @@ func TestAdminAPI(t *testing.T) {
 	require.Equal(t, 1, o.API)
 	require.Equal(t, "a", o.Node.ID)
 	require.Positive(t, o.Node.Partitions)
-	require.NotEmpty(t, o.Node.MapVersion)
+	require.Regexp(t, `^[0-9a-f]{16}$`, o.Node.MapVersion, "16 hex digits, as fero status shows it")
+	rep, err := a.n.Report(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%016x", rep.MapVersion), o.Node.MapVersion, "the version fero status shows")
 
 	for i := range 200 {
 		require.NoError(t, retry(ctx, func() error { return a.Update(ctx, fmt.Sprintf("k%d", i), i, Majority) }))

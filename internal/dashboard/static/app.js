@@ -75,12 +75,9 @@
   function fmtDec(v) { return isNum(v) ? dec.format(v) : "–"; }
   function str(v) { return typeof v === "string" ? v : (v === null || v === undefined ? "" : String(v)); }
 
-  // fmtVersion shows a map version, a number or (past JavaScript's exact
-  // integers) a string of digits.
-  function fmtVersion(v) {
-    if (isNum(v)) return num.format(v);
-    return str(v) || "–";
-  }
+  // fmtVersion shows a map version as the API gives it: 16 hex digits, as
+  // `fero status` prints it.
+  function fmtVersion(v) { return str(v) || "–"; }
 
   function fmtBytes(v) {
     if (!isNum(v)) return "–";
