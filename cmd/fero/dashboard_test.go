@@ -41,6 +41,7 @@ type dashState struct {
 	Banner     string            `json:"banner"`     // the banner's text, "" while hidden
 	Updates    int               `json:"updates"`    // polls that drew every part
 	Events     []string          `json:"events"`     // "member status", newest first
+	Errors     []string          `json:"errors"`     // tr[data-code] of the failed writes' panel
 }
 
 const dashStateJS = `(() => {
@@ -59,6 +60,7 @@ const dashStateJS = `(() => {
 		banner: banner && !banner.hidden ? banner.textContent.trim() : "",
 		updates: parseInt(document.body.dataset.updates || "0", 10),
 		events: Array.from(document.querySelectorAll("li.event")).map(e => e.dataset.member + " " + e.dataset.status),
+		errors: Array.from(document.querySelectorAll("tr[data-code]")).map(r => r.dataset.code),
 	};
 })()`
 
@@ -216,6 +218,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "no sample after the load in /api/v1/series")
 	drawn := waitPage("a fresh draw", 10*time.Second, func(dashState) bool { return true }).Updates
 	waitPage("a fresh draw", 10*time.Second, func(st dashState) bool { return st.Updates >= drawn+2 })
+
+	// Refused writes (ADD of keys that exist) show in the errors panel by
+	// code, apart from the writes (issue 43). A remote client sends each
+	// to its key's owner, where it is counted: 30 keys reach every node.
+	require.Empty(t, waitPage("a draw", 10*time.Second, func(dashState) bool { return true }).Errors, "no error before")
+	for i := range 30 {
+		_, err := run(ctx, "put", "--add", "--addr", ss[i%len(ss)].data, fmt.Sprintf("key%d", i), "1")
+		require.ErrorContains(t, err, "failed_precondition", "ADD of key%d, which exists", i)
+	}
+	waitPage("the refused writes in the errors panel", 10*time.Second, func(st dashState) bool {
+		return slices.Equal(st.Errors, []string{"failed_precondition"})
+	})
 
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err, "screenshot")

@@ -274,15 +274,20 @@ func epochString(e partition.Epoch) string {
 // field had nothing to measure: no metrics, or no write (call) in the
 // interval for a latency.
 type Sample struct {
-	T          int64    `json:"t"` // Unix milliseconds
-	Commits    float64  `json:"commits"`
-	Applied    float64  `json:"applied"`
-	Writes     *float64 `json:"writes"`
-	Calls      *float64 `json:"calls"`
-	WriteP50ms *float64 `json:"write_p50_ms"`
-	WriteP99ms *float64 `json:"write_p99_ms"`
-	CallP50ms  *float64 `json:"call_p50_ms"`
-	CallP99ms  *float64 `json:"call_p99_ms"`
+	T       int64    `json:"t"` // Unix milliseconds
+	Commits float64  `json:"commits"`
+	Applied float64  `json:"applied"`
+	Writes  *float64 `json:"writes"`
+	Calls   *float64 `json:"calls"`
+	// Errors is the failed writes and calls per second, and ErrorCodes
+	// the same by the error's code (absent when none failed). Writes,
+	// Calls and the latencies count the successful ones only.
+	Errors     *float64           `json:"errors"`
+	ErrorCodes map[string]float64 `json:"error_codes,omitempty"`
+	WriteP50ms *float64           `json:"write_p50_ms"`
+	WriteP99ms *float64           `json:"write_p99_ms"`
+	CallP50ms  *float64           `json:"call_p50_ms"`
+	CallP99ms  *float64           `json:"call_p99_ms"`
 }
 
 // Series is /api/v1/series's answer.
@@ -409,6 +414,17 @@ func between(a, b reading) Sample {
 	ta, tb := a.traffic, b.traffic
 	writes, calls := rate(ta.Writes, tb.Writes), rate(ta.Calls, tb.Calls)
 	s.Writes, s.Calls = &writes, &calls
+	failed := 0.0
+	for code, n := range tb.Errors {
+		if r := rate(ta.Errors[code], n); r > 0 {
+			if s.ErrorCodes == nil {
+				s.ErrorCodes = map[string]float64{}
+			}
+			s.ErrorCodes[code] = r
+			failed += r
+		}
+	}
+	s.Errors = &failed
 	s.WriteP50ms = quantileMs(tb.Bounds, ta.WriteBuckets, tb.WriteBuckets, ta.WriteCount, tb.WriteCount, 0.50)
 	s.WriteP99ms = quantileMs(tb.Bounds, ta.WriteBuckets, tb.WriteBuckets, ta.WriteCount, tb.WriteCount, 0.99)
 	s.CallP50ms = quantileMs(tb.Bounds, ta.CallBuckets, tb.CallBuckets, ta.CallCount, tb.CallCount, 0.50)

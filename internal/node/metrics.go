@@ -68,7 +68,7 @@ func newHotMetrics(resource string) *hotMetrics {
 		}, []string{"result"}),
 		callTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fero_call_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
-			Help: "How long calls of custom verbs took, from the caller's request to its answer.",
+			Help: "How long successful calls of custom verbs took, from the caller's request to its answer (failed ones are counted in fero_calls_total by code).",
 		}),
 		syncTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fero_sync_duration_seconds", ConstLabels: labels, Buckets: prometheus.ExponentialBucketsRange(1e-3, 60, 16),
@@ -77,7 +77,7 @@ func newHotMetrics(resource string) *hotMetrics {
 	}
 	writeTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "fero_write_duration_seconds", ConstLabels: labels, Buckets: latencyBuckets,
-		Help: "How long writes took, from the caller's request to its answer, by the wait asked for (none is not timed: it is answered once queued).",
+		Help: "How long successful writes took, from the caller's request to its answer, by the wait asked for (none is not timed: it is answered once queued). Failed writes are counted in fero_writes_total by code, not timed here.",
 	}, []string{"wait"})
 	for w, name := range waitNames {
 		result := "ok"
@@ -100,7 +100,12 @@ func newHotMetrics(resource string) *hotMetrics {
 // (Buckets[i] counts the observations up to Bounds[i]; the writes'
 // histograms of every wait are summed).
 type Traffic struct {
+	// Writes and Calls count those that succeeded (writes with wait none
+	// once queued); Errors counts the failed writes and calls by their
+	// error's code. The latency histograms time the successful ones only:
+	// a refused write's quick answer is not the system's speed.
 	Writes, Calls             uint64
+	Errors                    map[string]uint64
 	Bounds                    []float64
 	WriteBuckets, CallBuckets []uint64
 	WriteCount, CallCount     uint64
@@ -116,16 +121,28 @@ func (n *Node) Traffic() (Traffic, bool) {
 	if err != nil {
 		return Traffic{}, false
 	}
-	t := Traffic{Bounds: latencyBuckets}
+	t := Traffic{Bounds: latencyBuckets, Errors: map[string]uint64{}}
 	t.WriteBuckets = make([]uint64, len(latencyBuckets))
 	t.CallBuckets = make([]uint64, len(latencyBuckets))
 	for _, mf := range mfs {
 		for _, mt := range mf.GetMetric() {
 			switch mf.GetName() {
-			case "fero_writes_total":
-				t.Writes += uint64(mt.GetCounter().GetValue())
-			case "fero_calls_total":
-				t.Calls += uint64(mt.GetCounter().GetValue())
+			case "fero_writes_total", "fero_calls_total":
+				v := uint64(mt.GetCounter().GetValue())
+				result := ""
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "result" {
+						result = l.GetValue()
+					}
+				}
+				switch {
+				case result != "ok" && result != "queued":
+					t.Errors[result] += v
+				case mf.GetName() == "fero_writes_total":
+					t.Writes += v
+				default:
+					t.Calls += v
+				}
 			case "fero_write_duration_seconds":
 				t.WriteCount += addBuckets(t.WriteBuckets, mt.GetHistogram())
 			case "fero_call_duration_seconds":
@@ -152,11 +169,13 @@ func (m *hotMetrics) wrote(w partition.Wait, err error, took time.Duration) {
 	if int(w) >= len(waitNames) {
 		return
 	}
-	if err == nil {
-		m.writesOK[w].Inc()
-	} else {
+	if err != nil {
+		// Counted apart, by code, and not timed: a refusal's quick answer
+		// would make an outage look fast.
 		m.writes.WithLabelValues(waitNames[w], errs.CodeOf(err).String()).Inc()
+		return
 	}
+	m.writesOK[w].Inc()
 	if o := m.writeTime[w]; o != nil {
 		o.Observe(took.Seconds())
 	}
@@ -164,11 +183,11 @@ func (m *hotMetrics) wrote(w partition.Wait, err error, took time.Duration) {
 
 // called counts a call that ended with err after took.
 func (m *hotMetrics) called(err error, took time.Duration) {
-	if err == nil {
-		m.callsOK.Inc()
-	} else {
+	if err != nil {
 		m.calls.WithLabelValues(errs.CodeOf(err).String()).Inc()
+		return
 	}
+	m.callsOK.Inc()
 	m.callTime.Observe(took.Seconds())
 }
 

@@ -18,7 +18,7 @@
     "#84cc16", "#f97316", "#6366f1", "#14b8a6", "#a855f7", "#eab308",
   ];
   const SERIES_COLOURS = {
-    commits: "#3b82f6", applied: "#10b981", writes: "#f59e0b", calls: "#8b5cf6",
+    commits: "#3b82f6", applied: "#10b981", writes: "#f59e0b", calls: "#8b5cf6", errors: "#dc2626",
     write_p50_ms: "#93c5fd", write_p99_ms: "#2563eb", call_p50_ms: "#c4b5fd", call_p99_ms: "#7c3aed",
   };
   const DOWN = new Set(["suspect", "dead", "removed"]);
@@ -486,7 +486,7 @@
   // ---- charts --------------------------------------------------------------
 
   // [field, label, dash]: writes are dashed, as they often equal commits.
-  const RATE_SERIES = [["commits", "commits"], ["applied", "applied"], ["writes", "writes", [6, 4]], ["calls", "calls"]];
+  const RATE_SERIES = [["commits", "commits"], ["applied", "applied"], ["writes", "writes", [6, 4]], ["calls", "calls"], ["errors", "errors"]];
   const LATENCY_SERIES = [
     ["write_p50_ms", "write p50"], ["write_p99_ms", "write p99"],
     ["call_p50_ms", "call p50"], ["call_p99_ms", "call p99"],
@@ -591,6 +591,32 @@
     // The tile averages the last ten seconds, steadier than one sample.
     const recent = samples.slice(-10).map(s => s.commits).filter(isNum);
     setText("tile-commits", recent.length ? fmtDec(recent.reduce((a, b) => a + b, 0) / recent.length) : "–");
+    renderErrors(samples, isNum(body.interval_s) && body.interval_s > 0 ? body.interval_s : 1);
+  }
+
+  // renderErrors lists the failed writes and calls by code: the rate over
+  // the last ten samples and the count over every sample kept.
+  function renderErrors(samples, interval) {
+    const codes = {};
+    samples.forEach(function (s, i) {
+      const byCode = s.error_codes || {};
+      Object.keys(byCode).forEach(function (c) {
+        if (!isNum(byCode[c])) return;
+        const e = codes[c] || (codes[c] = { recent: 0, total: 0 });
+        e.total += byCode[c] * interval;
+        if (i >= samples.length - 10) e.recent += byCode[c] / Math.min(10, samples.length);
+      });
+    });
+    const names = Object.keys(codes).sort((a, b) => codes[b].total - codes[a].total || (a < b ? -1 : 1));
+    const rows = names.map(c => el("tr", { "data-code": c },
+      el("td", null, el("code", null, c)),
+      el("td", { class: "num" + (codes[c].recent > 0 ? " warn" : "") }, fmtDec(codes[c].recent)),
+      el("td", { class: "num" }, fmtInt(Math.round(codes[c].total)))));
+    const tb = $("errors").tBodies[0];
+    tb.replaceChildren.apply(tb, rows);
+    $("errors").hidden = names.length === 0;
+    $("errors-empty").hidden = names.length > 0;
+    setText("error-count", fmtInt(Math.round(names.reduce((n, c) => n + codes[c].total, 0))));
   }
 
   // ---- events --------------------------------------------------------------
