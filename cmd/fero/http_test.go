@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,4 +217,56 @@ func TestServeHTTP(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "NO QUORUM: this node sees 1 of the 3 alive")
 	require.Contains(t, out, "fero forget ")
+}
+
+// TestHealthzFailsWithTheDisk (issue 43): a server whose data directory
+// fills up leaves the cluster and takes no writes, and did not come back
+// by itself once space was freed, while /healthz said 200, so nothing
+// restarted it. Now /healthz fails (503, saying why), so the orchestrator
+// restarts it; restarted, it loads its data and serves again. Needs root
+// (a small tmpfs).
+func TestHealthzFailsWithTheDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	args := []string{"kv", "--data-dir", dir, "--http", "127.0.0.1:0", "--log-level", "error", "--partitions", "31"}
+	s := serve(t, args...)
+	web := httpAddr(t, s)
+	code, body := httpGet(t, "http://"+web+"/healthz")
+	require.Equal(t, http.StatusOK, code, body)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	big := `"` + strings.Repeat("x", 32<<10) + `"`
+	var err error
+	for i := 0; i < 64; i++ {
+		if _, err = run(ctx, "put", "--addr", s.data, fmt.Sprintf("big%d", i), big); err != nil {
+			break
+		}
+	}
+	require.Error(t, err, "512 KiB of disk took 64 writes of 32 KiB")
+	require.Eventually(t, func() bool {
+		code, body = httpGet(t, "http://"+web+"/healthz")
+		return code == http.StatusServiceUnavailable
+	}, 10*time.Second, 50*time.Millisecond, "/healthz still %d: %s", code, body)
+	require.Contains(t, body, "its data directory failed")
+	require.Contains(t, body, "restart the process")
+
+	// Room again, and the restart the probe's failure brings.
+	require.NoError(t, exec.Command("mount", "-o", "remount,size=4m", dir).Run())
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	_ = s.cmd.Wait()
+	s = serve(t, args...)
+	web = httpAddr(t, s)
+	code, body = httpGet(t, "http://"+web+"/healthz")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Eventually(t, func() bool {
+		_, err := run(ctx, "put", "--addr", s.data, "after", "1")
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the restarted server takes writes")
 }

@@ -531,8 +531,9 @@ const readyTimeout = 2 * time.Second
 
 // serveHTTP serves /metrics from reg, /healthz and /readyz on addr, and
 // the admin API and dashboard.
-// /healthz answers 200 while the process serves HTTP at all: the question
-// a liveness probe asks. /readyz answers 200 once the node has joined and
+// /healthz answers 200 while the process serves HTTP at all and its data
+// directory has not failed (Resource.Healthy): the question a liveness
+// probe asks. /readyz answers 200 once the node has joined and
 // serves its share (fero.Resource.Ready), and 503 with the reasons, one a
 // line, until then.
 func serveHTTP(addr string, reg *prometheus.Registry) (*httpServer, error) {
@@ -545,6 +546,13 @@ func serveHTTP(addr string, reg *prometheus.Registry) (*httpServer, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if r := hs.res.Load(); r != nil {
+			if err := r.Healthy(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, err)
+				return
+			}
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {

@@ -379,6 +379,15 @@ func (d *disk) saveSnapshot(buf *bytes.Buffer, w partition.Durable) error {
 	return nil
 }
 
+// DiskErr is what stopped the node's data directory, nil if nothing did
+// (or it has none).
+func (n *Node) DiskErr() error {
+	if n.disk == nil {
+		return nil
+	}
+	return n.disk.err()
+}
+
 func (d *disk) err() error {
 	if e := d.failed.Load(); e != nil {
 		return *e

@@ -3,6 +3,7 @@ package fero
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,4 +60,18 @@ func (r *Resource) Ready(ctx context.Context) error {
 		return nil
 	}
 	return errors.New("fero: not ready: " + strings.Join(rd.Why, "; "))
+}
+
+// Healthy reports whether this node can go on without a restart, the
+// question a liveness probe asks (fero serve --http answers it at
+// /healthz): nil unless its data directory failed (a full disk, I/O
+// errors, a read-only file system). A node whose disk failed has left
+// the cluster and takes no writes, and does not come back by itself once
+// the disk recovers: restarting the process does, which is what an
+// orchestrator does when the probe fails (docs/operations.md).
+func (r *Resource) Healthy() error {
+	if err := r.n.DiskErr(); err != nil {
+		return fmt.Errorf("fero: unhealthy: its data directory failed (%w): restart the process once the disk is fixed; it loads its data and rejoins", err)
+	}
+	return nil
 }
