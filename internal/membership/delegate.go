@@ -34,6 +34,8 @@ func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if existing.Name == m.meta.ID {
+		// Another process says it is this member (DuplicateOf).
+		m.selfConflict = other.Address()
 		return
 	}
 	if _, ok := m.conflicts[other.Name]; ok || len(m.conflicts) < maxKnownPeers {

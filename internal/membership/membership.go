@@ -40,12 +40,16 @@ type Membership struct {
 	peers     map[string]*peer // by ID, including the local member
 	gone      map[string]tombstone
 	conflicts map[string]conflict // by ID: another life seen at another address
-	heard     map[string]time.Time
-	subs      map[*Subscription]struct{}
-	seedAddrs map[string][]string // seed → the gossip addresses it resolves to
-	seedErrs  map[string]string   // seed → why the last join of it failed; absent once one worked
-	joining   map[string]bool     // seeds, and lanes of other targets, being joined now
-	keyring   *memberlist.Keyring // nil without encryption
+	// selfConflict is the gossip address from which another process
+	// announced this member's own ID ("" if none did): a duplicate ID, or
+	// this member's previous life not yet declared dead.
+	selfConflict string
+	heard        map[string]time.Time
+	subs         map[*Subscription]struct{}
+	seedAddrs    map[string][]string // seed → the gossip addresses it resolves to
+	seedErrs     map[string]string   // seed → why the last join of it failed; absent once one worked
+	joining      map[string]bool     // seeds, and lanes of other targets, being joined now
+	keyring      *memberlist.Keyring // nil without encryption
 
 	probe time.Duration // memberlist's probe interval, once created
 }
@@ -826,4 +830,29 @@ func (m *Membership) nudge() {
 	case m.wake <- struct{}{}:
 	default:
 	}
+}
+
+// DuplicateOf reports the gossip address of another live process that
+// runs as this member's ID, "" if there is none: two nodes started with
+// one --id. A peer's gossip that announced this ID from another address
+// is checked by pinging that address as this ID: only a process that
+// runs as it answers (a previous life of this member, not yet declared
+// dead, does not: it has stopped). Call it once the first join is done.
+func (m *Membership) DuplicateOf(ctx context.Context) (string, error) {
+	m.mu.Lock()
+	addr, ml, id := m.selfConflict, m.ml, m.meta.ID
+	m.mu.Unlock()
+	if addr == "" || ml == nil {
+		return "", nil
+	}
+	udp, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return "", nil
+	}
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		if _, err := ml.Ping(id, udp); err == nil {
+			return addr, nil
+		}
+	}
+	return "", ctx.Err()
 }

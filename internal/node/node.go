@@ -466,6 +466,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.ms.HasSeeds() {
 		n.warnNoSeed()
 	}
+	if addr, _ := n.ms.DuplicateOf(ctx); addr != "" {
+		err := fmt.Errorf("fero: node: another live node already runs as %q (its gossip address %s): every node needs its own ID; give this one another --id, or stop the other first", n.id, addr)
+		_ = n.ms.Close()
+		n.srv.Close()
+		return nil, err
+	}
 	n.view = newView(n.ring, n.ms, n.logger)
 	n.view.attached = n.attached.ids
 	n.wg.Add(2)
