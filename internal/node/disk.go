@@ -64,6 +64,15 @@ type disk struct {
 	snaps, snapBytes      atomic.Uint64
 }
 
+// damaged says what to do about a data directory whose segment or
+// snapshot is corrupt (storage.ErrCorrupt): the same advice for both.
+func damaged(dir string, err error) error {
+	if !errors.Is(err, storage.ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("fero: data dir %s is damaged where a crash cannot explain it; this node will not serve from it (move it away to start empty and catch up from peers): %w", dir, err)
+}
+
 // openDisk opens (or creates) the data directory, checks that it belongs
 // to this resource and node, and fills in cfg.ID from it when unset.
 func openDisk(cfg *Config, partitions int, logger *slog.Logger) (*disk, error) {
@@ -73,7 +82,7 @@ func openDisk(cfg *Config, partitions int, logger *slog.Logger) (*disk, error) {
 			return nil, fmt.Errorf("fero: data dir %s is in use by another process (another fero serve on it?): %w", cfg.DataDir, err)
 		}
 		if errors.Is(err, storage.ErrCorrupt) {
-			return nil, fmt.Errorf("fero: data dir %s is damaged where a crash cannot explain it; this node will not serve from it (move it away to start empty and catch up from peers): %w", cfg.DataDir, err)
+			return nil, damaged(cfg.DataDir, err)
 		}
 		return nil, fmt.Errorf("fero: data dir %s: %w", cfg.DataDir, err)
 	}

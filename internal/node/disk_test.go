@@ -173,6 +173,8 @@ func TestDataDirRefusesWhatItCannotServe(t *testing.T) {
 	_, err = startDurable(t, dir)
 	require.ErrorIs(t, err, storage.ErrCorrupt)
 	require.ErrorContains(t, err, "snapshot")
+	// The advice a damaged segment gets (issue 43).
+	require.ErrorContains(t, err, "move it away to start empty and catch up from peers")
 }
 
 // TestDataDirFull: a disk with no room fails writes with a clear error;

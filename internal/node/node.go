@@ -390,7 +390,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		start := time.Now()
 		entries, err := dk.load(n.eng, n.ring.Partitions())
 		if err != nil {
-			return nil, err
+			return nil, damaged(cfg.DataDir, err)
 		}
 		n.logger.Info("fero: node: loaded the data dir", "dir", cfg.DataDir, "entries", entries,
 			"took", time.Since(start).Round(time.Millisecond), "fsync", cfg.Sync.Mode)
