@@ -165,8 +165,15 @@ func (s *Stream) Recv() ([]byte, error) {
 				s.fail(err)
 			}
 		default:
-			if s.ctx.Err() != nil {
+			switch {
+			case s.ctx.Err() != nil:
 				err = s.ctx.Err()
+			case s.ts != nil && errors.Is(err, transport.ErrConnLost) && !errors.Is(err, transport.ErrClosed):
+				// The connection to the owner (or the node relaying it)
+				// broke: the owner died or was cut off, and its
+				// partitions move to another owner. The reader resumes as
+				// it does after a move; this side closing is not one.
+				err = ErrMoved
 			}
 			s.fail(err)
 		}
@@ -458,7 +465,9 @@ func (n *Node) serveStream(r *transport.Request, wr *wireRequest) {
 			if err == nil && len(reply) > 0 {
 				err = req.Send(reply)
 			}
-			if errors.Is(context.Cause(ctx), ErrMoved) {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrMoved) || errors.Is(cause, ErrClosed) {
+				// Moved, or this owner closing: its partitions move to
+				// other owners, where the reader opens the stream again.
 				err = ErrMoved
 			}
 			if span != nil {

@@ -32,12 +32,16 @@ import (
 //     partition moves to another node (a member joined or left), the
 //     handler's context ends and the reader gets [ErrStreamMoved]: open
 //     the stream again, from where it got to, and it runs at the new
-//     owner. Before the first item a stream is routed again without
-//     the reader seeing anything, as a call is.
+//     owner. The reader gets [ErrStreamMoved] too when the owner closes,
+//     dies, or its connection to the reader (or to the node relaying
+//     the stream) breaks: the same resume finds the new owner, or the
+//     same one once it is reachable. Before the first item a stream is
+//     routed again without the reader seeing anything, as a call is.
 
 // ErrStreamMoved ends a stream whose key's partition moved to another
-// owner while it ran. It has CodeUnavailable; errors.Is matches it on
-// either side of the wire. Open the stream again to resume.
+// owner while it ran, or whose owner closed, died or became unreachable.
+// It has CodeUnavailable; errors.Is matches it on either side of the
+// wire. Open the stream again to resume.
 var ErrStreamMoved error = node.ErrMoved
 
 // SendFunc sends one item of a stream; see [Request.Send].

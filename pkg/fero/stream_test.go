@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -401,4 +402,142 @@ func TestCloseEndsStreams(t *testing.T) {
 	for _, ended := range enders {
 		require.Error(t, <-ended)
 	}
+}
+
+// TestStreamOwnerGone (issue 43): when the owner of a stream's key goes
+// (here it closes; a crash drops the connection the same way), the
+// reader got the lost connection's aborted, which the documented resume
+// pattern (errors.Is ErrStreamMoved, open again) did not match. Now it
+// gets ErrStreamMoved: through a server in another process, relayed
+// through a server to a Remote, and at a Remote dialed to the owner
+// itself; opened again, the stream runs at the new owner.
+func TestStreamOwnerGone(t *testing.T) {
+	c := newTestCluster(t, 16)
+	h := newStreamHandler()
+	a := c.open("a", WithHandler(h.handle))
+	b := c.open("b", WithHandler(h.handle))
+	c.open("c", WithHandler(h.handle))
+	c.settle(3)
+	ctx := ctxT(t)
+	viaB, err := Dial(ctx, b.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { viaB.Close() })
+	toA, err := Dial(ctx, a.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { toA.Close() })
+
+	type reader struct {
+		name, key string
+		open      func(key string) (*Stream, error)
+		ended     chan error
+	}
+	readers := []*reader{
+		{name: "server b", open: func(k string) (*Stream, error) { return b.Stream(ctx, "TICK", k, nil) }},
+		{name: "Remote through b", open: func(k string) (*Stream, error) { return viaB.Stream(ctx, "TICK", k, nil) }},
+		{name: "Remote to the owner", open: func(k string) (*Stream, error) { return toA.Stream(ctx, "TICK", k, nil) }},
+	}
+	for i, r := range readers {
+		r.key = keyOwnedBy(a, "a", fmt.Sprint("gone", i))
+		r.ended = make(chan error, 1)
+		s, err := r.open(r.key)
+		require.NoError(t, err, r.name)
+		var it item
+		require.NoError(t, retry(ctx, func() error { return s.Recv(&it) }), r.name)
+		require.Equal(t, "a", it.Node, r.name)
+		go func() {
+			for {
+				if err := s.Recv(nil); err != nil {
+					r.ended <- err
+					return
+				}
+			}
+		}()
+	}
+	require.NoError(t, a.Close())
+	for _, r := range readers {
+		select {
+		case err := <-r.ended:
+			require.ErrorIs(t, err, ErrStreamMoved, "%s: %v", r.name, err)
+			require.Equal(t, CodeUnavailable, CodeOf(err), r.name)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the owner is gone and the stream goes on", r.name)
+		}
+	}
+	// The resume pattern: opened again, it runs at the new owner.
+	for _, r := range readers[:2] {
+		var it item
+		require.NoError(t, retry(ctx, func() error {
+			s, err := r.open(r.key)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.Recv(&it)
+		}), r.name)
+		require.NotEqual(t, "a", it.Node, r.name)
+	}
+}
+
+// TestStreamConnectionBreaks (issue 43): a Remote's connection to the
+// owner of its stream breaks (the owner's host died, or a network cut:
+// here a proxy between them resets both sides). The reader gets
+// ErrStreamMoved, not the lost connection's aborted, and the resume
+// pattern opens the stream again.
+func TestStreamConnectionBreaks(t *testing.T) {
+	c := newTestCluster(t, 17)
+	h := newStreamHandler()
+	a := c.open("a", WithHandler(h.handle))
+	c.settle(1)
+	ctx := ctxT(t)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	var conns []*net.TCPConn
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", a.Addr())
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in.(*net.TCPConn), out.(*net.TCPConn))
+			mu.Unlock()
+			go func() { _, _ = io.Copy(out, in) }()
+			go func() { _, _ = io.Copy(in, out) }()
+		}
+	}()
+	rc, err := Dial(ctx, l.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { rc.Close() })
+	s, err := rc.Stream(ctx, "TICK", "k", nil)
+	require.NoError(t, err)
+	require.NoError(t, retry(ctx, func() error { return s.Recv(nil) }))
+
+	mu.Lock()
+	for _, c := range conns {
+		_ = c.SetLinger(0) // a reset, as from a host that is gone
+		_ = c.Close()
+	}
+	mu.Unlock()
+	var got error
+	for got == nil {
+		got = s.Recv(nil)
+	}
+	require.ErrorIs(t, got, ErrStreamMoved, "%v", got)
+	require.Equal(t, CodeUnavailable, CodeOf(got))
+	require.NoError(t, retry(ctx, func() error {
+		s, err := rc.Stream(ctx, "TICK", "k", nil)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return s.Recv(nil)
+	}), "opened again")
 }
