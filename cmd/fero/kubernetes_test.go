@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -34,6 +35,7 @@ func TestKubernetesManifests(t *testing.T) {
 		services []corev1.Service
 		sets     []appsv1.StatefulSet
 		pdbs     []policyv1.PodDisruptionBudget
+		policies []networkingv1.NetworkPolicy
 	)
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		var head struct {
@@ -59,6 +61,11 @@ func TestKubernetesManifests(t *testing.T) {
 			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &p))
 			require.Equal(t, "policy/v1", head.APIVersion)
 			pdbs = append(pdbs, p)
+		case "NetworkPolicy":
+			var p networkingv1.NetworkPolicy
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &p))
+			require.Equal(t, "networking.k8s.io/v1", head.APIVersion)
+			policies = append(policies, p)
 		default:
 			t.Fatalf("unexpected kind %q", head.Kind)
 		}
@@ -144,6 +151,62 @@ func TestKubernetesManifests(t *testing.T) {
 	require.NotNil(t, pdb.Spec.MaxUnavailable)
 	require.LessOrEqual(t, pdb.Spec.MaxUnavailable.IntValue(), replicas-(replicas/2+1), "the disruption budget keeps a quorum")
 	require.Equal(t, ss.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels)
+
+	// Issue 43: an operator's findings.
+	// The admin API answers without a credential: no Service that is not
+	// the headless one publishes the http port.
+	for _, svc := range services {
+		if svc.Name == headless.Name {
+			continue
+		}
+		for _, p := range svc.Spec.Ports {
+			require.NotEqual(t, int32(9400), p.Port, "Service %s publishes the http port (the unauthenticated admin API)", svc.Name)
+			require.NotEqual(t, "http", p.TargetPort.String(), "Service %s publishes the http port", svc.Name)
+		}
+	}
+	// One server per node: a DoNotSchedule spread over hostnames.
+	spread := false
+	for _, c := range ss.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == "kubernetes.io/hostname" && c.MaxSkew == 1 && c.WhenUnsatisfiable == corev1.DoNotSchedule {
+			require.Equal(t, ss.Spec.Selector.MatchLabels, c.LabelSelector.MatchLabels, "the spread counts fero's pods")
+			spread = true
+		}
+	}
+	require.True(t, spread, "the pods spread one per node")
+	// GOMEMLIMIT from the container's memory limit.
+	var memlimit *corev1.EnvVar
+	for i, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			memlimit = &c.Env[i]
+		}
+	}
+	require.NotNil(t, memlimit, "GOMEMLIMIT is set")
+	require.NotNil(t, memlimit.ValueFrom, "GOMEMLIMIT from the limit")
+	require.NotNil(t, memlimit.ValueFrom.ResourceFieldRef)
+	require.Equal(t, "limits.memory", memlimit.ValueFrom.ResourceFieldRef.Resource)
+	require.False(t, c.Resources.Limits.Memory().IsZero(), "a memory limit for GOMEMLIMIT to follow")
+	// The NetworkPolicy: data from anyone, gossip from the servers only,
+	// http from scrapers only.
+	require.Len(t, policies, 1)
+	np := policies[0]
+	require.Equal(t, ss.Spec.Selector.MatchLabels, np.Spec.PodSelector.MatchLabels)
+	from := map[int32][]networkingv1.NetworkPolicyPeer{}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			from[p.Port.IntVal] = append(from[p.Port.IntVal], rule.From...)
+		}
+	}
+	require.Contains(t, from, int32(7400))
+	require.Empty(t, from[7400], "the data port is open to clients")
+	require.NotEmpty(t, from[7946], "gossip only from listed peers")
+	for _, peer := range from[7946] {
+		require.Equal(t, ss.Spec.Selector.MatchLabels, peer.PodSelector.MatchLabels, "gossip from the servers")
+		require.Nil(t, peer.NamespaceSelector)
+	}
+	require.NotEmpty(t, from[9400], "http only from listed peers")
+	for _, peer := range from[9400] {
+		require.Equal(t, "true", peer.PodSelector.MatchLabels["fero.dev/scrape"])
+	}
 }
 
 // TestKubernetesSchema validates deploy/kubernetes/fero.yaml against the
