@@ -53,9 +53,7 @@ help: ## List the targets.
 
 .PHONY: demo
 demo: ## Quick start: a three-process fero cluster on loopback replicates writes to every node, and keeps them through a SIGKILL of all three.
-	@echo "demo: building examples/cluster; the first build compiles fero and its dependencies (about 90 s on a 2-core VM), later ones take seconds"
-	$(GO) build -o $(BIN)/cluster ./examples/cluster
-	$(BIN)/cluster
+	@GO=$(GO) BIN=$(BIN) ./scripts/demo.sh
 
 .PHONY: test
 test: vet ## vet, the race-enabled short test suite, a short fuzz pass and a short slice of the fault suite (the CI command).
