@@ -107,6 +107,10 @@ soak-hostile: ## Issue 42's hostile soak in namespaces (needs root, ip): SOAK_PH
 image: ## fero's container image FROM scratch (ENGINE=docker or podman, IMAGE=fero:latest); nothing pulled.
 	./scripts/image.sh
 
+.PHONY: test-container
+test-container: ## The image in containers (needs docker, or Debian's docker.io, whose dockerd it starts): 3 on one network with the secret, writes, SIGKILL all, restart, same keys.
+	./scripts/container-test.sh
+
 .PHONY: chaos-short
 chaos-short: ## A short seeded slice of the fault suite, under 3 minutes; skips, saying why, without root or tools.
 	./scripts/chaos.sh short --seeds 1-4 --nodes 3,5 --clients 2 --duration 15s --settle 5s --parallel 2 \
