@@ -49,7 +49,10 @@ func FuzzConnStream(f *testing.F) {
 	})
 	accepted := make(chan *Conn, 64)
 	srv, err := Listen("127.0.0.1:0", mux,
-		WithMaxFrame(maxFrame), WithFrameTimeout(500*time.Millisecond), WithConnectTimeout(time.Second),
+		// The connect timeout is the input's deadline: a fuzzer at nice
+		// 19 on a loaded machine once went more than a second without
+		// reading a fresh client's preface, and the server closed it.
+		WithMaxFrame(maxFrame), WithFrameTimeout(500*time.Millisecond), WithConnectTimeout(10*time.Second),
 		WithCloseTimeout(100*time.Millisecond), WithMaxInflight(4), WithMaxInflightBytes(128<<10),
 		WithMaxConns(16), WithMaxConnsPerIP(16),
 		WithOnConn(func(c *Conn) { accepted <- c }))
