@@ -17,6 +17,7 @@ tag=fero-ctest-$$
 image=fero:$tag
 tmp=$(mktemp -d)
 own_daemon=""
+forward_policy=ACCEPT bridge_nf=0 bridge_nf6=0
 cleanup() {
 	set +e
 	for i in 1 2 3; do $docker rm -f "$tag-n$i" >/dev/null 2>&1; done
@@ -25,6 +26,14 @@ cleanup() {
 	if [ -n "$own_daemon" ]; then
 		kill "$own_daemon" 2>/dev/null
 		for _ in $(seq 1 50); do kill -0 "$own_daemon" 2>/dev/null || break; sleep 0.2; done
+		# dockerd set the FORWARD policy to DROP and made bridges pass
+		# through iptables (br_netfilter): every other bridge on the host,
+		# the fault suite's and the netns tests' among them, would then
+		# drop its traffic. Put back what was there.
+		iptables -P FORWARD "$forward_policy" 2>/dev/null
+		sysctl -qw net.bridge.bridge-nf-call-iptables="$bridge_nf" 2>/dev/null
+		sysctl -qw net.bridge.bridge-nf-call-ip6tables="$bridge_nf6" 2>/dev/null
+		ip link del docker0 2>/dev/null
 	fi
 	rm -rf "$tmp"
 }
@@ -32,6 +41,10 @@ trap cleanup EXIT
 if ! $docker info >/dev/null 2>&1; then
 	command -v dockerd >/dev/null || { echo "container-test: no docker engine answers and no dockerd (apt-get install docker.io)" >&2; exit 1; }
 	echo "container-test: starting a docker daemon of its own"
+	forward_policy=$(iptables -S FORWARD 2>/dev/null | awk '$1 == "-P" { print $3; exit }')
+	forward_policy=${forward_policy:-ACCEPT}
+	bridge_nf=$(sysctl -n net.bridge.bridge-nf-call-iptables 2>/dev/null || echo 0)
+	bridge_nf6=$(sysctl -n net.bridge.bridge-nf-call-ip6tables 2>/dev/null || echo 0)
 	dockerd --data-root "$tmp/root" --exec-root "$tmp/exec" -H "unix://$tmp/docker.sock" --pidfile "$tmp/docker.pid" > "$tmp/dockerd.log" 2>&1 &
 	own_daemon=$!
 	export DOCKER_HOST="unix://$tmp/docker.sock"
