@@ -191,7 +191,7 @@ func TestServeHTTP(t *testing.T) {
 		code, body = httpGet(t, "http://"+web[0]+"/readyz")
 		return code == http.StatusServiceUnavailable
 	}, time.Minute, 20*time.Millisecond, "the survivor stayed ready")
-	require.Regexp(t, `^fero: not ready: servers of its configuration not alive: h2 \(\w+\)(, h3 \(\w+\))?; `, body, "the missing servers first")
+	require.Regexp(t, `^fero: not ready: servers of its configuration not alive: h[23] \(\w+\)(, h3 \(\w+\))?; `, body, "the missing servers first")
 	require.Eventually(t, func() bool {
 		var code int
 		code, body = httpGet(t, "http://"+web[0]+"/readyz")
