@@ -87,6 +87,7 @@ most twice what it was before it. The report is in OUT/soak.txt
 	fl.IntVar(&cfg.Attackers, "attackers", 5, "attacking namespaces, one source address each")
 	fl.IntVar(&cfg.Nice, "nice", 19, "the attackers' nice value")
 	fl.StringSliceVar(&cfg.AttackArgs, "attack-args", nil, "extra fero-hostile flags")
+	fl.StringSliceVar(&cfg.ServerArgs, "server-args", nil, "extra fero serve flags (--pprof 127.0.0.1:6060 profiles each server inside its namespace)")
 	fl.StringVar(&cfg.Out, "out", "", "output directory (default .soak/<time>)")
 	fl.StringVar(&cfg.Fero, "fero", "", "the fero binary (default: built from this module)")
 	fl.StringVar(&cfg.Hostile, "hostile", "", "the fero-hostile binary (default: built from this module)")

@@ -105,7 +105,7 @@ func logKeys(line string) []string {
 // an error instead. Each attribute of a log line appears once (the
 // membership's lines said resource= and the node's ID twice).
 func TestServeWarnsWhenNoSeedAnswers(t *testing.T) {
-	nobody := freeAddr(t)
+	nobody := deadAddr(t)
 	refused := nobody + " (dial tcp " + nobody + ": connect: connection refused)"
 
 	p := startServe(t, "kv", "--in-memory", "--partitions", "7", "--id", "n1", "--seeds", nobody)

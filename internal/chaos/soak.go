@@ -52,6 +52,9 @@ type SoakConfig struct {
 	Nice int
 	// AttackArgs are extra fero-hostile flags.
 	AttackArgs []string
+	// ServerArgs are extra `fero serve` flags (say, --pprof to profile a
+	// server under attack from inside its namespace).
+	ServerArgs []string
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -113,7 +116,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (_ *SoakResult, err error) {
 	defer func() { err = errors.Join(err, nt.Close()) }()
 	cl, err := StartCluster(ctx, nt, ClusterConfig{
 		Fero: cfg.Fero, Resource: "soak", Servers: servers, Dir: cfg.Out,
-		Logf: cfg.Logf, DataDirs: true, TLS: cfg.TLS,
+		Logf: cfg.Logf, DataDirs: true, TLS: cfg.TLS, Args: cfg.ServerArgs,
 	})
 	if err != nil {
 		return nil, err

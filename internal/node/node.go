@@ -182,6 +182,7 @@ type Node struct {
 	// which bounds how far the table's window spans.
 	waiters  seqtab.Table[waiter]
 	early    []inbound               // messages before the engine's first map; under engMu
+	unmapped unmapped                // proposals before the engine's first map; under engMu
 	stepped  []inbound               // the batches stepped this round (release); under engMu
 	decoders *freeDecoders           // decoders free for the next batches
 	out      map[string]*batchWriter // per peer, reused each round; under engMu
@@ -912,13 +913,8 @@ func (n *Node) drive() {
 			for _, w := range n.waiters.All() {
 				n.complete(w, partition.Completion{Err: errClosedInFlight})
 			}
-			for _, p := range n.props.take() {
-				switch {
-				case p.read != nil:
-					p.read(nil, ErrClosed)
-				case p.done != nil:
-					n.complete(waiter{done: p.done, began: p.began, wait: p.req.Wait}, partition.Completion{Err: ErrClosed})
-				}
+			for _, p := range append(n.props.take(), n.unmapped.take()...) {
+				n.refuse(p, ErrClosed)
 			}
 			n.closeSubs()
 			return
@@ -951,6 +947,9 @@ func (n *Node) drive() {
 				for _, in := range early {
 					n.step(in)
 				}
+				for _, p := range n.unmapped.take() {
+					n.propose(p)
+				}
 			}
 			n.connectPeers(m, clients)
 			n.forgetGone(m, clients)
@@ -972,6 +971,9 @@ func (n *Node) drive() {
 			n.probeServers(now)
 			n.engMu.Lock()
 			n.eng.Tick(now)
+			for _, p := range n.unmapped.expired(now) {
+				n.refuse(p, partition.ErrNoMap)
+			}
 		}
 		n.output()
 		n.engMu.Unlock()
@@ -1135,11 +1137,12 @@ func (n *Node) stepLimited(from string, m partition.Message) {
 
 func (n *Node) propose(p proposal) {
 	if n.disk != nil && n.disk.err() != nil {
-		switch {
-		case p.read != nil:
-			p.read(nil, ErrDisk)
-		case p.done != nil:
-			n.complete(waiter{done: p.done, began: p.began, wait: p.req.Wait}, partition.Completion{Err: ErrDisk})
+		n.refuse(p, ErrDisk)
+		return
+	}
+	if n.eng.Map() == nil {
+		if !n.unmapped.hold(p, time.Now()) {
+			n.refuse(p, partition.ErrNoMap)
 		}
 		return
 	}
