@@ -94,13 +94,18 @@ soak: ## Issue 17's soak: a fixed load at 80% of the open-loop max for SOAK_DURA
 # The hostile soak's phases (issue 42): quiet, then attacked, each this long.
 SOAK_PHASE ?= 10m
 SOAK_OUT   ?= .soak/hostile-$(shell date +%Y%m%d-%H%M%S)
+# The attackers stand for other hosts: SCHED_IDLE, pinned to CPU 1 (on a
+# kernel without in-kernel preemption their system calls would hold any
+# CPU they run on; docs/security.md). SOAK_ARGS= runs them at nice 19 on
+# any CPU; SOAK_ARGS=--decoy is the control run.
+SOAK_ARGS  ?= --idle --attacker-cpus 1
 
 .PHONY: soak-hostile
 soak-hostile: ## Issue 42's hostile soak in namespaces (needs root, ip): SOAK_PHASE quiet then SOAK_PHASE attacked from 5 addresses, with the secret, then over TLS.
 	$(GO) build -o $(BIN)/fero-chaos ./cmd/fero-chaos
 	@rc=0; \
-	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) --out $(SOAK_OUT)/secret || rc=1; \
-	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) --tls --out $(SOAK_OUT)/tls || rc=1; \
+	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) $(SOAK_ARGS) --out $(SOAK_OUT)/secret || rc=1; \
+	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) $(SOAK_ARGS) --tls --out $(SOAK_OUT)/tls || rc=1; \
 	exit $$rc
 
 .PHONY: image

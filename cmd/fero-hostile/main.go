@@ -56,6 +56,7 @@ type flags struct {
 	slow, half       int
 	full, engine     int
 	silent, storm    int
+	silentPace       float64
 	from             []string
 	claim            string
 	tls              bool
@@ -80,7 +81,9 @@ until --duration ends, and prints what each round did:
   engine    --engine connections that each send an engine call without a hello,
             and wait for its answer
   silent    --silent connections from each --from address that say hello and
-            nothing more, held until the node closes them
+            nothing more, held until the node closes them (--silent-pace
+            a second per address, to stay under the node's pace of new
+            connections and fill its caps)
   storm     --storm connections opened and closed one after another, each
             with the preface (and with --tls, a whole TLS handshake)
 
@@ -110,6 +113,7 @@ It sends only to --data and --gossip.`,
 	fl.IntVar(&f.full, "full", 40, "almost complete 16 MiB frames per round")
 	fl.IntVar(&f.engine, "engine", 8, "engine calls without a hello per round")
 	fl.IntVar(&f.silent, "silent", 80, "hello-then-silence connections per source address per round")
+	fl.Float64Var(&f.silentPace, "silent-pace", 0, "open the silent connections at most this many a second per source address (0: all at once), to stay under a node's pace of new connections and reach its caps")
 	fl.IntVar(&f.storm, "storm", 2000, "connections opened and closed per round (a reconnect storm)")
 	fl.BoolVar(&f.tls, "tls", false, "attack over TLS (the node serves --tls-cert)")
 	fl.StringSliceVar(&f.from, "from", nil, "local source addresses to spread connections over (default: the system's choice)")
@@ -446,7 +450,19 @@ func silent(ctx context.Context, f flags) string {
 	var answered, refused, closed atomic.Int64
 	var longest atomic.Int64
 	var wg sync.WaitGroup
+	var pace <-chan time.Time
+	if f.silentPace > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / (f.silentPace * float64(max(1, len(f.from))))))
+		defer t.Stop()
+		pace = t.C
+	}
 	for range n {
+		if pace != nil {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

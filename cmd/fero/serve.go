@@ -78,6 +78,8 @@ type serveFlags struct {
 	maxConns, maxConnsPerIP       int
 	maxUnproved, maxUnprovedPerIP int
 	authMaxFrame                  int
+	newConnRate                   float64
+	newConnBurst                  int
 	authTimeout                   time.Duration
 	maxInflight, maxInflightBytes int
 	maxFrame                      int
@@ -139,7 +141,9 @@ With a secret or tokens, a data connection gets a handshake's budget until
 it proves one: messages of at most --auth-max-frame bytes, --auth-timeout
 to prove it, and caps of its own (--max-unproved-conns,
 --max-unproved-conns-per-ip) that never take the places of peers and
-clients that proved a credential (--max-conns, --max-conns-per-ip).
+clients that proved a credential (--max-conns, --max-conns-per-ip); one
+source IP opens at most --new-conn-rate connections a second
+(--new-conn-burst at once), the rest reset at once.
 
 With --tls-cert, --tls-key and --tls-ca the data plane runs over TLS 1.3:
 every connection, between nodes and from clients, is encrypted, and each
@@ -189,6 +193,8 @@ cluster secret.`,
 	fl.IntVar(&f.maxConnsPerIP, "max-conns-per-ip", transport.DefaultMaxConnsPerIP, "data connections this node accepts from one source IP, loopback included (with a secret or tokens: connections that proved one)")
 	fl.IntVar(&f.maxUnproved, "max-unproved-conns", transport.DefaultMaxUnprovedConns, "with a secret or tokens: data connections that have not proved one yet, in all; at the cap a newcomer takes the place of the oldest of the source IP that holds the most, or is closed")
 	fl.IntVar(&f.maxUnprovedPerIP, "max-unproved-conns-per-ip", transport.DefaultMaxUnprovedConnsPerIP, "with a secret or tokens: data connections from one source IP that have not proved one yet; one over is closed at once")
+	fl.Float64Var(&f.newConnRate, "new-conn-rate", transport.DefaultNewConnRate, "with a secret or tokens: data connections a second this node accepts from one source IP; one over is reset at once, before any handshake")
+	fl.IntVar(&f.newConnBurst, "new-conn-burst", transport.DefaultNewConnBurst, "with a secret or tokens: data connections this node accepts at once from one source IP before --new-conn-rate paces them")
 	fl.IntVar(&f.authMaxFrame, "auth-max-frame", transport.DefaultAuthMaxFrame, "with a secret or tokens: largest message, in bytes, a connection may send before it proves one (the handshakes need a few hundred)")
 	fl.DurationVar(&f.authTimeout, "auth-timeout", transport.DefaultAuthTimeout, "with a secret or tokens: how long a data connection has to prove one before it is closed")
 	fl.IntVar(&f.maxInflight, "max-inflight", transport.DefaultMaxInflight, "requests one connection may have open (handler not yet answered); one over is answered resource exhausted")
@@ -220,6 +226,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		fero.WithMaxConns(f.maxConns, f.maxConnsPerIP), fero.WithMaxInflight(f.maxInflight, f.maxInflightBytes),
 		fero.WithMaxFrame(f.maxFrame), fero.WithFrameTimeout(f.frameTimeout),
 		fero.WithPreAuthLimits(f.authMaxFrame, f.maxUnproved, f.maxUnprovedPerIP), fero.WithAuthTimeout(f.authTimeout),
+		fero.WithNewConnRate(f.newConnRate, f.newConnBurst),
 	}
 	for _, d := range []struct {
 		v   time.Duration

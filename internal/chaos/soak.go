@@ -50,6 +50,24 @@ type SoakConfig struct {
 	// attackers' own CPU, which on a network is other hosts', would
 	// otherwise be taken from the servers.
 	Nice int
+	// Idle runs the attackers under the SCHED_IDLE policy instead of a
+	// nice value: they get the CPU only when nothing else wants it, and
+	// a server or writer that wakes takes it from them at once. It is the
+	// nearest a single machine gets to an attacker on other hosts; the
+	// kernel's work on the attack's packets is still the servers' host's.
+	Idle bool
+	// CPUs, when set, pins the attackers to these CPUs (taskset's list,
+	// "1"): on a kernel without in-kernel preemption (PREEMPT_NONE), an
+	// attacker's system calls and the packet work they do hold a CPU until
+	// they yield, whatever the attacker's priority; pinned, they hold only
+	// their own, as an attacker on other hosts holds none of ours.
+	CPUs string
+	// Decoy aims the attack at a second, idle cluster of three servers
+	// (namespaces d1-d3) instead of the measured one: the same attack and
+	// the same code refusing it, on the same machine, but in processes the
+	// writers do not use. The control run: what the attack costs the
+	// writers through the machine alone.
+	Decoy bool
 	// AttackArgs are extra fero-hostile flags.
 	AttackArgs []string
 	// ServerArgs are extra `fero serve` flags (say, --pprof to profile a
@@ -109,7 +127,11 @@ func Soak(ctx context.Context, cfg SoakConfig) (_ *SoakResult, err error) {
 	for i := range cfg.Attackers {
 		attackers = append(attackers, fmt.Sprintf("x%d", i+1))
 	}
-	nt, err := NewNet(ctx, append(nodes, attackers...))
+	var decoys []string
+	if cfg.Decoy {
+		decoys = []string{"d1", "d2", "d3"}
+	}
+	nt, err := NewNet(ctx, append(append(nodes, attackers...), decoys...))
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +145,24 @@ func Soak(ctx context.Context, cfg SoakConfig) (_ *SoakResult, err error) {
 	}
 	defer func() { err = errors.Join(err, cl.Close()) }()
 	cfg.Logf("cluster up: %v (TLS %v)", cl.PIDs(), cfg.TLS)
+	target := cl
+	targets := servers
+	if cfg.Decoy {
+		dir := filepath.Join(cfg.Out, "decoy")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		target, err = StartCluster(ctx, nt, ClusterConfig{
+			Fero: cfg.Fero, Resource: "decoy", Servers: decoys, Dir: dir,
+			Logf: cfg.Logf, DataDirs: true, TLS: cfg.TLS, Args: cfg.ServerArgs,
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, target.Close()) }()
+		targets = decoys
+		cfg.Logf("decoy cluster up: %v; the attack goes there", target.PIDs())
+	}
 
 	quiet := soakWarmup
 	attack := quiet + cfg.Phase
@@ -190,7 +230,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (_ *SoakResult, err error) {
 		return nil, err
 	}
 	cfg.Logf("attack: %d attackers for %v", len(attackers), cfg.Phase)
-	procs, err := startAttackers(ctx, nt, cl, cfg, attackers, servers)
+	procs, err := startAttackers(ctx, nt, target, cfg, attackers, targets)
 	defer func() {
 		for _, p := range procs {
 			if p.Process != nil {
@@ -219,7 +259,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (_ *SoakResult, err error) {
 	recs := via.records()
 	rep := judgeSoak(soakInput{
 		Recs: recs, RSS: rss, Servers: servers, Quiet: quiet, Attack: attack, Calm: calm, End: end,
-		Rejoins: rejoins, Lost: anomalies, Crashes: cl.Crashes(), TLS: cfg.TLS, Attackers: len(attackers),
+		Rejoins: rejoins, Lost: anomalies, Crashes: cl.Crashes(), TLS: cfg.TLS, Attackers: len(attackers), Idle: cfg.Idle, Decoy: cfg.Decoy, CPUs: cfg.CPUs,
 	})
 	rep.Report += attackSummary(cfg.Out, attackers)
 	var csv strings.Builder
@@ -270,12 +310,22 @@ func startAttackers(ctx context.Context, nt *Net, cl *Cluster, cfg SoakConfig, a
 		data = append(data, cl.Addr(s))
 		gossip = append(gossip, cl.Gossip(s))
 	}
-	nice := cmp.Or(cfg.Nice, 19)
+	sched := []string{"nice", "-n", strconv.Itoa(cmp.Or(cfg.Nice, 19))}
+	if cfg.Idle {
+		sched = []string{"chrt", "--idle", "0"}
+	}
+	if cfg.CPUs != "" {
+		sched = append([]string{"taskset", "-c", cfg.CPUs}, sched...)
+	}
 	var procs []*exec.Cmd
 	for _, x := range attackers {
-		args := []string{"netns", "exec", nt.NS(x), "nice", "-n", strconv.Itoa(nice), cfg.Hostile,
+		args := append(append([]string{"netns", "exec", nt.NS(x)}, sched...), cfg.Hostile,
 			"--data", strings.Join(data, ","), "--gossip", strings.Join(gossip, ","),
-			"--duration", cfg.Phase.String(), "--claim", servers[0]}
+			"--duration", cfg.Phase.String(), "--claim", servers[0],
+			// Under the servers' pace of new connections per address
+			// (--new-conn-rate, 50 a second), so the silent ones reach
+			// the unproved caps; the storm goes over it.
+			"--silent-pace", "40")
 		if cfg.TLS {
 			args = append(args, "--tls")
 		}
@@ -381,6 +431,8 @@ type soakInput struct {
 	Crashes                  []string
 	TLS                      bool
 	Attackers                int
+	Idle, Decoy              bool
+	CPUs                     string
 }
 
 // latencies is a phase's write latencies (every write invoked in it,
@@ -431,6 +483,15 @@ func judgeSoak(in soakInput) *SoakResult {
 	}
 	fmt.Fprintf(&b, "hostile soak: 3 servers (%s); quiet %v to %v, attack from %d source addresses %v to %v, calm to %v\n",
 		mode, in.Quiet, in.Attack, in.Attackers, in.Attack, in.Calm, in.End)
+	if in.Idle {
+		fmt.Fprintf(&b, "attackers under SCHED_IDLE (the CPU only when nothing else wants it)\n")
+	}
+	if in.CPUs != "" {
+		fmt.Fprintf(&b, "attackers pinned to CPUs %s\n", in.CPUs)
+	}
+	if in.Decoy {
+		fmt.Fprintf(&b, "CONTROL: the attack aimed at an idle decoy cluster, not at the servers written through\n")
+	}
 
 	q := phaseLatencies(in.Recs, in.Quiet, in.Attack)
 	a := phaseLatencies(in.Recs, in.Attack, in.Calm)

@@ -247,7 +247,7 @@ var (
 		outboxBytes:       prometheus.NewDesc("fero_peer_outbox_bytes", "Bytes waiting in the outboxes of this node's connections to its peers.", descLabels, nil),
 		bpWaits:           prometheus.NewDesc("fero_backpressure_waits_total", "Sends that waited for room in a connection's full outbox (the peer or the network not keeping up).", descLabels, nil),
 		bpSeconds:         prometheus.NewDesc("fero_backpressure_wait_seconds_total", "Time sends spent waiting for room in full outboxes.", descLabels, nil),
-		preAuthRefusals:   prometheus.NewDesc("fero_preauth_refusals_total", "Data connections that had proved no credential, refused or closed, by reason: frame_too_large (a frame over --auth-max-frame), auth_timeout (nothing proved within --auth-timeout), cap_per_ip and cap_total (--max-unproved-conns-per-ip, --max-unproved-conns: the newcomer refused, or at cap_total an older stranger closed for it), needs_proof (a request or engine message that needs a credential). docs/security.md, The pre-auth budget.", []string{"resource", "reason"}, nil),
+		preAuthRefusals:   prometheus.NewDesc("fero_preauth_refusals_total", "Data connections that had proved no credential, refused or closed, by reason: frame_too_large (a frame over --auth-max-frame), auth_timeout (nothing proved within --auth-timeout), cap_per_ip and cap_total (--max-unproved-conns-per-ip, --max-unproved-conns: the newcomer refused, or at cap_total an older stranger closed for it), rate_per_ip (more new connections from one source IP than --new-conn-rate allows), needs_proof (a request or engine message that needs a credential). docs/security.md, The pre-auth budget.", []string{"resource", "reason"}, nil),
 		dataConns:         prometheus.NewDesc("fero_data_connections", "Connections the data port holds, by state: proved (a peer's or a client's that proved a credential, or any on a node without credentials) or unproved.", []string{"resource", "state"}, nil),
 		subscriberDrops:   prometheus.NewDesc("fero_subscriber_overflows_total", "Changes a slow subscriber missed (its stream was cut or its oldest changes dropped, as its overflow policy says).", descLabels, nil),
 	}
@@ -288,6 +288,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}{
 		{"frame_too_large", n.tstats.PreAuthFrameTooLarge.Load()}, {"auth_timeout", n.tstats.PreAuthTimeouts.Load()},
 		{"cap_per_ip", n.tstats.PreAuthCapPerIP.Load()}, {"cap_total", n.tstats.PreAuthCapTotal.Load()},
+		{"rate_per_ip", n.tstats.PreAuthRate.Load()},
 		{"needs_proof", n.needProof.Load()},
 	} {
 		ch <- prometheus.MustNewConstMetric(descs.preAuthRefusals, prometheus.CounterValue, float64(r.v), res, r.reason)

@@ -69,6 +69,11 @@ const (
 	DefaultMaxUnprovedConns = 256
 	// DefaultMaxUnprovedConnsPerIP bounds them from one source address.
 	DefaultMaxUnprovedConnsPerIP = 64
+	// DefaultNewConnRate is how many connections a second a Server with
+	// WithPreAuth accepts from one source address, sustained, and
+	// DefaultNewConnBurst how many at once (see WithNewConnRate).
+	DefaultNewConnRate  = 50
+	DefaultNewConnBurst = 100
 )
 
 type config struct {
@@ -90,6 +95,8 @@ type config struct {
 	authTimeout    time.Duration
 	maxUnproved    int
 	maxUnprovedIP  int
+	newConnRate    float64
+	newConnBurst   int
 	retryBase      time.Duration
 	retryCap       time.Duration
 	retryMax       int
@@ -121,6 +128,8 @@ func defaultConfig() config {
 		authTimeout:    DefaultAuthTimeout,
 		maxUnproved:    DefaultMaxUnprovedConns,
 		maxUnprovedIP:  DefaultMaxUnprovedConnsPerIP,
+		newConnRate:    DefaultNewConnRate,
+		newConnBurst:   DefaultNewConnBurst,
 		retryBase:      DefaultRetryBase,
 		retryCap:       DefaultRetryCap,
 		retryMax:       DefaultRetryMax,
@@ -164,6 +173,9 @@ func newConfig(opts []Option) (config, error) {
 		errs = append(errs, fmt.Errorf("pre-auth frame limit %d, auth timeout %v and unproved connection caps %d and %d per IP must be positive",
 			c.authMaxFrame, c.authTimeout, c.maxUnproved, c.maxUnprovedIP))
 	}
+	if c.newConnRate <= 0 || c.newConnBurst <= 0 {
+		errs = append(errs, fmt.Errorf("new connection rate %v a second and burst %d per IP must be positive", c.newConnRate, c.newConnBurst))
+	}
 	if c.retryBase <= 0 || c.retryCap < c.retryBase || c.retryMax < 1 {
 		errs = append(errs, fmt.Errorf("retry base %v, cap %v, max %d: need 0 < base <= cap and max >= 1", c.retryBase, c.retryCap, c.retryMax))
 	}
@@ -202,6 +214,9 @@ type Stats struct {
 	PreAuthTimeouts      atomic.Uint64
 	PreAuthCapPerIP      atomic.Uint64
 	PreAuthCapTotal      atomic.Uint64
+	// Connections reset because their source address opened more than
+	// WithNewConnRate allows.
+	PreAuthRate atomic.Uint64
 }
 
 // WithStats makes the connections count their backpressure waits in s.
@@ -343,6 +358,22 @@ func WithAuthTimeout(d time.Duration) Option {
 // need more addresses than the cap in all, each holding one connection.
 func WithMaxUnprovedConns(total, perIP int) Option {
 	return optionFunc(func(c *config) { c.maxUnproved, c.maxUnprovedIP = total, perIP })
+}
+
+// WithNewConnRate paces the connections a Server with WithPreAuth
+// accepts from one source address: perSecond sustained, burst at once
+// (defaults DefaultNewConnRate and DefaultNewConnBurst), a token bucket
+// per address. One over is reset at once, before its TLS handshake and
+// before any goroutine or buffer is spent on it. The caps on unproved
+// connections bound how many a stranger holds; this bounds how fast it
+// can open and close them (a reconnect storm), which otherwise costs the
+// node two goroutines, a handshake and a few system calls a connection
+// however soon it ends. Peers and clients open a handful of connections
+// and keep them; many clients behind one address (a NAT) that all
+// reconnect at once are let in at this rate, their refused connections
+// retried with backoff.
+func WithNewConnRate(perSecond float64, burst int) Option {
+	return optionFunc(func(c *config) { c.newConnRate, c.newConnBurst = perSecond, burst })
 }
 
 // WithRetry sets a Peer's reconnect backoff: the first delay, the largest,

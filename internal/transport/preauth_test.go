@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -258,4 +259,77 @@ func TestPreAuthFrameLimitOverTLS(t *testing.T) {
 	go func() { _, _ = nc.Write(big) }() // fails once the server closes it
 	closedWithin(t, nc, 10*time.Second)
 	require.Eventually(t, func() bool { return stats.PreAuthFrameTooLarge.Load() == 1 }, 10*time.Second, time.Millisecond)
+}
+
+// TestNewConnRate: a source address that opens connections faster than
+// WithNewConnRate allows has the ones over its burst reset at once, and
+// counted; another address is not held back by it, and the first is
+// let in again once its bucket refills. Before the pacing, a reconnect
+// storm cost the node two goroutines and a handshake per connection and
+// every one was accepted (the hostile soak's writers' p99 rose 4-6x).
+func TestNewConnRate(t *testing.T) {
+	var stats Stats
+	s := newPreAuthServer(t, &stats, WithNewConnRate(2, 5))
+	addr := s.Addr().String()
+
+	// Five at once from 127.0.0.2, each closed at once (a storm): the burst.
+	for range 5 {
+		nc := rawFrom(t, "127.0.0.2", addr)
+		nc.Close()
+	}
+	require.Zero(t, stats.PreAuthRate.Load())
+	// The sixth within the second is over: reset. (At 2 a second, the
+	// bucket gains a token only after 500 ms; the five dials took less
+	// unless the machine stalled, in which case a token may be back.)
+	start := time.Now()
+	refusedFrom(t, "127.0.0.2", addr)
+	if time.Since(start) < 400*time.Millisecond {
+		require.Equal(t, uint64(1), stats.PreAuthRate.Load())
+	}
+
+	// Another address is not paced by the first's storm.
+	c, err := DialConn(ctxT(t), addr, WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
+		return d.DialContext(ctx, network, addr)
+	}))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Call(ctxT(t), opEcho, []byte("x"))
+	require.NoError(t, err)
+
+	// Once its bucket has a token again, 127.0.0.2 is let in.
+	require.Eventually(t, func() bool {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		nc, err := d.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		got := make([]byte, len(preface))
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.ReadFull(nc, got) // the server's preface: accepted
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond)
+}
+
+// TestNewConnRatesBounded: the buckets kept per address are bounded; an
+// address past the bound shares one bucket, and full buckets (quiet
+// addresses) are forgotten to make room.
+func TestNewConnRatesBounded(t *testing.T) {
+	r := newNewConnRates(1, 2)
+	now := time.Unix(1000, 0)
+	for i := range maxRateKeys {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		require.True(t, r.allow(ip, now))
+	}
+	require.Len(t, r.by, maxRateKeys)
+	over := netip.MustParseAddr("192.0.2.1")
+	require.True(t, r.allow(over, now))
+	require.True(t, r.allow(netip.MustParseAddr("192.0.2.2"), now), "the shared bucket's burst")
+	require.False(t, r.allow(over, now), "addresses past the bound share one bucket")
+	require.Len(t, r.by, maxRateKeys+1)
+	// Two seconds on, every bucket is full again: swept.
+	later := now.Add(2 * time.Second)
+	require.True(t, r.allow(over, later))
+	require.Len(t, r.by, 1, "the quiet ones forgotten (the shared one too): the newcomer has its own again")
 }

@@ -30,7 +30,8 @@ type Server struct {
 	done      chan struct{} // closed by Close
 	wg        sync.WaitGroup
 	refusals  refusalLog
-	scav      scavenger // under mu
+	scav      scavenger     // under mu
+	rates     *newConnRates // WithPreAuth's pace per address; the accept loop's
 }
 
 // connState is where a Server counts a connection; under Server.mu.
@@ -59,6 +60,9 @@ func Listen(addr string, h Handler, opts ...Option) (*Server, error) {
 	cfg.warns = &rateLog[warnKey]{}
 	s := &Server{ln: ln, cfg: cfg, handler: h, conns: make(map[*Conn]struct{}), perIP: make(map[netip.Addr]int),
 		unproved: make(map[netip.Addr][]*Conn), done: make(chan struct{})}
+	if cfg.preAuth {
+		s.rates = newNewConnRates(cfg.newConnRate, cfg.newConnBurst)
+	}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s, nil
@@ -86,6 +90,16 @@ func (s *Server) acceptLoop() {
 		}
 		backoff = 0
 		ip := sourceIP(nc)
+		if s.rates != nil && !s.rates.allow(ip, time.Now()) {
+			// Refused before the lock, the handshake and the goroutines: a
+			// storm of connections costs the node little more than the
+			// kernel's share.
+			if st := s.cfg.stats; st != nil {
+				st.PreAuthRate.Add(1)
+			}
+			s.refuse(nc, ip, "too many new connections from this address")
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -401,7 +415,8 @@ func (s *Server) refuse(nc net.Conn, ip netip.Addr, why string) {
 	if log, held := s.refusals.note(ip, time.Now()); log {
 		s.cfg.logger.Warn("fero: transport: refusing connection: "+why, "remote", nc.RemoteAddr(),
 			"limit", s.cfg.maxConns, "limit_per_address", s.cfg.maxConnsPerIP,
-			"unproved_limit", s.cfg.maxUnproved, "unproved_limit_per_address", s.cfg.maxUnprovedIP, "refused_since_last_line", held)
+			"unproved_limit", s.cfg.maxUnproved, "unproved_limit_per_address", s.cfg.maxUnprovedIP,
+			"new_per_second_per_address", s.cfg.newConnRate, "refused_since_last_line", held)
 	}
 	// A reset, not a close: the socket is freed now, rather than linger
 	// in the kernel for a peer that may never close its side.

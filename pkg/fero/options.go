@@ -559,6 +559,16 @@ func WithPreAuthLimits(maxFrame, conns, connsPerIP int) Option {
 	}
 }
 
+// WithNewConnRate paces the data connections a node that takes
+// credentials accepts from one source IP: perSecond sustained and burst
+// at once (defaults 50 and 100); one over is reset before its TLS
+// handshake. It bounds what a reconnect storm from one address costs the
+// node; the unproved caps of WithPreAuthLimits bound what it holds.
+// docs/security.md, The pre-auth budget.
+func WithNewConnRate(perSecond float64, burst int) Option {
+	return func(c *config) { c.transport = append(c.transport, transport.WithNewConnRate(perSecond, burst)) }
+}
+
 // WithAuthTimeout sets how long a data connection has to prove a
 // credential, on a node that takes credentials, before it is closed
 // (default 5 s).
