@@ -321,7 +321,7 @@ func TestServeDNSDiscoveryNetns(t *testing.T) {
 			"--bind", net.JoinHostPort(ip, strconv.Itoa(netnsGossipPort)),
 			"--listen", net.JoinHostPort(ip, strconv.Itoa(netnsDataPort)),
 			"--cluster-secret-file", secret,
-			"--dns", name, "--dns-server", resolver, "--log-level", "error")
+			"--dns", name, "--expect", "3", "--dns-server", resolver, "--log-level", "error")
 		require.Equal(t, net.JoinHostPort(ip, strconv.Itoa(netnsGossipPort)), s.gossip, "gossip address of d%d", i)
 		ss = append(ss, s)
 	}

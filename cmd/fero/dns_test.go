@@ -80,7 +80,7 @@ func TestServeDNSDiscovery(t *testing.T) {
 	var ss []*server
 	for i, g := range gossip {
 		ss = append(ss, serve(t, "kv", "--id", "d"+strconv.Itoa(i), "--bind", g,
-			"--dns", name, "--dns-server", resolver, "--log-level", "error"))
+			"--dns", name, "--expect", "3", "--dns-server", resolver, "--log-level", "error"))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

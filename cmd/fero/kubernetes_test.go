@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -114,6 +115,7 @@ func TestKubernetesManifests(t *testing.T) {
 	require.Equal(t, "_gossip._tcp."+headless.Name+".default.svc.cluster.local", flag("dns"), "--dns is the headless Service's SRV name")
 	require.True(t, strings.HasSuffix(flag("bind"), ":7946") && gossip.Port == 7946, "gossip on the port the SRV records give")
 	require.NotEmpty(t, flag("cluster-secret-file"), "beyond loopback, a server needs the cluster secret")
+	require.Equal(t, fmt.Sprint(*ss.Spec.Replicas), flag("expect"), "a new cluster forms once all the replicas see each other (--expect)")
 
 	ports := map[string]int32{}
 	for _, p := range c.Ports {

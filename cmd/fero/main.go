@@ -53,6 +53,6 @@ Keys are paths: "ada.tags.0" is element 0 of the tags array of the key "ada".`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPut(), newGet(), newRm(), newTail(), newStatus(), newForget(), newSecret(), newCerts())
+	root.AddCommand(newServe(), newPut(), newGet(), newRm(), newTail(), newStatus(), newForget(), newBackup(), newRestore(), newSecret(), newCerts())
 	return root
 }

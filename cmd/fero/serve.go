@@ -73,6 +73,7 @@ type serveFlags struct {
 	dns          string
 	dnsPort      int
 	dnsServer    string
+	expect       int
 	jepsenVerbs  bool
 	// Limits on input (docs/security.md).
 	maxConns, maxConnsPerIP       int
@@ -110,6 +111,15 @@ take --addr <data address>. A node given seeds never founds a cluster of
 its own before it has seen them: while none answers it has joined nothing
 and serves no writes, says so in a warning, and keeps trying them. With
 --require-seeds it exits instead if none answers within --seed-wait.
+
+--expect N makes a new cluster form only once N servers see each other,
+however they found each other (seeds, --dns, multicast, --ports): until
+then a server takes no writes (refused at once: "cluster not formed"), is
+not ready, and warns every 5 s what it sees and which lookups failed.
+Give every server of a new cluster the same N, the number you start (at
+least a majority of it). A server that has met its cluster rejoins it
+without N, and a newcomer joins a formed cluster as soon as it meets any
+server of it. --dns needs it.
 
 Every node of a resource must use the same --partitions, --replicas and
 --vnodes.
@@ -174,6 +184,7 @@ cluster secret.`,
 	fl.StringVar(&f.dns, "dns", "", "discover peers through DNS, looked up again at every re-join round: a name starting with _ as SRV records (a Kubernetes headless Service's _gossip._tcp.NAME), any other as A/AAAA records joined at --dns-port")
 	fl.IntVar(&f.dnsPort, "dns-port", 0, "the gossip port of the A/AAAA records of --dns (0: 7946)")
 	fl.StringVar(&f.dnsServer, "dns-server", "", "send --dns's lookups to this DNS server host:port instead of the system's resolver")
+	fl.IntVar(&f.expect, "expect", 0, "servers that form a new cluster: a server that has met no formed cluster forms one only once it sees this many (itself included), takes no writes and is not ready until then, and warns every few seconds what it sees (required with --dns; give every server of a new cluster the same number)")
 	fl.BoolVar(&f.requireSeeds, "require-seeds", false, "exit with an error, rather than wait joined to nothing, if no seed answers within --seed-wait")
 	fl.DurationVar(&f.seedWait, "seed-wait", 10*time.Second, "how long --require-seeds waits for a seed to answer")
 	fl.StringVar(&f.portRange, "ports", "", "gossip port range START-END to take a port from and scan for peers (the original's ports)")
@@ -266,6 +277,16 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	if f.bind != "" {
 		opts = append(opts, fero.WithBind(f.bind))
+	}
+	switch {
+	case f.expect < 0:
+		return fmt.Errorf("--expect %d: want the number of servers that form a new cluster", f.expect)
+	case f.expect > 0 && f.client:
+		return errors.New("--expect is for servers: a client node forms no cluster")
+	case f.dns != "" && f.expect == 0 && !f.client:
+		return errors.New("--dns needs --expect N, the number of servers that form the cluster: without it a server whose lookups fail (a wrong name, DNS not ready yet) founds a cluster alone, and its writes are dropped when it meets the others")
+	case f.expect > 0:
+		opts = append(opts, fero.WithExpect(f.expect))
 	}
 	switch {
 	case f.dns != "":

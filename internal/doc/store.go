@@ -659,6 +659,24 @@ func (s *Store) Entries(p int) iter.Seq2[string, any] {
 	}
 }
 
+// EncodedEntries yields partition p's top-level keys in key order, each
+// with its value's canonical msgpack encoding, as they were when
+// iteration began: what a backup restores by writing each key again. The
+// bytes are shared with the store; do not change them. An out-of-range p
+// yields nothing.
+func (s *Store) EncodedEntries(p int) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		if p < 0 || p >= len(s.parts) {
+			return
+		}
+		for _, e := range s.parts[p].sorted() {
+			if !yield(e.key, e.e.encoding()) {
+				return
+			}
+		}
+	}
+}
+
 // All yields every top-level key and value in key order. Each partition is
 // read at one moment, but not all partitions at the same moment.
 func (s *Store) All() iter.Seq2[string, any] {
@@ -1027,11 +1045,21 @@ func (s *Store) replace(p int, st *restored) {
 // them (one restored from a snapshot written before versions were kept
 // holds version 1 where the other holds offsets).
 func (s *Store) Digest() uint64 {
+	parts := make([]uint64, len(s.parts))
+	for p := range s.parts {
+		parts[p] = s.PartitionDigest(p)
+	}
+	return CombineDigests(parts)
+}
+
+// CombineDigests is Digest from every partition's PartitionDigest, in
+// partition order: what a backup's partitions add up to.
+func CombineDigests(parts []uint64) uint64 {
 	h := xxhash.New()
 	var buf [12]byte
-	for p := range s.parts {
+	for p, d := range parts {
 		binary.BigEndian.PutUint32(buf[:4], uint32(p))
-		binary.BigEndian.PutUint64(buf[4:], s.PartitionDigest(p))
+		binary.BigEndian.PutUint64(buf[4:], d)
 		_, _ = h.Write(buf[:])
 	}
 	return h.Sum64()

@@ -43,8 +43,30 @@ func (m *Membership) rejoinLoop() {
 				m.log.Debug("rejoin", "targets", len(targets), "answered", n)
 			}
 		}
-		delay = min(2*delay, m.cfg.rejoinCap)
+		limit := m.cfg.rejoinCap
+		if m.eager.Load() {
+			limit = min(limit, eagerRejoinCap)
+		}
+		delay = min(2*delay, limit)
 		timer.Reset(m.jitter(delay))
+	}
+}
+
+// eagerRejoinCap bounds the rejoin delay while the member is eager
+// (SetEager).
+const eagerRejoinCap = 2 * time.Second
+
+// SetEager makes the rejoin loop look for peers at least every
+// eagerRejoinCap (DNS looked up again, seeds and the port range tried)
+// instead of backing off to the rejoin cap: a server that has not found
+// the servers a new cluster needs (fero serve --expect) keeps looking
+// while DNS, or its peers, come up. Off again, the delay grows back.
+func (m *Membership) SetEager(on bool) {
+	if m.eager.Swap(on) != on && on {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -149,13 +171,57 @@ func (m *Membership) targets(ctx context.Context) []string {
 	return out
 }
 
-// lookupDNS resolves the DNS discovery name; failures are logged and yield
-// nothing (the next round tries again).
+// DNSStatus is the outcome of the last DNS discovery lookup (WithDNS).
+type DNSStatus struct {
+	Name string
+	// At is when it ended; zero before the first.
+	At time.Time
+	// Found lists the gossip addresses it gave, Err why it failed
+	// (each name that failed, with the resolver's error).
+	Found []string
+	Err   string
+}
+
+// String describes the lookup for a log line.
+func (d DNSStatus) String() string {
+	switch {
+	case d.At.IsZero():
+		return d.Name + ": not looked up yet"
+	case d.Err != "":
+		return d.Name + ": " + d.Err
+	case len(d.Found) == 0:
+		return d.Name + ": no addresses"
+	}
+	return d.Name + ": " + strings.Join(d.Found, ", ")
+}
+
+// DNS reports the last DNS discovery lookup; false without WithDNS.
+func (m *Membership) DNS() (DNSStatus, bool) {
+	if m.cfg.dnsName == "" {
+		return DNSStatus{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.dnsLast
+	d.Name = m.cfg.dnsName
+	d.Found = slices.Clone(d.Found)
+	return d, true
+}
+
+// lookupDNS resolves the DNS discovery name; failures are logged, kept
+// for DNS, and yield nothing (the next round tries again).
 func (m *Membership) lookupDNS(ctx context.Context) []string {
 	name := m.cfg.dnsName
 	if name == "" {
 		return nil
 	}
+	var failed []string
+	var out []string
+	defer func() {
+		m.mu.Lock()
+		m.dnsLast = DNSStatus{At: time.Now(), Found: out, Err: strings.Join(failed, "; ")}
+		m.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	type hostPort struct {
@@ -167,6 +233,7 @@ func (m *Membership) lookupDNS(ctx context.Context) []string {
 		_, srvs, err := m.cfg.resolver.LookupSRV(ctx, "", "", name)
 		if err != nil {
 			m.log.Debug("dns srv lookup", "name", name, "err", err)
+			failed = append(failed, "SRV "+err.Error())
 			return nil
 		}
 		for _, s := range srvs {
@@ -175,7 +242,6 @@ func (m *Membership) lookupDNS(ctx context.Context) []string {
 	} else {
 		hosts = append(hosts, hostPort{name, m.cfg.dnsPort})
 	}
-	var out []string
 	for _, hp := range hosts {
 		if net.ParseIP(hp.host) != nil {
 			out = append(out, net.JoinHostPort(hp.host, strconv.Itoa(hp.port)))
@@ -184,6 +250,7 @@ func (m *Membership) lookupDNS(ctx context.Context) []string {
 		ips, err := m.cfg.resolver.LookupHost(ctx, hp.host)
 		if err != nil {
 			m.log.Debug("dns lookup", "name", hp.host, "err", err)
+			failed = append(failed, err.Error())
 			continue
 		}
 		for _, ip := range ips {

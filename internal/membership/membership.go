@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -49,6 +50,8 @@ type Membership struct {
 	seedAddrs    map[string][]string // seed → the gossip addresses it resolves to
 	seedErrs     map[string]string   // seed → why the last join of it failed; absent once one worked
 	joining      map[string]bool     // seeds, and lanes of other targets, being joined now
+	dnsLast      DNSStatus           // the last DNS lookup (lookupDNS), without Name
+	eager        atomic.Bool         // SetEager
 	keyring      *memberlist.Keyring // nil without encryption
 
 	probe time.Duration // memberlist's probe interval, once created

@@ -420,7 +420,10 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 	if err != nil {
 		return Readiness{}, err
 	}
-	if !ci.voting {
+	if ci.forming != "" {
+		// First: the rest (not voting, no quorum) follows from it.
+		why = append([]string{"no cluster formed yet: " + ci.forming}, why...)
+	} else if !ci.voting {
 		why = append(why, "its vote does not count yet: it is catching up (a learner)")
 	}
 	cv := n.configView(ci)

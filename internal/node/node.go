@@ -102,6 +102,13 @@ type Config struct {
 	// and the node loads them when it starts. A directory belongs to one
 	// node and resource; an empty ID takes the node's from it. Servers only.
 	DataDir string
+	// Expect is how many servers form a new cluster (partition.WithExpect;
+	// fero serve --expect): a server that has heard no formed cluster forms
+	// one only once it sees that many, and takes no writes meanwhile (each
+	// refused at once, saying why, and a WARN every formingWarnEvery). 0:
+	// a server given seeds waits for every seed, one given none founds a
+	// cluster alone. Servers only.
+	Expect int
 	// Sync is the data directory's fsync policy (default: each group).
 	Sync storage.SyncPolicy
 	// Metrics counts the callers' writes and calls and times them, for
@@ -199,6 +206,9 @@ type Node struct {
 	// noSeedSince is when the node warned that no seed answered its join
 	// (zero: it did not, or a seed has answered since); the driver's.
 	noSeedSince time.Time
+	// formingWarned is when the driver last warned that no cluster has
+	// formed (warnForming); under engMu.
+	formingWarned time.Time
 	// peerCluster holds the cluster each peer's last batch named, by ID,
 	// so that its founder is not allocated again per batch.
 	peerCluster sync.Map
@@ -424,6 +434,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
 	mux.HandleFunc(OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
 	mux.HandleFunc(OpMembers, n.allow(roleClient, n.whenStarted(n.serveMembers)))
+	mux.HandleFunc(OpBackup, n.allow(roleClient, n.whenStarted(n.serveBackup)))
 	sopts := topts
 	if len(cfg.Secrets) > 0 || len(cfg.Tokens) > 0 {
 		// Strangers get a handshake's budget until they prove a
@@ -456,8 +467,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	// A node given seeds joins a cluster: alone in its map (its seeds cut
 	// off), it waits rather than found a cluster of one (rule 9).
-	n.eng.SetJoining(n.ms.HasSeeds())
-	if !n.ms.HasSeeds() && !cfg.Client && cfg.DataDir == "" {
+	n.eng.SetJoining(n.ms.HasSeeds() || cfg.Expect > 1)
+	n.eng.SetExpect(cfg.Expect)
+	n.formingWarned = time.Now() // the first warning, if any, formingWarnEvery from now
+	if !n.ms.HasSeeds() && cfg.Expect <= 1 && !cfg.Client && cfg.DataDir == "" {
 		n.logger.Warn("fero: node: no seeds and no data directory: this server founds a new cluster whenever it finds no peer, each time it starts; restarted while cut off from the others, it takes writes alone, and they are dropped when it meets its cluster again; give it a data directory, or every server the others as seeds (docs/engine.md, rule 9)")
 	}
 	if err := n.ms.Start(ctx); err != nil {
@@ -502,7 +515,7 @@ func (n *Node) warnNoSeed() {
 		return // its seeds name only itself: it may found a cluster
 	}
 	n.noSeedSince = time.Now()
-	n.logger.Warn("fero: node: no seed answered: this node has joined no cluster, and a node given seeds founds none before it sees them, so it serves no writes (they wait out their timeout). It keeps trying the seeds: if they are starting too, this passes once one answers; if not, check that each is the gossip address of a running node of this resource (fero serve prints it when it starts, fero status lists them), or start the first server without seeds",
+	n.logger.Warn("fero: node: no seed answered: this node has joined no cluster, and a node given seeds founds none before it sees them, so it serves no writes (each is refused at once: cluster not formed). It keeps trying the seeds: if they are starting too, this passes once one answers; if not, check that each is the gossip address of a running node of this resource (fero serve prints it when it starts, fero status lists them), or start the first server without seeds",
 		"seeds", strings.Join(tried, ", "))
 }
 
@@ -971,6 +984,7 @@ func (n *Node) drive() {
 			n.probeServers(now)
 			n.engMu.Lock()
 			n.eng.Tick(now)
+			n.warnForming(now)
 			for _, p := range n.unmapped.expired(now) {
 				n.refuse(p, partition.ErrNoMap)
 			}
@@ -1595,12 +1609,13 @@ type clusterView struct {
 	foreign map[string]partition.ClusterID
 	yields  uint64
 	catchUp partition.CatchUp
+	forming string // partition.Engine.Forming
 }
 
 func (n *Node) clusterInfo(ctx context.Context) (clusterView, error) {
 	out := make(chan clusterView, 1)
 	q := func(e *partition.Engine) {
-		out <- clusterView{e.Voters(), e.Voting(), e.Cluster(), e.Foreign(), e.Yields(), e.CatchUp()}
+		out <- clusterView{e.Voters(), e.Voting(), e.Cluster(), e.Foreign(), e.Yields(), e.CatchUp(), e.Forming()}
 	}
 	if err := n.query(ctx, q); err != nil {
 		return clusterView{}, err

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"time"
 
 	"github.com/fero-go/fero/internal/partition"
@@ -75,4 +76,41 @@ func (n *Node) refuse(p proposal, err error) {
 	case p.done != nil:
 		n.complete(waiter{done: p.done, began: p.began, wait: p.req.Wait}, partition.Completion{Err: err})
 	}
+}
+
+// formingWarnEvery is how often a server that cannot form a cluster says
+// so at WARN.
+const formingWarnEvery = 5 * time.Second
+
+// warnForming logs, every formingWarnEvery, why this server has formed no
+// cluster yet (partition.Engine.Forming) and what its discovery found:
+// each seed and why it did not answer, the last DNS lookup. Without it a
+// server whose DNS failed, or whose seed is down, waited in silence (issue
+// 43). Under engMu.
+func (n *Node) warnForming(now time.Time) {
+	why := n.eng.Forming()
+	n.ms.SetEager(why != "")
+	if why == "" || now.Sub(n.formingWarned) < formingWarnEvery {
+		return
+	}
+	n.formingWarned = now
+	n.logger.Warn("fero: node: no cluster formed yet; this server takes no writes and is not ready until it forms one or joins a formed one: "+why,
+		n.discoveryAttrs()...)
+}
+
+// discoveryAttrs describes, for a log line, what the node's discovery
+// found: its seeds with why each did not answer, the last DNS lookup.
+func (n *Node) discoveryAttrs() []any {
+	var attrs []any
+	if seeds := n.ms.Seeds(); len(seeds) > 0 {
+		ss := make([]string, len(seeds))
+		for i, s := range seeds {
+			ss[i] = s.String()
+		}
+		attrs = append(attrs, "seeds", strings.Join(ss, ", "))
+	}
+	if d, ok := n.ms.DNS(); ok {
+		attrs = append(attrs, "dns", d.String())
+	}
+	return attrs
 }

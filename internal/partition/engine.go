@@ -149,6 +149,9 @@ func New(id string, st State, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.expect > 1 {
+		cfg.joining = true // never founds a cluster alone
+	}
 	if id == "" {
 		return nil, fmt.Errorf("%w: empty node id", ErrInvalidOption)
 	}
@@ -566,6 +569,9 @@ func (e *Engine) Propose(req Request) error {
 	if e.m == nil {
 		return ErrNoMap
 	}
+	if why := e.Forming(); why != "" {
+		return errs.Wrapf(ErrNotFormed, "%s", why)
+	}
 	if req.Turn == TurnNone {
 		if err := e.validate(req.Partition, req.Type, req.Value, req.Wait, req.K); err != nil {
 			return err
@@ -670,6 +676,11 @@ func (e *Engine) write(pt *part, w *write, o origin) error {
 			return ErrTurnEnded
 		}
 		return e.writeTurn(pt, w, o)
+	}
+	if why := e.Forming(); why != "" {
+		// Queued, it would wait out its deadline for a cluster that may
+		// not form: refused at once, with why (issue 43).
+		return errs.Wrapf(ErrNotFormed, "%s", why)
 	}
 	if !e.hasQuorum() {
 		return e.noQuorum()
@@ -990,6 +1001,49 @@ func inMap(m *ring.Map, id string) bool {
 // SetJoining changes [WithJoining]; the driver sets it once it knows
 // whether the node was given seeds.
 func (e *Engine) SetJoining(joining bool) { e.cfg.joining = joining }
+
+// SetExpect changes [WithExpect]; the driver sets it with SetJoining.
+func (e *Engine) SetExpect(n int) {
+	e.cfg.expect = max(n, 0)
+	if n > 1 {
+		e.cfg.joining = true // never founds a cluster alone
+	}
+}
+
+// ErrNotFormed: the node has not heard a formed cluster's configuration
+// and cannot form one yet (too few servers, or seeds not seen); it takes
+// no writes until it can. Definite: nothing was written.
+var ErrNotFormed = errs.New(errs.Unavailable, "cluster not formed")
+
+// Forming reports, for a node that has heard no formed cluster's
+// configuration, why it cannot form one yet: the servers its map holds
+// against what it needs (WithExpect, or every seed). Empty when it has
+// heard the configuration, is not joining, or can form as soon as the
+// servers of its map have exchanged their lists.
+func (e *Engine) Forming() string {
+	if !e.AwaitingConfig() || e.m == nil {
+		return ""
+	}
+	n := len(e.m.Members())
+	switch {
+	case e.cfg.expect > 0 && n < e.cfg.expect:
+		return fmt.Sprintf("this server sees %d of the %d servers a new cluster needs (--expect): %s",
+			n, e.cfg.expect, memberIDs(e.m))
+	case e.cfg.expect == 0 && len(e.unseenSeeds) > 0:
+		return "a new cluster forms once every seed is seen; seeds not seen: " + strings.Join(e.unseenSeeds, ", ")
+	case e.cfg.expect == 0 && n < 2:
+		return "this server sees no other server, and a server given seeds founds no cluster alone"
+	}
+	return ""
+}
+
+func memberIDs(m *ring.Map) string {
+	ids := make([]string, 0, len(m.Members()))
+	for _, s := range m.Members() {
+		ids = append(ids, s.ID)
+	}
+	return strings.Join(ids, ", ")
+}
 
 // SetUnseenSeeds tells the engine which of the seeds the node was given no
 // server of its current map answers at; the driver sets it with each map.

@@ -167,6 +167,16 @@ func WithSettleDelay(d time.Duration) Option {
 // cluster's when they meet (rule 9).
 func WithJoining() Option { return optionFunc(func(c *config) { c.joining = true }) }
 
+// WithExpect says how many servers form a new cluster (fero serve
+// --expect, Consul's bootstrap_expect): a node that has not heard a formed
+// cluster's configuration forms one only once its map holds at least n
+// servers and every one of them has sent its list (rule 9), whatever found
+// them (seeds, DNS, multicast, a port range). With n > 1 the node never
+// founds a cluster alone, as WithJoining; with n given, the seeds need
+// not all be seen (the count replaces that rule). 0 (the default) keeps
+// the seeds' rule: a node given seeds forms one once it sees every seed.
+func WithExpect(n int) Option { return optionFunc(func(c *config) { c.expect = n }) }
+
 // WithFirstID makes the ids this engine hands out (its fetches, forwarded
 // writes and snapshot streams) start after n. Peers answer by node id, so
 // a reply meant for an earlier incarnation of this node can reach this
@@ -181,6 +191,7 @@ func WithFirstID(n uint64) Option { return optionFunc(func(c *config) { c.firstI
 type config struct {
 	durable       bool
 	joining       bool
+	expect        int
 	firstID       uint64
 	settle        time.Duration
 	maxEntry      int

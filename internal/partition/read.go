@@ -51,6 +51,9 @@ func (e *Engine) ProposeRead(r ReadRequest) error {
 	if e.m == nil {
 		return ErrNoMap
 	}
+	if why := e.Forming(); why != "" {
+		return errs.Wrapf(ErrNotFormed, "%s", why)
+	}
 	if r.Partition < 0 || r.Partition >= len(e.parts) {
 		return errs.Errorf(errs.InvalidArgument, "partition %d out of range [0, %d)", r.Partition, len(e.parts))
 	}

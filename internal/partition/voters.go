@@ -302,9 +302,18 @@ func (e *Engine) mergeVoters(from string, vs []Voter) {
 // side, heard every server of its map (the newcomer) and the two formed a
 // cluster of their own, whose empty history, in higher terms, replaced
 // the formed cluster's Majority writes at the heal (fault suite seed
-// 8374). Its seeds are the cluster it belongs to.
+// 8374). Its seeds are the cluster it belongs to. With WithExpect, the
+// map must hold that many servers instead (the operator's count of the
+// new cluster, whatever found them).
 func (e *Engine) heardEveryGuess() bool {
-	if e.m == nil || len(e.m.Members()) < 2 || (e.cfg.joining && len(e.unseenSeeds) > 0) {
+	if e.m == nil || len(e.m.Members()) < 2 {
+		return false
+	}
+	if e.cfg.expect > 0 {
+		if len(e.m.Members()) < e.cfg.expect {
+			return false
+		}
+	} else if e.cfg.joining && len(e.unseenSeeds) > 0 {
 		return false
 	}
 	for _, s := range e.m.Members() {

@@ -50,6 +50,7 @@ type config struct {
 	replayAll          bool
 	connectWait        time.Duration
 	seedWait           time.Duration // WithRequireSeeds; 0: off
+	expect             int           // WithExpect; 0: off
 	wait               Wait
 	maxRequests        int
 	tick               time.Duration
@@ -237,6 +238,22 @@ func WithSeeds(addrs ...string) Option {
 // and serving no writes meanwhile (it logs a warning): a node given seeds
 // never founds a cluster before it has seen them.
 func WithRequireSeeds(wait time.Duration) Option { return func(c *config) { c.seedWait = wait } }
+
+// WithExpect says how many servers form a new cluster (Consul's
+// bootstrap_expect): a server that has not met a formed cluster forms one
+// only once it sees n servers (itself included) that see each other,
+// whatever found them (seeds, DNS, multicast, a port range), and until
+// then takes no writes (each refused at once with
+// code Unavailable, "cluster not formed: …"), is not ready, and says at
+// WARN every few seconds what it sees and which lookups failed. Give every
+// server of a new cluster the same n: the number you start, or at least a
+// majority of it, so that two groups cannot each form one. A server that
+// has met its cluster (its data directory remembers it) rejoins without
+// it, and joining a formed cluster never needs n servers. Without it, a
+// server given seeds forms a cluster once it sees every seed, and one
+// given none founds a cluster alone: with DNS discovery, one whose
+// lookups fail does.
+func WithExpect(n int) Option { return func(c *config) { c.expect = n } }
 
 // WithPortRange makes server nodes take a gossip port in [start, end] and
 // look for peers on every port of the range (the original's ports), on the

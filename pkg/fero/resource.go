@@ -73,6 +73,12 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.expect < 0:
+		return nil, errs.Errorf(errs.InvalidArgument, "WithExpect(%d): want the number of servers that form a new cluster, 1 or more", cfg.expect)
+	case cfg.expect > 0 && cfg.client:
+		return nil, errs.New(errs.InvalidArgument, "WithExpect is for servers: a client node forms no cluster")
+	}
 	if err := checkSecrets(cfg.secrets); err != nil {
 		return nil, err
 	}
@@ -85,7 +91,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
 		Membership: cfg.membership, Ring: cfg.ring, Engine: cfg.engine, Transport: cfg.transport,
 		Logger: r.logger, Tick: cfg.tick, MaxRequests: cfg.maxRequests, Secrets: cfg.secrets, Tokens: cfg.tokens,
 		DataDir: cfg.dataDir, Sync: cfg.fsync, Metrics: cfg.metrics != nil, Tracer: cfg.tracer,
-		Servers: cfg.attach, NoRetry: cfg.noRetry,
+		Servers: cfg.attach, NoRetry: cfg.noRetry, Expect: cfg.expect,
 	}
 	if len(cfg.attach) > 0 {
 		ncfg.Token = cfg.token

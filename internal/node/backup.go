@@ -1,0 +1,143 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
+)
+
+// OpBackup (call) answers one partition of the resource as its owner holds
+// it at one commit (a BackupPart, for `fero backup`). A node that does not
+// own the partition asks its owner, once (BackupRequest.Forwarded), over
+// its peer connection, so a backup through any one node reaches them all.
+const OpBackup uint32 = 13
+
+// BackupRequest is OpBackup's payload.
+type BackupRequest struct {
+	Partition int `msgpack:"p"`
+	// Forwarded: a node asks the owner on its caller's behalf; the owner
+	// answers itself or refuses, and does not forward again.
+	Forwarded bool `msgpack:"fwd,omitempty"`
+}
+
+// BackupPart is one partition at one commit: the owner's state under its
+// engine lock, so the keys are exactly those of the log up to Offset in
+// Epoch, with no write half applied.
+type BackupPart struct {
+	Partition int    `msgpack:"p"`
+	Owner     string `msgpack:"owner"`
+	Epoch     string `msgpack:"epoch"`
+	Offset    uint64 `msgpack:"offset"`
+	Keys      int    `msgpack:"keys"`
+	// Digest is doc.Store.PartitionDigest of the partition: a restored
+	// copy holds the same keys and values when its digest is equal.
+	Digest uint64 `msgpack:"digest"`
+	// Snapshot is the partition as doc.Store.Snapshot encodes it.
+	Snapshot []byte `msgpack:"snapshot"`
+}
+
+// backupTimeout bounds one partition's backup on the node.
+const backupTimeout = 30 * time.Second
+
+func (n *Node) serveBackup(r *transport.Request) {
+	var req BackupRequest
+	if err := wire.DecodeValue(r.Payload(), &req); err != nil {
+		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: backup request: %v", err))
+		return
+	}
+	if !n.spawn(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), backupTimeout)
+		defer cancel()
+		b, err := n.backup(ctx, req)
+		if err != nil {
+			_ = r.Fail(err)
+			return
+		}
+		if err := r.Reply(b); err != nil {
+			_ = r.Fail(errs.Errorf(errs.ResourceExhausted, "fero: backup of partition %d: %d bytes do not go in one message (%v): raise --max-frame on every node", req.Partition, len(b), err))
+		}
+	}) {
+		_ = r.Fail(ErrClosed)
+	}
+}
+
+// backup answers req here if this node owns the partition, or asks the
+// owner.
+func (n *Node) backup(ctx context.Context, req BackupRequest) ([]byte, error) {
+	if n.cfg.Client {
+		return nil, errs.New(errs.FailedPrecondition, "fero: a client node owns no partition; back up through a server")
+	}
+	owner, ok := n.ownerOf(req.Partition)
+	if ok && owner != n.id {
+		if req.Forwarded {
+			return nil, errs.Wrapf(partition.ErrNotOwner, "partition %d: this node's map names %s", req.Partition, owner)
+		}
+		c, err := n.connTo(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		fwd := req
+		fwd.Forwarded = true
+		p, err := msgpack.Marshal(fwd)
+		if err != nil {
+			return nil, err
+		}
+		return c.Call(ctx, OpBackup, p)
+	}
+	part, err := n.backupPart(ctx, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	return msgpack.Marshal(part)
+}
+
+// backupPart takes partition p as this node holds it, if it is the
+// partition's active owner: under the engine lock, so the state and the
+// offset belong together.
+func (n *Node) backupPart(ctx context.Context, p int) (*BackupPart, error) {
+	type result struct {
+		part *BackupPart
+		err  error
+	}
+	out := make(chan result, 1)
+	err := n.query(ctx, func(e *partition.Engine) {
+		if p < 0 || p >= e.Partitions() {
+			out <- result{err: errs.Errorf(errs.InvalidArgument, "fero: partition %d out of range [0, %d)", p, e.Partitions())}
+			return
+		}
+		st := e.Status(p)
+		if st.Role != partition.RoleOwner {
+			why := st.Why
+			if why == "" {
+				why = "not its owner"
+			}
+			out <- result{err: errs.Wrapf(partition.ErrNotOwner, "partition %d on %s: %s", p, n.id, why)}
+			return
+		}
+		snap, err := n.store.Snapshot(p)
+		if err != nil {
+			out <- result{err: err}
+			return
+		}
+		out <- result{part: &BackupPart{
+			Partition: p, Owner: n.id, Epoch: fmt.Sprint(st.Position.Epoch), Offset: st.Position.Offset,
+			Keys: n.store.PartitionLen(p), Digest: n.store.PartitionDigest(p), Snapshot: snap,
+		}}
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-out:
+		return r.part, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
