@@ -269,7 +269,11 @@ func FuzzAuth(f *testing.F) {
 		// node closed it between two calls, on a machine loaded enough
 		// that a run of refused inputs took that long. The target checks
 		// the exchanges, not the timeout (cmd/fero's preauth tests do).
-		c.Transport = []transport.Option{transport.WithOnConn(func(c *transport.Conn) { accepted <- c }), transport.WithAuthTimeout(time.Hour)}
+		// Nor the pace of new connections: it redials from one address
+		// thousands of times a second (transport's TestNewConnRate checks
+		// the pace).
+		c.Transport = []transport.Option{transport.WithOnConn(func(c *transport.Conn) { accepted <- c }), transport.WithAuthTimeout(time.Hour),
+			transport.WithNewConnRate(1e9, 1<<30)}
 	})
 	client := &reusableConn{addr: n.Addr()}
 	var served *transport.Conn // the node's end of client.c
