@@ -21,9 +21,10 @@ import (
 // resource kv and waits until all three vote.
 func threeServers(t *testing.T, ctx context.Context, prefix string) []*server {
 	t.Helper()
-	a := serve(t, "kv", "--id", prefix+"1", "--partitions", "31")
-	b := serve(t, "kv", "--id", prefix+"2", "--partitions", "31", "--seeds", a.gossip)
-	c := serve(t, "kv", "--id", prefix+"3", "--partitions", "31", "--seeds", a.gossip)
+	parts := strconv.Itoa(envInt(t, "FERO_BACKUP_PARTITIONS", 31))
+	a := serve(t, "kv", "--id", prefix+"1", "--partitions", parts)
+	b := serve(t, "kv", "--id", prefix+"2", "--partitions", parts, "--seeds", a.gossip)
+	c := serve(t, "kv", "--id", prefix+"3", "--partitions", parts, "--seeds", a.gossip)
 	ss := []*server{a, b, c}
 	waitReady(ctx, t, ss)
 	return ss
@@ -34,9 +35,9 @@ func threeServers(t *testing.T, ctx context.Context, prefix string) []*server {
 // one commit, no pause), `fero restore` seeds a fresh cluster from the
 // file, and every node of it then holds the backup's digest; a damaged or
 // cut-short file is refused before anything is written, and so is a
-// resource that already holds keys. FERO_BACKUP_KEYS and FERO_BACKUP_VALUE
-// make it larger: the published 1 GB figure is 100,000 keys of 10,000
-// bytes.
+// resource that already holds keys. FERO_BACKUP_KEYS, FERO_BACKUP_VALUE
+// and FERO_BACKUP_PARTITIONS make it larger: the published 1 GB figure is
+// 100,000 keys of 10,000 bytes in 271 partitions (the default count).
 func TestBackupRestore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -89,7 +90,7 @@ func TestBackupRestore(t *testing.T) {
 			_ = s.cmd.Process.Kill()
 		}
 	}
-	require.Contains(t, out, `backup of "kv": 31 partitions, `)
+	require.Contains(t, out, fmt.Sprintf(`backup of "kv": %d partitions, `, envInt(t, "FERO_BACKUP_PARTITIONS", 31)))
 	require.Positive(t, during, "writes went on during the backup")
 	matches, _ := filepath.Glob(file + ".partial-*")
 	require.Empty(t, matches, "no partial file left")

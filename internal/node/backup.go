@@ -43,6 +43,9 @@ type BackupPart struct {
 	Snapshot []byte `msgpack:"snapshot"`
 }
 
+// backupFrameSlack is what a reply's frame adds to its payload, at most.
+const backupFrameSlack = 64
+
 // backupTimeout bounds one partition's backup on the node.
 const backupTimeout = 30 * time.Second
 
@@ -60,9 +63,11 @@ func (n *Node) serveBackup(r *transport.Request) {
 			_ = r.Fail(err)
 			return
 		}
-		if err := r.Reply(b); err != nil {
-			_ = r.Fail(errs.Errorf(errs.ResourceExhausted, "fero: backup of partition %d: %d bytes do not go in one message (%v): raise --max-frame on every node", req.Partition, len(b), err))
+		if max := r.Conn().MaxFrame() - backupFrameSlack; len(b) > max {
+			_ = r.Fail(errs.Errorf(errs.ResourceExhausted, "fero: backup of partition %d: its %d bytes do not go in one message of at most %d: raise --max-frame on every node (a partition travels whole)", req.Partition, len(b), max))
+			return
 		}
+		_ = r.Reply(b)
 	}) {
 		_ = r.Fail(ErrClosed)
 	}

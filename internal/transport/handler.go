@@ -160,6 +160,10 @@ func (r *Request) More() bool { return r.conn.more }
 // Conn returns the connection the request arrived on.
 func (r *Request) Conn() *Conn { return r.conn }
 
+// MaxFrame returns the largest frame body the connection sends or takes
+// (WithMaxFrame): a reply larger than it cannot be sent.
+func (c *Conn) MaxFrame() int { return c.cfg.maxFrame }
+
 // Context is cancelled when the caller cancels the call, when the request
 // has been answered, or when the connection closes.
 func (r *Request) Context() context.Context {

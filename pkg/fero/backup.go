@@ -108,7 +108,13 @@ func (c *Remote) backupPart(ctx context.Context, p int) (*node.BackupPart, error
 			}
 			return &part, nil
 		}
-		if code := errs.CodeOf(err); code != errs.Unavailable && code != errs.Aborted && !errors.Is(err, partition.ErrNotOwner) {
+		switch code := errs.CodeOf(err); {
+		case ctx.Err() != nil:
+			return nil, err
+		case code == errs.Unavailable, code == errs.Aborted, code == errs.DeadlineExceeded, errors.Is(err, partition.ErrNotOwner):
+			// Ownership moving, the owner busy past the node's bound for
+			// one partition: ask again.
+		default:
 			return nil, err
 		}
 		select {
@@ -184,7 +190,7 @@ func (c *Remote) Restore(ctx context.Context, r io.ReadSeeker, opts RestoreOptio
 				if wctx.Err() != nil {
 					continue
 				}
-				if err := c.Update(wctx, w.key, w.val, Majority); err != nil {
+				if err := c.restoreWrite(wctx, w.key, w.val); err != nil {
 					cancel(fmt.Errorf("fero: restore %q: %w", w.key, err))
 				}
 			}
@@ -228,4 +234,33 @@ func (c *Remote) Restore(ctx context.Context, r io.ReadSeeker, opts RestoreOptio
 	out.Digest = doc.CombineDigests(digests)
 	out.Took = time.Since(began)
 	return out, nil
+}
+
+// restoreWrite writes one restored key, a Majority UPDATE, until it
+// succeeds, fails in a way another try will not change, or ctx ends.
+// Writing the same value twice is harmless, so it goes without the
+// Remote's exactly-once sequence: 64 writes in flight on one writer, all
+// to one partition (a restore goes partition by partition), passed the
+// 64 outcomes a partition remembers of a writer, and a first attempt was
+// refused as "a retry older than the owner's memory of its writer".
+func (c *Remote) restoreWrite(ctx context.Context, key string, val msgpack.RawMessage) error {
+	opts := node.CallOpts{Wait: Majority.spec()}
+	backoff := 20 * time.Millisecond
+	for {
+		_, err := c.callNode(ctx, "fero.restore", VerbUpdate, key, val, opts)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		switch errs.CodeOf(err) {
+		case errs.Unavailable, errs.Aborted, errs.DeadlineExceeded, errs.ResourceExhausted:
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
