@@ -44,25 +44,7 @@ func phasedDNSServer(t *testing.T, name string, addrs []string, mode *atomic.Int
 			// takes it for a lame referral.
 			m.Authoritative, m.RecursionAvailable = true, true
 		case dnsRight:
-			for _, q := range r.Question {
-				for i, a := range addrs {
-					host, port, _ := net.SplitHostPort(a)
-					p, _ := strconv.Atoi(port)
-					target := "n" + strconv.Itoa(i) + ".fero.test."
-					switch {
-					case q.Qtype == dns.TypeSRV && q.Name == name:
-						m.Answer = append(m.Answer, &dns.SRV{
-							Hdr:      dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET},
-							Priority: 0, Weight: 10, Port: uint16(p), Target: target,
-						})
-					case q.Qtype == dns.TypeA && q.Name == target:
-						m.Answer = append(m.Answer, &dns.A{
-							Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET},
-							A:   net.ParseIP(host),
-						})
-					}
-				}
-			}
+			answerRecords(m, r, name, addrs)
 		}
 		_ = w.WriteMsg(m)
 	})

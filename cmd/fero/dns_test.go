@@ -30,29 +30,10 @@ func dnsServer(t *testing.T, name string, addrs []string) (string, func() int) {
 	mux.HandleFunc("fero.test.", func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
-		for _, q := range r.Question {
-			for i, a := range addrs {
-				host, port, _ := net.SplitHostPort(a)
-				p, _ := strconv.Atoi(port)
-				target := "n" + strconv.Itoa(i) + ".fero.test."
-				switch {
-				case q.Qtype == dns.TypeSRV && q.Name == name:
-					if i == 0 {
-						mu.Lock()
-						queries++
-						mu.Unlock()
-					}
-					m.Answer = append(m.Answer, &dns.SRV{
-						Hdr:      dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET},
-						Priority: 0, Weight: 10, Port: uint16(p), Target: target,
-					})
-				case q.Qtype == dns.TypeA && q.Name == target:
-					m.Answer = append(m.Answer, &dns.A{
-						Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET},
-						A:   net.ParseIP(host),
-					})
-				}
-			}
+		if answerRecords(m, r, name, addrs) {
+			mu.Lock()
+			queries++
+			mu.Unlock()
 		}
 		_ = w.WriteMsg(m)
 	})
@@ -64,6 +45,33 @@ func dnsServer(t *testing.T, name string, addrs []string) (string, func() int) {
 		defer mu.Unlock()
 		return queries
 	}
+}
+
+// answerRecords adds to m the answers to r's questions: SRV records for
+// name whose targets are the hosts of addrs (n0.fero.test., ...), and
+// those hosts' A records. It reports whether r asked for the SRV records.
+func answerRecords(m, r *dns.Msg, name string, addrs []string) (srv bool) {
+	for _, q := range r.Question {
+		for i, a := range addrs {
+			host, port, _ := net.SplitHostPort(a)
+			p, _ := strconv.Atoi(port)
+			target := "n" + strconv.Itoa(i) + ".fero.test."
+			switch {
+			case q.Qtype == dns.TypeSRV && q.Name == name:
+				srv = true
+				m.Answer = append(m.Answer, &dns.SRV{
+					Hdr:      dns.RR_Header{Name: name, Rrtype: dns.TypeSRV, Class: dns.ClassINET},
+					Priority: 0, Weight: 10, Port: uint16(p), Target: target,
+				})
+			case q.Qtype == dns.TypeA && q.Name == target:
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET},
+					A:   net.ParseIP(host),
+				})
+			}
+		}
+	}
+	return srv
 }
 
 // TestServeDNSDiscovery (issue 19): three fero serve processes given no
