@@ -60,14 +60,15 @@ func (n *Node) nextOnce() Once {
 
 // retryable says whether an attempt that failed with err is sent again,
 // with the same Once: the cluster lost track of it (the connection broke
-// with it in flight, its owner left the cluster, closed, or lost the
-// partition after committing it), so it may or may not have happened. (A
+// with it in flight, here or between the node it reached and the owner,
+// its owner left the cluster, closed, or lost the partition after
+// committing it), so it may or may not have happened. (A
 // caller's own node that closes ends the retries: pause says so.) A handler's
 // own error is its answer, and the caller's deadline ends the retries.
 func retryable(err error) bool {
 	return errors.Is(err, transport.ErrConnLost) || errors.Is(err, partition.ErrOwnershipLost) ||
 		errors.Is(err, partition.ErrOwnerGone) || errors.Is(err, partition.ErrForwardLost) ||
-		errors.Is(err, errClosedInFlight)
+		errors.Is(err, errClosedInFlight) || errors.Is(err, errForwardLost)
 }
 
 // onceRecord is the record of change c sent as o: a batch that names its

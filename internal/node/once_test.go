@@ -191,3 +191,95 @@ func forwardsWaiting(t *testing.T, n *Node) int {
 	require.NoError(t, n.query(context.Background(), func(e *partition.Engine) { out <- e.Forwards() }))
 	return <-out
 }
+
+// TestForwardedCallRetriedWhenItsOwnerConnectionBreaks: a verb call that
+// reached a server that does not own its key (the caller's map was
+// stale, as during a rolling restart) is forwarded to the owner; when the
+// forwarder's connection to the owner breaks with the call in flight, the
+// caller is told something it makes again (the call may have run), and
+// the verb applies once. Before, the forwarder relayed its own "transport
+// closed with the call in flight", which crossed the wire as a plain
+// Aborted that the caller took as the handler's answer: CI's
+// TestRegisterDuringRollingRestart saw two of three registrations fail so.
+func TestForwardedCallRetriedWhenItsOwnerConnectionBreaks(t *testing.T) {
+	nw := memnet.New(43)
+	var a *Node
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	var runs atomic.Int32
+	h := func(ctx context.Context, req *Request) ([]byte, error) {
+		if req.Verb != "slow" {
+			return nil, errs.Errorf(errs.Unimplemented, "no verb %q", req.Verb)
+		}
+		runs.Add(1)
+		entered <- struct{}{}
+		<-release
+		// The verb's effect, an increment in its turn: what must happen
+		// once. (A run whose caller's connection closed may commit
+		// nothing; then a second run is right.)
+		n := uint64(0)
+		if v, ok := a.Store().Get(req.Key); ok {
+			n = v.(uint64)
+		}
+		if _, err := a.Write(ctx, doc.Change{Type: wire.RecordUpdate, Key: req.Key, Value: wire.AppendUint(nil, n+1)}, partition.WaitAck, 0); err != nil {
+			return nil, err
+		}
+		return []byte("done"), nil
+	}
+	a = startNodeWith(t, nw, "a", false, h)
+	b := startNodeWith(t, nw, "b", false, h, a.Membership().Local().Gossip)
+	t.Cleanup(releaseAll) // runs before the nodes close (they wait for their handlers)
+	nodes := []*Node{a, b}
+	require.Eventually(t, func() bool { return settled(nodes, 2) }, 20*time.Second, 10*time.Millisecond)
+	var key string
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if o, ok := a.Map().Owner(a.Store().PartitionOf(k)); ok && o.ID == "a" {
+			key = k
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	peer, err := transport.Dial(ctx, b.Addr())
+	require.NoError(t, err)
+	defer peer.Close()
+	answered := make(chan error, 1)
+	var reply []byte
+	go func() {
+		var err error
+		reply, err = CallNodeWith(ctx, peer, "slow", key, nil, CallOpts{Once: NewWriter("caller").Next()})
+		answered <- err
+	}()
+	select {
+	case <-entered:
+	case err := <-answered:
+		t.Fatalf("answered before the handler ran: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the handler never ran")
+	}
+	// b's connection to a breaks, on b's side, with the call in flight.
+	for _, pair := range [][2]*Node{{b, a}, {a, b}} {
+		if c := pair[0].pool.lookup(pair[1].ID()); c != nil {
+			c.Close()
+		}
+	}
+	// The caller makes the call again (it waits for the turn the first
+	// attempt holds), and is answered with the first run's reply.
+	select {
+	case err := <-answered:
+		t.Fatalf("the caller was answered while the first attempt still ran: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	releaseAll()
+	select {
+	case err := <-answered:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the call was never answered")
+	}
+	assert.Equal(t, "done", string(reply))
+	v, ok := a.Store().Get(key)
+	require.True(t, ok, "the verb's write is not in the owner's state")
+	assert.Equal(t, "1", fmt.Sprint(v), "the verb applied more than once (it ran %d times)", runs.Load())
+}

@@ -340,7 +340,7 @@ func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []b
 	}
 	err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
 		if err != nil {
-			_ = r.Fail(err)
+			_ = r.Fail(forwardFailure(err))
 			return
 		}
 		_ = r.Reply(reply)

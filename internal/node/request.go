@@ -924,7 +924,7 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 		err := c.Go(r.Context(), op, b, func(reply []byte, err error) {
 			finish(err)
 			if err != nil {
-				_ = r.Fail(err)
+				_ = r.Fail(forwardFailure(err))
 				return
 			}
 			_ = r.Reply(reply)
@@ -969,6 +969,24 @@ func (n *Node) forward(r *transport.Request, owner string, wr *wireRequest, fini
 		finish(ErrClosed)
 		_ = r.Fail(ErrClosed)
 	}
+}
+
+// errForwardLost answers a request forwarded (or relayed) to its owner
+// whose connection to the owner broke with it in flight: the owner may
+// have run it, so it is indefinite, and its caller makes it again with
+// the same sequence (rule 16). It is a sentinel so that the caller
+// recognises it after it has crossed the wire; the connection's own
+// error would reach the caller as a plain Aborted, the handler's answer
+// to all it can tell.
+var errForwardLost = errs.New(errs.Aborted, "the connection to the owner broke with the request in flight")
+
+// forwardFailure is what the caller of a forwarded request is told when
+// the forward failed with err.
+func forwardFailure(err error) error {
+	if errors.Is(err, transport.ErrConnLost) || errors.Is(err, errForwardLost) {
+		return errForwardLost
+	}
+	return err
 }
 
 // spawn runs f in a goroutine Close waits for, unless the node is closing.
