@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,7 +42,10 @@ type runFlags struct {
 	maxTime  time.Duration
 	parallel int
 	dataDirs string
-	workload []string
+	// upgradeFrom and oldFero name the build a rolling upgrade starts on;
+	// upgradeBin is the build it goes to (set by runRun).
+	upgradeFrom, oldFero, upgradeBin string
+	workload                         []string
 }
 
 func newRun() *cobra.Command {
@@ -84,11 +88,19 @@ one; the seed varies only the workload (its keys and operations):
   oneway        that server's packets to another server dropped for 60s
                 (gossip keeps both alive), while writers through every
                 server write Majority: each server's acked writes must
-                keep half their rate from 4s on, and none may be lost`,
+                keep half their rate from 4s on, and none may be lost
+  upgrade       a rolling upgrade: the servers start on the build of
+                --upgrade-from (a commit) or --old-fero (a binary), and
+                each in turn, 20s apart, gets SIGTERM and starts 4s later
+                on its data with this build, while writers through every
+                server write Majority: a write may fail only from a
+                server's SIGTERM to 10s after its new start, and none may
+                be lost`,
 		Example: `  fero-chaos run --seeds 1-250 --nodes 3,5 --out .chaos/full
   fero-chaos run --seed 17 --nodes 5
   fero-chaos run --seed 3 --server-arg=--quorum=2
   fero-chaos run --scenario paused-owner --seeds 1-50
+  fero-chaos run --scenario upgrade --upgrade-from 0a70971 --workload counter
   fero-chaos run --seeds 1-6 --nodes 3,5 --workload counter,bank`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -116,6 +128,8 @@ one; the seed varies only the workload (its keys and operations):
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print every step and process event as it happens")
 	fl.IntVar(&f.parallel, "parallel", 1, "seeds run at once, each on a network of its own (lines print as seeds end)")
 	fl.DurationVar(&f.maxTime, "max-time", 0, "start no seed after this long (0: no limit); seeds left out fail the run")
+	fl.StringVar(&f.upgradeFrom, "upgrade-from", "", "with --scenario upgrade: the commit of this repository the servers start on (built from a git worktree of it); they are upgraded to this build")
+	fl.StringVar(&f.oldFero, "old-fero", "", "with --scenario upgrade: the fero binary the servers start on, instead of --upgrade-from")
 	fl.StringVar(&f.dataDirs, "data-dirs", "off", "servers keep data directories (--data-dir, --fsync group), so a killed server restarts with its data and vote: off, on, or odd (odd-numbered seeds)")
 	return cmd
 }
@@ -159,6 +173,13 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 			return fmt.Errorf("--nodes: %d servers: want 1 to 9", n)
 		}
 	}
+	if (f.upgradeFrom != "" || f.oldFero != "") != (f.scenario == chaos.ScenarioUpgrade) || (f.upgradeFrom != "" && f.oldFero != "") {
+		return fmt.Errorf("--scenario %s takes one of --upgrade-from and --old-fero, and they go with it alone", chaos.ScenarioUpgrade)
+	}
+	if f.scenario == chaos.ScenarioUpgrade {
+		// An upgrade keeps each server's data across its restart.
+		f.dataDirs = "on"
+	}
 	if f.scenario != "" {
 		if !slices.Contains(chaos.Scenarios, f.scenario) {
 			return fmt.Errorf("--scenario %q: want one of %s", f.scenario, strings.Join(chaos.Scenarios, ", "))
@@ -196,6 +217,18 @@ func runRun(ctx context.Context, cmd *cobra.Command, f *runFlags) error {
 		if feroBin, err = buildFero(ctx, filepath.Join(f.out, "bin")); err != nil {
 			return err
 		}
+	}
+	f.upgradeBin = ""
+	if f.scenario == chaos.ScenarioUpgrade {
+		// The servers start on the old build and are upgraded to this one.
+		old := f.oldFero
+		if old == "" {
+			fmt.Fprintf(w, "fero-chaos: building fero at %s\n", f.upgradeFrom)
+			if old, err = buildFeroAt(ctx, filepath.Join(f.out, "bin"), f.upgradeFrom); err != nil {
+				return err
+			}
+		}
+		f.upgradeBin, feroBin = feroBin, old
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -272,7 +305,7 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 	cfg := chaos.Config{
 		Seed: seed, Servers: servers, Clients: clients, Spare: !f.noSpare, Kind: kind,
 		Duration: f.duration, Settle: f.settle, Gap: f.gap, Kinds: kinds, Scenario: f.scenario,
-		Fero: feroBin, ServerArgs: f.args, Workload: []string{self, "workload"},
+		Fero: feroBin, Upgrade: f.upgradeBin, ServerArgs: f.args, Workload: []string{self, "workload"},
 		Rate: f.rate, Keys: f.keys, Converge: f.converge,
 		Out:   filepath.Join(f.out, dir),
 		Check: runCheck,
@@ -306,6 +339,47 @@ func runSeed(ctx context.Context, w io.Writer, mu *sync.Mutex, sum *summary, f *
 
 // buildFero builds ./cmd/fero of the module fero-chaos runs in.
 func buildFero(ctx context.Context, dir string) (string, error) { return buildCmd(ctx, dir, "fero") }
+
+// buildFeroAt builds ./cmd/fero as it was at commit rev of the repository
+// fero-chaos runs in, from a git worktree of it that it removes after.
+func buildFeroAt(ctx context.Context, dir, rev string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("build fero at %s: run fero-chaos inside fero's repository, or give --old-fero (go env GOMOD: %q, %v)", rev, mod, err)
+	}
+	root := filepath.Dir(mod)
+	if b, err := exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", rev+"^{commit}").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fero at %s: no such commit in %s (a shallow clone? git fetch --unshallow): %v %s", rev, root, err, b)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.MkdirTemp(dir, "src-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Remove(src); err != nil { // git worktree add makes it
+		return "", err
+	}
+	if b, err := exec.CommandContext(ctx, "git", "-C", root, "worktree", "add", "--detach", src, rev).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fero at %s: git worktree add: %v\n%s", rev, err, b)
+	}
+	defer func() {
+		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
+	}()
+	name := "fero-" + rev
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	bin := filepath.Join(dir, name)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fero")
+	build.Dir = src
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fero at %s: %w\n%s", rev, err, b)
+	}
+	return bin, nil
+}
 
 // parseSeeds reads "1-250" or "1,5,9-12".
 func parseSeeds(s string) ([]uint64, error) {

@@ -52,6 +52,10 @@ type ClusterConfig struct {
 	// DataDirs gives every server <Dir>/<node>.data as its data directory,
 	// with the group fsync policy: a restarted server loads its data.
 	DataDirs bool
+	// Upgrade, when set, is the binary every server runs from its second
+	// start on (ScenarioUpgrade): a server restarted after a leave comes
+	// back on it, as in a rolling upgrade.
+	Upgrade string
 	// TLS runs the data plane over TLS: StartCluster makes a CA and one
 	// node certificate in PKIDir(Dir) (`fero certs`), every server serves
 	// with it, and the harness's own commands and clients check it
@@ -314,11 +318,15 @@ func (c *Cluster) launch(node string, waitServers int) (*proc, error) {
 
 	logPath := filepath.Join(c.cfg.Dir, node+".log")
 	args := c.ServeArgs(node, waitServers)
-	header := fmt.Sprintf("--- chaos: start %d of %s at %s: fero %s\n", nth, node, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	bin := c.cfg.Fero
+	if c.cfg.Upgrade != "" && nth > 1 {
+		bin = c.cfg.Upgrade
+	}
+	header := fmt.Sprintf("--- chaos: start %d of %s at %s: %s %s\n", nth, node, time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	if err := appendFile(logPath, header); err != nil {
 		return nil, fmt.Errorf("chaos: start %s: %w", node, err)
 	}
-	p, err := c.spawn(node, append([]string{c.cfg.Fero}, args...), logPath, logPath)
+	p, err := c.spawn(node, append([]string{bin}, args...), logPath, logPath)
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,9 @@ type Config struct {
 	// Fero is the fero binary; ServerArgs are extra `fero serve` flags.
 	Fero       string
 	ServerArgs []string
+	// Upgrade is the fero binary the servers run after their upgrade
+	// (ScenarioUpgrade; Fero is then the build they start on).
+	Upgrade string
 	// DataDirs gives every server a data directory in Out (--data-dir,
 	// --fsync group): a killed server restarts with its data and its vote.
 	DataDirs bool
@@ -200,6 +203,8 @@ func (r *runner) run(ctx context.Context) (err error) {
 		return errors.New("chaos: no fero binary")
 	case cfg.Clients > 0 && len(cfg.Workload) == 0:
 		return errors.New("chaos: clients but no workload command")
+	case cfg.Scenario == ScenarioUpgrade && (cfg.Upgrade == "" || !cfg.DataDirs):
+		return fmt.Errorf("chaos: %s needs the build to upgrade to (Config.Upgrade) and data directories", cfg.Scenario)
 	}
 	if cfg.Converge <= 0 {
 		r.cfg.Converge, cfg.Converge = 60*time.Second, 60*time.Second
@@ -250,7 +255,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	}
 	cl, err := StartCluster(ctx, nt, ClusterConfig{
 		Fero: cfg.Fero, Resource: "chaos", Servers: servers, Spare: spare,
-		Args: args, Dir: cfg.Out, Logf: r.logf, DataDirs: cfg.DataDirs,
+		Args: args, Dir: cfg.Out, Logf: r.logf, DataDirs: cfg.DataDirs, Upgrade: cfg.Upgrade,
 	})
 	if err != nil {
 		return err
@@ -269,7 +274,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	}
 
 	var via *viaRun
-	if cfg.Scenario == ScenarioOneWay {
+	if cfg.Scenario == ScenarioOneWay || cfg.Scenario == ScenarioUpgrade {
 		if len(clients) == 0 {
 			return fmt.Errorf("chaos: %s writes through the servers from a client's namespace: it needs a client", cfg.Scenario)
 		}
@@ -343,14 +348,21 @@ func (r *runner) checkVia(ctx context.Context, via *viaRun, sched *Schedule, cl 
 	f := sched.Faults[0]
 	servers, _, _ := r.cfg.Nodes()
 	recs := via.records()
-	reps, anomalies := CheckVia(recs, servers, f.Start, f.Stop, OneWayBound)
+	var report string
+	var anomalies []Anomaly
+	if r.cfg.Scenario == ScenarioUpgrade {
+		report, anomalies = CheckUpgradeVia(recs, servers, sched.Faults)
+	} else {
+		var reps []ViaReport
+		reps, anomalies = CheckVia(recs, servers, f.Start, f.Stop, OneWayBound)
+		report = FormatVia(reps, f.Start, f.Stop)
+	}
 	vctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	reader := cl.Running()
 	if len(reader) > 0 {
 		anomalies = append(anomalies, via.verify(vctx, reader[0])...)
 	}
-	report := FormatVia(reps, f.Start, f.Stop)
 	acked := 0
 	for _, rec := range recs {
 		if rec.OK {

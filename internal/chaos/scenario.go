@@ -34,10 +34,20 @@ const (
 	// from OneWayBound on, and every acked one must be there after the
 	// heal.
 	ScenarioOneWay = "oneway"
+	// ScenarioUpgrade is a rolling upgrade (issue 43): the cluster starts
+	// on one build (Config.Fero, an earlier one) and each server in turn,
+	// UpgradeEvery apart, is stopped as an orchestrator stops it (SIGTERM:
+	// it leaves gracefully) and started UpgradeDown later on the same data
+	// directory with the other build (Config.Upgrade), while the clients
+	// and writers through every server (via.go) write Majority. Besides
+	// the safety checkers, CheckUpgradeVia holds every failed write through
+	// a server to the window of some server's upgrade, and every acked one
+	// must be there at the end.
+	ScenarioUpgrade = "upgrade"
 )
 
 // Scenarios lists the scenarios by name.
-var Scenarios = []string{ScenarioPausedOwner, ScenarioLongSplit, ScenarioOneWay}
+var Scenarios = []string{ScenarioPausedOwner, ScenarioLongSplit, ScenarioOneWay, ScenarioUpgrade}
 
 const (
 	// scenarioWarmup runs the workload unhindered first: clients up,
@@ -58,6 +68,21 @@ const (
 	OneWayLength = 60 * time.Second
 	// oneWayAfter is the workload after the heal.
 	oneWayAfter = 5 * time.Second
+	// UpgradeDown is how long an upgraded server is down: from its
+	// SIGTERM to the start of the new build (its graceful leave takes 1-3 s
+	// with lan's timers).
+	UpgradeDown = 4 * time.Second
+	// UpgradeEvery is the time between two servers' upgrades: as a
+	// rolling deploy waits for each server's readiness, the next goes
+	// down once the last votes again (the injector also waits for that,
+	// up to 20 s).
+	UpgradeEvery = 20 * time.Second
+	// UpgradeWindow is how long after its new build starts a server's
+	// upgrade may still fail writes: the server comes up, catches up and
+	// takes its partitions back (lan's failover is 1.7-2.2 s).
+	UpgradeWindow = 10 * time.Second
+	// upgradeAfter is the workload after the last upgrade.
+	upgradeAfter = 15 * time.Second
 )
 
 // The placement options `fero serve` uses by default; the harness passes
@@ -139,6 +164,20 @@ func scenario(cfg ScheduleConfig) (*Schedule, error) {
 		}
 		f.Stop = f.Start + OneWayLength
 		cfg.Duration = f.Stop + oneWayAfter
+	case ScenarioUpgrade:
+		if len(cfg.Servers) < 3 {
+			return nil, fmt.Errorf("chaos: %s needs 3 servers or more, so a majority runs on while one is upgraded", cfg.Scenario)
+		}
+		var fs []Fault
+		for i, srv := range cfg.Servers {
+			start := scenarioWarmup + time.Duration(i)*UpgradeEvery
+			fs = append(fs, Fault{ID: i + 1, Kind: KindLeave, Node: srv, Start: start, Stop: start + UpgradeDown})
+		}
+		cfg.Duration = fs[len(fs)-1].Stop + upgradeAfter
+		cfg.Kinds, cfg.Gap = []Kind{KindLeave}, 0
+		s := &Schedule{Config: cfg, Faults: fs}
+		s.steps()
+		return s, nil
 	}
 	cfg.Kinds, cfg.Gap = []Kind{f.Kind}, 0
 	s := &Schedule{Config: cfg, Faults: []Fault{f}}

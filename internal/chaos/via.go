@@ -364,3 +364,54 @@ func writeVia(dir, report string, recs []ViaRecord) error {
 		os.WriteFile(filepath.Join(dir, "via.txt"), []byte(report), 0o644),
 		os.WriteFile(filepath.Join(dir, "via.records.txt"), []byte(b.String()), 0o644))
 }
+
+// CheckUpgradeVia is the rolling upgrade's availability checker: a write
+// through a server may fail only within some server's upgrade, from its
+// SIGTERM (less a write's deadline: one invoked just before may fail at
+// it) to UpgradeWindow after its new build started. It returns a report
+// of the failed writes per upgrade and an anomaly for each failed write
+// outside every upgrade.
+func CheckUpgradeVia(recs []ViaRecord, servers []string, ups []Fault) (string, []Anomaly) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "writes through each server (Majority, %v deadline, %d writers of at most %d/s each) during the rolling upgrade:\n",
+		viaTimeout, viaWriters, int(time.Second/viaInterval))
+	within := make([]map[string]int, len(ups))
+	for i := range within {
+		within[i] = map[string]int{}
+	}
+	var out []Anomaly
+	acked := map[string]int{}
+	for _, r := range recs {
+		if r.OK {
+			acked[r.Server]++
+			continue
+		}
+		in := -1
+		for i, f := range ups {
+			if r.Invoke >= f.Start-viaTimeout && r.Invoke < f.Stop+UpgradeWindow {
+				in = i
+				break
+			}
+		}
+		if in < 0 {
+			out = append(out, Anomaly{Kind: "via-unavailable", Key: r.Key, Message: fmt.Sprintf(
+				"Majority write %s=%d through %s invoked at %v failed outside every server's upgrade: %s",
+				r.Key, r.Value, r.Server, r.Invoke.Round(time.Millisecond), r.Err)})
+			continue
+		}
+		within[in][r.Server]++
+	}
+	for i, f := range ups {
+		fmt.Fprintf(&b, "  %s upgraded: down %v to %v, window to %v; failed through", f.Node, f.Start, f.Stop, f.Stop+UpgradeWindow)
+		for _, s := range servers {
+			fmt.Fprintf(&b, " %s %d", s, within[i][s])
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "  acked:")
+	for _, s := range servers {
+		fmt.Fprintf(&b, " %s %d", s, acked[s])
+	}
+	fmt.Fprintf(&b, "; failed outside every upgrade: %d\n", len(out))
+	return b.String(), out
+}

@@ -346,6 +346,9 @@ func (n *Node) serveTail(r *transport.Request) {
 // MemberReport.Conn).
 func (n *Node) connReport(id string) string {
 	if by, ok := n.pool.initiatorOf(id); ok {
+		if v := n.pool.protocolOf(id); v != 0 {
+			by += fmt.Sprintf(", protocol %d", v)
+		}
 		n.smu.Lock()
 		defer n.smu.Unlock()
 		if sq, ok := n.spills[id]; ok {

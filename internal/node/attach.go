@@ -83,7 +83,9 @@ func (n *Node) serveAttach(r *transport.Request, h hello) {
 		}
 		return
 	}
-	b, err := msgpack.Marshal(hello{ID: n.id})
+	out := hello{ID: n.id}
+	n.pool.proto.announce(&out)
+	b, err := msgpack.Marshal(out)
 	if err != nil {
 		_ = r.Fail(err)
 		return

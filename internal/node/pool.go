@@ -40,6 +40,12 @@ type hello struct {
 	// Attach marks an attached client's hello (attach.go): it comes on a
 	// connection that proved a client token, and carries no nonce.
 	Attach bool `msgpack:"a,omitempty"`
+	// Proto and MinProto are the newest and oldest protocol versions the
+	// sender speaks, Feat its optional features (protocol.go); a hello
+	// without them is protocol 1's.
+	Proto    uint32   `msgpack:"pv,omitempty"`
+	MinProto uint32   `msgpack:"pmin,omitempty"`
+	Feat     []string `msgpack:"feat,omitempty"`
 }
 
 // helloProof is the caller's MAC (OpHelloProof).
@@ -75,7 +81,12 @@ type pool struct {
 	// broke; it was not replaced by a newer one); nil: nobody is.
 	onLost func(id string)
 
+	// proto is the range of protocol versions this node speaks: ours,
+	// but for tests of nodes of other builds.
+	proto protoRange
+
 	mu      sync.Mutex
+	protos  map[string]uint32           // the protocol spoken with each peer, by the last hello
 	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
 	conns   map[string]pooled
 	byConn  map[*transport.Conn]string        // every adopted connection's peer, losers included until closed
@@ -90,6 +101,7 @@ type pool struct {
 type proving struct {
 	id           string
 	mine, theirs []byte // nonces
+	proto        uint32 // the protocol version agreed by the hellos
 }
 
 type pooled struct {
@@ -98,7 +110,7 @@ type pooled struct {
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, logger: slog.New(slog.DiscardHandler), refusals: logLimit{every: time.Second}, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), proving: make(map[*transport.Conn]proving), done: make(chan struct{})}
+	return &pool{self: self, opts: opts, proto: ours, protos: make(map[string]uint32), logger: slog.New(slog.DiscardHandler), refusals: logLimit{every: time.Second}, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), proving: make(map[*transport.Conn]proving), done: make(chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -171,7 +183,9 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 				return fail(fmt.Errorf("attaching to %s at %s: %w", id, addr, err))
 			}
 		}
-		b, err := msgpack.Marshal(hello{ID: p.self, Attach: true})
+		out := hello{ID: p.self, Attach: true}
+		p.proto.announce(&out)
+		b, err := msgpack.Marshal(out)
 		if err != nil {
 			return fail(err)
 		}
@@ -183,10 +197,14 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 			return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 		}
+		if err := p.agree(id, h); err != nil {
+			return fail(err)
+		}
 		return c, nil
 	}
 	keys := p.keys.Load()
 	out := hello{ID: p.self}
+	p.proto.announce(&out)
 	if keys != nil {
 		out.Nonce = newNonce()
 	}
@@ -202,6 +220,9 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 		return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 	}
+	if err := p.agree(id, h); err != nil {
+		return fail(err)
+	}
 	if keys == nil {
 		return c, nil
 	}
@@ -216,6 +237,33 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		return fail(fmt.Errorf("proving the cluster secret to %s at %s: %w", id, addr, err))
 	}
 	return c, nil
+}
+
+// agree checks that peer id, whose hello is h, speaks a protocol version
+// this node does, and notes the one they speak.
+func (p *pool) agree(id string, h hello) error {
+	v, err := negotiate(p.proto, rangeOf(h), id)
+	if err != nil {
+		return err
+	}
+	p.noteProto(id, v)
+	return nil
+}
+
+// noteProto notes that peer id, which proved what it had to, speaks
+// protocol v with this node.
+func (p *pool) noteProto(id string, v uint32) {
+	p.mu.Lock()
+	p.protos[id] = v
+	p.mu.Unlock()
+}
+
+// protocolOf returns the protocol version spoken with peer id by the last
+// hello, or 0 if none was exchanged.
+func (p *pool) protocolOf(id string) uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.protos[id]
 }
 
 // settle ends c's wait for adoption, adopted or not.
@@ -237,6 +285,14 @@ func (p *pool) serveHello(r *transport.Request) {
 	// decoder's stack and ended the process.
 	if err := wire.DecodeValue(r.Payload(), &h); err != nil || h.ID == "" {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed hello"))
+		return
+	}
+	// A stranger's range is checked, and noted only once it has proved
+	// what it must (a pre-auth hello must not grow the pool's tables).
+	proto, err := negotiate(p.proto, rangeOf(h), h.ID)
+	if err != nil {
+		p.refused(r.Conn(), h.ID, err.Error())
+		_ = r.Fail(err)
 		return
 	}
 	if p.attach {
@@ -262,12 +318,15 @@ func (p *pool) serveHello(r *transport.Request) {
 		if !prove(r) {
 			return
 		}
-		b, err := msgpack.Marshal(hello{ID: p.self})
+		out := hello{ID: p.self}
+		p.proto.announce(&out)
+		b, err := msgpack.Marshal(out)
 		if err != nil {
 			_ = r.Fail(err)
 			return
 		}
 		_ = r.Reply(b)
+		p.noteProto(h.ID, proto)
 		p.adopt(h.ID, r.Conn(), h.ID)
 		return
 	}
@@ -277,7 +336,9 @@ func (p *pool) serveHello(r *transport.Request) {
 		return
 	}
 	mine := newNonce()
-	b, err := msgpack.Marshal(hello{ID: p.self, Nonce: mine, MAC: helloMAC((*keys)[0], "server", h.Nonce, mine, p.self, h.ID)})
+	out := hello{ID: p.self, Nonce: mine, MAC: helloMAC((*keys)[0], "server", h.Nonce, mine, p.self, h.ID)}
+	p.proto.announce(&out)
+	b, err := msgpack.Marshal(out)
 	if err != nil {
 		_ = r.Fail(err)
 		return
@@ -288,7 +349,7 @@ func (p *pool) serveHello(r *transport.Request) {
 	if _, ok := p.proving[c]; ok {
 		first = false
 	}
-	p.proving[c] = proving{id: h.ID, mine: mine, theirs: h.Nonce}
+	p.proving[c] = proving{id: h.ID, mine: mine, theirs: h.Nonce, proto: proto}
 	p.mu.Unlock()
 	if first {
 		go func() {
@@ -326,6 +387,7 @@ func (p *pool) serveProof(r *transport.Request) {
 		return
 	}
 	_ = r.Reply(nil)
+	p.noteProto(pr.id, pr.proto)
 	p.adopt(pr.id, c, pr.id)
 }
 

@@ -146,10 +146,22 @@ func OpenSegmentLog(dir string, opts Options) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	format, written, err := checkFormat(dir)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
 	l := &segLog{dir: dir, opts: opts, lock: lock, parts: map[uint32]*part{}, meta: map[string]metaValue{}}
 	if err := l.recover(); err != nil {
 		_ = l.closeFiles()
 		return nil, err
+	}
+	if !written || format < FormatVersion {
+		// Read whole: the directory is this build's format from now on.
+		if err := writeFormat(dir); err != nil {
+			_ = l.closeFiles()
+			return nil, err
+		}
 	}
 	l.rec.Duration = time.Since(start)
 	for _, p := range l.parts {
