@@ -108,6 +108,21 @@ soak-hostile: ## Issue 42's hostile soak in namespaces (needs root, ip): SOAK_PH
 	$(BIN)/fero-chaos soak --phase $(SOAK_PHASE) $(SOAK_ARGS) --tls --out $(SOAK_OUT)/tls || rc=1; \
 	exit $$rc
 
+# The rolling upgrade (issue 43): three servers start on the build of
+# UPGRADE_FROM, a commit of this repository (built from a git worktree;
+# needs the history, not a shallow clone), and are upgraded one at a time
+# to this build under Majority writers through every server and, by seed,
+# the counter or the register workload.
+UPGRADE_FROM  ?= 0a70971
+UPGRADE_SEEDS ?= 1-4
+UPGRADE_OUT   ?= .chaos/upgrade-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: upgrade
+upgrade: ## Issue 43's rolling upgrade in namespaces (needs root, ip, git history): 3 servers on UPGRADE_FROM upgraded one by one to this build, under writes.
+	$(GO) build -o $(BIN)/fero-chaos ./cmd/fero-chaos
+	$(BIN)/fero-chaos run --scenario upgrade --upgrade-from $(UPGRADE_FROM) --workload register,counter \
+		--seeds $(UPGRADE_SEEDS) --parallel 2 --out $(UPGRADE_OUT)
+
 .PHONY: image
 image: ## fero's container image FROM scratch (ENGINE=docker or podman, IMAGE=fero:latest); nothing pulled.
 	./scripts/image.sh

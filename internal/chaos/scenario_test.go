@@ -175,3 +175,35 @@ func TestScenarioOneWay(t *testing.T) {
 		t.Fatal("a oneway scenario with 2 servers: no error, want one (no third server to relay)")
 	}
 }
+
+// TestScenarioUpgrade: every server in turn leaves and comes back (on
+// the new build), one at a time, UpgradeEvery apart, with workload time
+// after the last.
+func TestScenarioUpgrade(t *testing.T) {
+	for _, servers := range []int{3, 5} {
+		s, err := NewSchedule(scenarioConfig(ScenarioUpgrade, 1, servers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Steps) != 2*servers {
+			t.Fatalf("%d servers: want each upgrade started and undone:\n%s", servers, s)
+		}
+		if len(s.Faults) != servers {
+			t.Fatalf("%d servers: %d faults, want one upgrade each:\n%s", servers, len(s.Faults), s)
+		}
+		for i, f := range s.Faults {
+			if f.Kind != KindLeave || f.Node != s.Config.Servers[i] || f.Stop-f.Start != UpgradeDown {
+				t.Fatalf("%d servers: fault %d is %s, want %s leaving for %v", servers, i, f, s.Config.Servers[i], UpgradeDown)
+			}
+			if i > 0 && f.Start-s.Faults[i-1].Start != UpgradeEvery {
+				t.Fatalf("%d servers: upgrades at %v and %v, want %v apart", servers, s.Faults[i-1].Start, f.Start, UpgradeEvery)
+			}
+		}
+		if last := s.Faults[len(s.Faults)-1]; s.Config.Duration-last.Stop < UpgradeWindow {
+			t.Fatalf("%d servers: the run ends %v after the last upgrade, want at least its window %v", servers, s.Config.Duration-last.Stop, UpgradeWindow)
+		}
+	}
+	if _, err := NewSchedule(scenarioConfig(ScenarioUpgrade, 1, 2)); err == nil {
+		t.Fatal("an upgrade scenario with 2 servers: no error, want one")
+	}
+}

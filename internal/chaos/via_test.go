@@ -56,3 +56,29 @@ func TestCheckVia(t *testing.T) {
 		t.Errorf("n1's recovery = %v, want never (-1)", r.Recovery)
 	}
 }
+
+// TestCheckUpgradeVia: failed writes within a server's upgrade (from its
+// SIGTERM, less a deadline, to UpgradeWindow after its restart) pass;
+// one outside every upgrade is an anomaly.
+func TestCheckUpgradeVia(t *testing.T) {
+	ups := []Fault{
+		{Kind: KindLeave, Node: "n1", Start: 5 * time.Second, Stop: 9 * time.Second},
+		{Kind: KindLeave, Node: "n2", Start: 25 * time.Second, Stop: 29 * time.Second},
+	}
+	recs := []ViaRecord{
+		{Server: "n1", Key: "a", Invoke: 2 * time.Second, OK: true},
+		{Server: "n1", Key: "b", Invoke: 4500 * time.Millisecond, Err: "deadline"}, // just before the SIGTERM
+		{Server: "n1", Key: "c", Invoke: 18 * time.Second, Err: "unavailable"},     // within the window
+		{Server: "n2", Key: "d", Invoke: 26 * time.Second, Err: "connection refused"},
+		{Server: "n3", Key: "e", Invoke: 21 * time.Second, Err: "no quorum"}, // between the upgrades
+	}
+	report, anomalies := CheckUpgradeVia(recs, []string{"n1", "n2", "n3"}, ups)
+	if len(anomalies) != 1 || anomalies[0].Key != "e" {
+		t.Fatalf("anomalies %v, want the write of e alone\n%s", anomalies, report)
+	}
+	for _, want := range []string{"n1 upgraded: down 5s to 9s, window to 19s; failed through n1 2 n2 0 n3 0", "n2 upgraded: down 25s to 29s, window to 39s; failed through n1 0 n2 1 n3 0", "failed outside every upgrade: 1"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+}
