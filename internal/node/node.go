@@ -134,6 +134,10 @@ type Node struct {
 	// writes and calls (once.go).
 	writer string
 	seq    atomic.Uint64
+	// seqTurn orders this node's new writes: a write takes its sequence
+	// and reaches the engine holding it, so the engine takes them, and
+	// the owner sees them, in sequence order (once.go, takeSeq).
+	seqTurn chan struct{}
 	// hot is the write and call metrics (Config.Metrics); nil without.
 	hot *hotMetrics
 	// fwdSpans are the owner's spans of traced forwarded writes awaiting
@@ -364,7 +368,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID), writer: newWriterID(cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), decoders: newFreeDecoders(), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
 		dialing: make(map[string][][]byte),
-		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests),
+		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests), seqTurn: make(chan struct{}, 1),
 		spills: make(map[string]*spillQueue), spillDrained: make(chan struct{}, 1),
 		out: make(map[string]*batchWriter),
 	}
@@ -617,16 +621,17 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	if t := turnOf(ctx); t != nil && n.store.PartitionOf(c.Key) == t.partition {
 		// Staged in the handler's turn (turn.go): the call's writer and
 		// sequence go with the turn's record.
-		return n.writeOnce(ctx, c, wait, k, Once{})
+		return n.writeOnce(ctx, c, wait, k, &Once{})
 	}
-	o := n.nextOnce()
+	o := n.newOnce() // its sequence is taken as the first attempt reaches the engine
 	if o.Writer == "" {
-		return n.writeOnce(ctx, c, wait, k, o)
+		return n.writeOnce(ctx, c, wait, k, &o)
 	}
 	tries := newAttempts(ctx, o)
 	backoff := retryBackoffMin
 	for {
-		pos, err := n.writeOnce(ctx, c, wait, k, o)
+		pos, err := n.writeOnce(ctx, c, wait, k, &o)
+		tries.once = o
 		if !tries.again(err) {
 			return pos, tries.answer(err)
 		}
@@ -637,8 +642,9 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	}
 }
 
-// writeOnce is one attempt of a write that waits.
-func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait, k int, o Once) (partition.Position, error) {
+// writeOnce is one attempt of a write that waits; o names it (a Once
+// with a writer and no sequence takes one as the write is proposed).
+func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait, k int, o *Once) (partition.Position, error) {
 	done := make(chan partition.Completion, 1) // the driver never blocks on a caller that left
 	if err := n.writeAsync(ctx, c, wait, k, CompleteFunc(func(c partition.Completion) { done <- c }), queued, o); err != nil {
 		return partition.Position{}, err
@@ -678,14 +684,14 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if done != nil {
 		to = CompleteFunc(done)
 	}
-	return n.writeAsync(ctx, c, wait, k, to, queued, Once{})
+	return n.writeAsync(ctx, c, wait, k, to, queued, &Once{})
 }
 
 // WriteAsyncTo is WriteAsync with the completion given to done: a caller
 // that keeps a write's state in a record of its own can have the record
 // take the completion, rather than a closure allocated for every write.
 func (n *Node) WriteAsyncTo(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer) error {
-	return n.writeAsync(ctx, c, wait, k, done, queued, Once{})
+	return n.writeAsync(ctx, c, wait, k, done, queued, &Once{})
 }
 
 // proposeMode says where a write is proposed.
@@ -711,7 +717,7 @@ const (
 // takes no lock may ask for inline or burst (the built-in request
 // handling): done may run before writeAsync returns, or on a connection's
 // reader.
-func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, o Once) error {
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, once *Once) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
@@ -728,6 +734,24 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 			return nil
 		}
 	}
+	var ordered func() // called once the write's place in the engine's order is fixed
+	if once.Writer != "" && once.Seq == 0 {
+		// A new write: it takes its sequence, and reaches the engine,
+		// holding the node's turn to do so.
+		release, err := n.takeSeq(ctx, once)
+		if err != nil {
+			return err
+		}
+		held := true
+		ordered = func() {
+			if held {
+				held = false
+				release()
+			}
+		}
+		defer ordered()
+	}
+	o := *once
 	// A condition, and a writer's sequence, travel in a batch record,
 	// which the owner's state checks as it commits it.
 	if o.Writer != "" || c.Cond {
@@ -735,10 +759,10 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	}
 	m := n.hot
 	if m == nil || int(wait) >= len(waitNames) {
-		return n.proposeWrite(ctx, c, wait, k, done, mode, 0, o)
+		return n.proposeWrite(ctx, c, wait, k, done, mode, 0, o, ordered)
 	}
 	if done == nil {
-		err := n.proposeWrite(ctx, c, wait, k, done, mode, 0, o)
+		err := n.proposeWrite(ctx, c, wait, k, done, mode, 0, o, ordered)
 		if err != nil {
 			m.wrote(wait, err, 0)
 		} else {
@@ -749,15 +773,17 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	// Timed when its waiter completes (Node.complete): a field in the
 	// waiter, not a closure around done, which cost an allocation a write.
 	began := n.since()
-	err := n.proposeWrite(ctx, c, wait, k, done, mode, began, o)
+	err := n.proposeWrite(ctx, c, wait, k, done, mode, began, o, ordered)
 	if err != nil {
 		m.wrote(wait, err, time.Duration(n.since()-began)) // done is not called
 	}
 	return err
 }
 
-// proposeWrite is writeAsync without the metrics.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64, o Once) error {
+// proposeWrite is writeAsync without the metrics. ordered, if set, is
+// called as soon as the engine has the write, or it is queued for it:
+// from then on no later write can overtake it.
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64, o Once, ordered func()) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
@@ -786,6 +812,9 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 		if n.props.empty() && n.eng.Map() != nil {
 			n.eng.Clock(time.Now())
 			n.propose(proposal{req: req, done: done, began: began})
+			if ordered != nil {
+				ordered() // the writes behind it need not wait for the output
+			}
 			n.output()
 			n.engMu.Unlock()
 			return nil

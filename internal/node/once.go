@@ -58,6 +58,36 @@ func (n *Node) nextOnce() Once {
 	return Once{Writer: n.writer, Seq: n.seq.Add(1)}
 }
 
+// newOnce names a new write of this node's whose sequence is taken when
+// it is proposed (takeSeq), or none when the node does not retry.
+func (n *Node) newOnce() Once {
+	if n.cfg.NoRetry {
+		return Once{}
+	}
+	return Once{Writer: n.writer}
+}
+
+// takeSeq gives o the next sequence number and holds the node's turn to
+// propose until release is called: the writes of one node reach its
+// engine, which forwards them to their owners in the order it takes them,
+// in sequence order. A partition remembers its writers' latest
+// doc.DedupPerWriter sequences and refuses an older one it does not know
+// as too old to tell; numbered before they queued, a first attempt could
+// arrive more than that many behind later ones and be refused
+// (TestConcurrentWritesAreNotTooOld: 400 goroutines writing to one
+// partition through a client node).
+func (n *Node) takeSeq(ctx context.Context, o *Once) (release func(), err error) {
+	select {
+	case n.seqTurn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.ctx.Done():
+		return nil, ErrClosed
+	}
+	o.Seq = n.seq.Add(1)
+	return func() { <-n.seqTurn }, nil
+}
+
 // retryable says whether an attempt that failed with err is sent again,
 // with the same Once: the cluster lost track of it (the connection broke
 // with it in flight, here or between the node it reached and the owner,

@@ -169,7 +169,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 	switch w := req.Wait; {
 	case w.Set && w.Kind == partition.WaitNone:
 		// Queued is all the caller asked for.
-		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, mode, req.Once); err == nil {
+		if err = n.writeAsync(ctx, change, partition.WaitNone, 0, nil, mode, &req.Once); err == nil {
 			done.Answer(nil, nil)
 		}
 	default:
@@ -181,7 +181,7 @@ func (n *Node) builtinAsync(ctx context.Context, req *Request, mode proposeMode,
 		if !ok {
 			to = CompleteFunc(func(c partition.Completion) { done.Answer(nil, c.Err) })
 		}
-		err = n.writeAsync(ctx, change, kind, k, to, mode, req.Once)
+		err = n.writeAsync(ctx, change, kind, k, to, mode, &req.Once)
 	}
 	if errors.Is(err, ErrClosed) {
 		return false
@@ -1033,6 +1033,12 @@ type CallOpts struct {
 	// fails indefinite is made again, as the same write, until ctx ends
 	// (the write timeout from now, without a deadline).
 	Once Once
+	// Writer, when Once is zero, names the write or call for exactly-once
+	// as Once does, with the Writer's next sequence, taken as the first
+	// attempt is sent: one Writer's requests leave in sequence order, so
+	// the owner never meets a first attempt so far behind later ones that
+	// it must refuse it as too old to tell (takeSeq).
+	Writer *Writer
 }
 
 // CallNodeWith is CallNode with what o asks.
@@ -1058,7 +1064,15 @@ func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, pay
 			}
 			b = w.append(b[:0])
 		}
-		reply, retry, err := callOnce(ctx, c, b)
+		var reply []byte
+		var retry bool
+		var err error
+		if w.Once.Writer == "" && o.Writer != nil {
+			reply, retry, err = o.Writer.callFirst(ctx, c, &w)
+			b, tries.once = w.append(b[:0]), w.Once
+		} else {
+			reply, retry, err = callOnce(ctx, c, b)
+		}
 		if !retry && !tries.again(err) {
 			return reply, tries.answer(err)
 		}
@@ -1074,12 +1088,41 @@ func CallNodeWith(ctx context.Context, c transport.Caller, verb, key string, pay
 // Writer names the writes and calls of one process that is not a node
 // (a Remote) for exactly-once: a life's ID and a count.
 type Writer struct {
-	id  string
-	seq atomic.Uint64
+	id   string
+	seq  atomic.Uint64
+	turn chan struct{} // held from taking a sequence to sending with it (callFirst)
 }
 
 // NewWriter returns a writer named after name and random bytes.
-func NewWriter(name string) *Writer { return &Writer{id: newWriterID(name)} }
+func NewWriter(name string) *Writer {
+	return &Writer{id: newWriterID(name), turn: make(chan struct{}, 1)}
+}
+
+// callFirst sends w's first attempt over c with the writer's next
+// sequence, taken and sent holding the writer's turn, and waits for its
+// answer: what callOnce returns. w.Once is set to the sequence taken.
+func (wr *Writer) callFirst(ctx context.Context, c transport.Caller, w *wireRequest) (reply []byte, retry bool, err error) {
+	select {
+	case wr.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	w.Once = wr.Next()
+	type answer struct {
+		reply []byte
+		err   error
+	}
+	got := make(chan answer, 1)
+	err = c.Go(ctx, OpRequest, w.append(nil), func(reply []byte, err error) {
+		got <- answer{slices.Clone(reply), err} // the reply is the reader's until done returns
+	})
+	<-wr.turn
+	if err != nil {
+		return nil, false, err
+	}
+	a := <-got
+	return readAnswer(ctx, a.reply, a.err)
+}
 
 // Next names a new write or call; a nil Writer names none.
 func (w *Writer) Next() Once {

@@ -128,11 +128,11 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 	if err != nil {
 		return err
 	}
-	var once node.Once
+	var o node.CallOpts
 	if verb != VerbGet && verb != VerbVersion {
-		once = c.writer.Next()
+		o.Writer = c.writer // its sequence taken as it is sent
 	}
-	out, err := c.callNode(ctx, "fero.call", verb, key, b, node.CallOpts{Once: once})
+	out, err := c.callNode(ctx, "fero.call", verb, key, b, o)
 	if err != nil || reply == nil || len(out) == 0 {
 		return err
 	}
@@ -210,7 +210,7 @@ func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait 
 	if err != nil {
 		return err
 	}
-	_, err = c.callNode(ctx, "fero.write", verb, key, b, node.CallOpts{Wait: spec, If: cond, Once: c.writer.Next()})
+	_, err = c.callNode(ctx, "fero.write", verb, key, b, node.CallOpts{Wait: spec, If: cond, Writer: c.writer})
 	return err
 }
 
