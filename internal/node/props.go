@@ -73,6 +73,21 @@ func (pq *propQueue) push(ctx, node context.Context, p proposal, wake bool) erro
 	}
 }
 
+// tryPush queues p and wakes the driver, as push does, unless the queue
+// is full: then it returns false at once.
+func (pq *propQueue) tryPush(p proposal) bool {
+	pq.mu.Lock()
+	n := len(pq.q)
+	if n >= maxQueued {
+		pq.mu.Unlock()
+		return false
+	}
+	pq.q = append(pq.q, p)
+	pq.mu.Unlock()
+	signal(pq.ready)
+	return true
+}
+
 // claimQuiet reports whether something was queued quietly since the
 // queue was last taken or claimed; the caller then proposes it or wakes
 // the driver.

@@ -74,6 +74,9 @@ type Request struct {
 	// handler's return ends the stream; a reply it returns is sent as a
 	// last item.
 	Send func(item []byte) error
+	// begun is the turn's begin, proposed already where the call
+	// arrived, in its order (beginEarly); nil: handle proposes it.
+	begun chan partition.Completion
 }
 
 // IfVersion is the version a compare-and-set expects, when Set.
@@ -605,8 +608,10 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 	req := &Request{Verb: verb, Key: key, Partition: n.store.PartitionOf(key), Payload: payload, Local: true, Meta: meta}
 	if !oneway && verb != VerbGet && verb != VerbVersion {
 		// A call that fails indefinite is made again with the same
-		// sequence, and its verb runs once (rule 16).
-		req.Once = n.nextOnce()
+		// sequence, and its verb runs once (rule 16). The sequence is
+		// taken as the first attempt leaves, in the order they leave
+		// (takeSeq).
+		req.Once = n.newOnce()
 	}
 	tries := newAttempts(ctx, req.Once)
 	// The encoding, made on the first send: Call and Send copy it into the
@@ -624,7 +629,8 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 	deadline, hasDeadline := ctx.Deadline()
 	hasDeadline = hasDeadline && !oneway
 	backoff := retryBackoffMin
-	var lastErr error // the answer that led to another attempt
+	var wr wireRequest // the request as sent
+	var lastErr error  // the answer that led to another attempt
 	for {
 		owner, ok := n.ownerOf(req.Partition)
 		switch {
@@ -649,7 +655,19 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				// their reply headers in this caller's sink.
 				hctx = handlerCtx{ctx}
 			}
+			if req.Once.Writer != "" && req.Once.Seq == 0 && n.cfg.Handler != nil && n.needsTurn(req) {
+				// The turn's begin is proposed holding the node's turn
+				// to number its writes; the built-in verbs' writes take
+				// their sequence as they are proposed.
+				release, err := n.takeSeq(ctx, &req.Once)
+				if err != nil {
+					return nil, err
+				}
+				n.beginEarly(req, deadline)
+				release()
+			}
 			reply, err := n.handle(hctx, req)
+			tries.once = req.Once
 			if errors.Is(err, errTurnElsewhere) || errors.Is(err, errTurnMoved) {
 				lastErr = err
 				break // nothing committed: to the owner by a fresher map
@@ -667,13 +685,13 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				if bp == nil {
 					bp = requestBufs.Get().(*[]byte)
 				}
-				w := wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc, Meta: meta, Once: req.Once}
+				wr = wireRequest{Verb: verb, Key: key, Payload: payload, Trace: sc, Meta: meta, Once: req.Once}
 				if hasDeadline {
-					if w.Timeout = time.Until(deadline); w.Timeout <= 0 {
+					if wr.Timeout = time.Until(deadline); wr.Timeout <= 0 {
 						return nil, context.DeadlineExceeded
 					}
 				}
-				wbuf = w.append((*bp)[:0])
+				wbuf = wr.append((*bp)[:0])
 			}
 			op, b := OpRequest, wbuf
 			var c *transport.Conn
@@ -699,7 +717,15 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				}
 				return nil, nil
 			}
-			reply, err := c.Call(ctx, op, b)
+			var reply []byte
+			var err error
+			if req.Once.Writer != "" && req.Once.Seq == 0 {
+				reply, err = n.callFirst(ctx, c, op, owner, &req.Once, &wr)
+				tries.once = req.Once
+				wbuf = wr.append(wbuf[:0]) // the later attempts', with the sequence
+			} else {
+				reply, err = c.Call(ctx, op, b)
+			}
 			reply, retry, err := readAnswer(ctx, reply, err)
 			if !retry && !tries.again(err) {
 				return reply, tries.answer(err)
@@ -715,6 +741,37 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			return nil, err
 		}
 	}
+}
+
+// callFirst makes the first attempt of req over c (op OpRequest to the
+// owner, or OpRelay through a relay for owner), with the node's next
+// sequence, taken and sent holding the node's turn to number its writes
+// (takeSeq): a node's calls leave in sequence order. w is the request,
+// given the sequence here. It returns the answer as Call does.
+func (n *Node) callFirst(ctx context.Context, c *transport.Conn, op uint32, owner string, once *Once, w *wireRequest) ([]byte, error) {
+	release, err := n.takeSeq(ctx, once)
+	if err != nil {
+		return nil, err
+	}
+	w.Once = *once
+	b := w.append(nil)
+	if op == OpRelay {
+		b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
+	}
+	type answer struct {
+		reply []byte
+		err   error
+	}
+	got := make(chan answer, 1)
+	err = c.Go(ctx, op, b, func(reply []byte, err error) {
+		got <- answer{slices.Clone(reply), err} // the reply is the reader's until done returns
+	})
+	release()
+	if err != nil {
+		return nil, err
+	}
+	a := <-got
+	return a.reply, a.err
 }
 
 // ownerOf returns the owner of partition p by the node's current map.
@@ -747,6 +804,7 @@ func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err erro
 	case n.handlers <- struct{}{}:
 		defer func() { <-n.handlers }()
 	default:
+		n.dropBegun(req)
 		return nil, ErrTooManyRequests
 	}
 	defer func() {
@@ -845,6 +903,9 @@ func (n *Node) serveRequest(r *transport.Request) {
 			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
 		}
 		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, If: wr.If, Once: wr.Once, Meta: wr.Meta}
+		// The turn's begin is proposed here, on the reader, in the order
+		// the calls came: the goroutines below may run in any order.
+		n.beginEarly(req, deadline)
 		parent := wr.Trace
 		ok := n.spawn(func() {
 			ctx := r.Context()
@@ -876,6 +937,7 @@ func (n *Node) serveRequest(r *transport.Request) {
 			_ = r.Reply(appendReply(nil, req.ReplyMeta, reply))
 		})
 		if !ok {
+			n.dropBegun(req)
 			_ = r.Fail(ErrClosed)
 		}
 	case ok && wr.Hops == 0 && owner != n.id:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
@@ -74,8 +75,14 @@ func (n *Node) needsTurn(req *Request) bool {
 // before (a retry, rule 16) gets no turn: its first reply instead.
 func (n *Node) beginTurn(ctx context.Context, req *Request) (t *turn, dup []byte, err error) {
 	t = &turn{n: n, partition: req.Partition, key: req.Key, once: req.Once, wait: partition.WaitAck}
-	c, err := n.proposeTurn(ctx, partition.Request{Partition: req.Partition, Key: req.Key, Wait: partition.WaitAck, Turn: partition.TurnBegin,
-		Writer: req.Once.Writer, Seq: req.Once.Seq})
+	var c partition.Completion
+	if req.begun != nil {
+		done := req.begun
+		req.begun = nil
+		c, err = n.awaitTurn(ctx, n.beginRequest(req, time.Time{}), done)
+	} else {
+		c, err = n.proposeTurn(ctx, n.beginRequest(req, time.Time{}))
+	}
 	switch {
 	case errors.Is(err, partition.ErrNotOwner), errors.Is(err, partition.ErrNoOwner):
 		return nil, nil, errTurnElsewhere
@@ -86,6 +93,53 @@ func (n *Node) beginTurn(ctx context.Context, req *Request) (t *turn, dup []byte
 	}
 	t.id = c.Token
 	return t, nil, nil
+}
+
+// beginRequest is the engine request that begins req's turn.
+func (n *Node) beginRequest(req *Request, deadline time.Time) partition.Request {
+	return partition.Request{Partition: req.Partition, Key: req.Key, Wait: partition.WaitAck, Turn: partition.TurnBegin,
+		Writer: req.Once.Writer, Seq: req.Once.Seq, Deadline: deadline}
+}
+
+// beginEarly proposes the begin of the turn req will need, where the call
+// arrived and in the order calls arrive, for handle to wait for
+// (req.begun). A partition remembers only its writers' latest
+// doc.DedupPerWriter sequences and refuses an older one it does not know
+// as too old to tell: proposed by each call's own goroutine, in whatever
+// order they ran, a caller's first attempts were refused so by the
+// hundred (TestConcurrentCallsAreNotTooOld). Only calls that name their
+// writer need it; the queue's being full, or the node's closing, leaves
+// the begin to handle.
+func (n *Node) beginEarly(req *Request, deadline time.Time) {
+	if req.Once.Writer == "" || !n.needsTurn(req) || n.cfg.Handler == nil {
+		return
+	}
+	done := make(chan partition.Completion, 1)
+	n.spawnMu.RLock()
+	defer n.spawnMu.RUnlock()
+	if n.spawnClosed {
+		return
+	}
+	if n.props.tryPush(proposal{req: n.beginRequest(req, deadline), done: CompleteFunc(func(c partition.Completion) { done <- c })}) {
+		req.begun = done
+	}
+}
+
+// dropBegun gives back the turn begun for req (beginEarly) that nothing
+// will use, once the engine grants it.
+func (n *Node) dropBegun(req *Request) {
+	done := req.begun
+	if done == nil {
+		return
+	}
+	req.begun = nil
+	if !n.spawn(func() {
+		if c := <-done; c.Err == nil && !c.Duplicate {
+			n.releaseTurn(c.Token, req.Partition, req.Key)
+		}
+	}) {
+		return // closing: the engine ends every turn with the node
+	}
 }
 
 // proposeTurn proposes a turn's begin or end and waits for its answer, or
@@ -107,6 +161,12 @@ func (n *Node) proposeTurn(ctx context.Context, req partition.Request) (partitio
 	case err != nil:
 		return partition.Completion{}, err
 	}
+	return n.awaitTurn(ctx, req, done)
+}
+
+// awaitTurn waits for the answer to req, a turn's begin or end proposed
+// with done, or for ctx (proposeTurn).
+func (n *Node) awaitTurn(ctx context.Context, req partition.Request, done chan partition.Completion) (partition.Completion, error) {
 	select {
 	case c := <-done:
 		return c, c.Err
