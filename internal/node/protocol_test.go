@@ -8,7 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -117,4 +120,23 @@ func TestHelloAnswersWithItsRange(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, errs.FailedPrecondition, errs.CodeOf(err))
 	assert.Contains(t, err.Error(), "far speaks protocol 90-99")
+}
+
+// TestReportWithoutDigest: a report asked without the digest (the
+// dashboard's poll, a backup's first call) leaves it out; one asked
+// plainly still has it.
+func TestReportWithoutDigest(t *testing.T) {
+	nw := memnet.New(46)
+	a := startNode(t, nw, "a", false)
+	require.Eventually(t, func() bool { return settled([]*Node{a}, 1) }, 20*time.Second, 10*time.Millisecond)
+	ctx := ctxT(t)
+	require.NoError(t, write(ctx, a, doc.Change{Type: wire.RecordUpdate, Key: "k", Value: wire.AppendUint(nil, 1)}, partition.WaitAck))
+	full, err := a.Report(ctx)
+	require.NoError(t, err)
+	assert.NotZero(t, full.Digest)
+	assert.Equal(t, a.Store().Digest(), full.Digest)
+	light, err := a.ReportFor(ctx, StatusRequest{NoDigest: true})
+	require.NoError(t, err)
+	assert.Zero(t, light.Digest)
+	assert.Equal(t, full.Keys, light.Keys)
 }

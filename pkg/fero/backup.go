@@ -52,7 +52,7 @@ type BackupProgress func(done, total, keys int, bytes int64)
 // ctx ends. The file carries a SHA-256 of its contents; see Restore.
 func (c *Remote) Backup(ctx context.Context, w io.Writer, progress BackupProgress) (BackupStats, error) {
 	began := time.Now()
-	st, err := c.Status(ctx)
+	st, err := c.statusNoDigest(ctx)
 	if err != nil {
 		return BackupStats{}, err
 	}

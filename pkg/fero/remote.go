@@ -267,6 +267,17 @@ func (c *Remote) StatusWithPartitions(ctx context.Context) (*NodeStatus, error) 
 	return c.status(ctx, req)
 }
 
+// statusNoDigest is Status without the resource's digest (0), which
+// costs the node a hash of every partition written since it was last
+// asked: what a backup's first call needs.
+func (c *Remote) statusNoDigest(ctx context.Context) (*NodeStatus, error) {
+	req, err := msgpack.Marshal(node.StatusRequest{NoDigest: true})
+	if err != nil {
+		return nil, err
+	}
+	return c.status(ctx, req)
+}
+
 func (c *Remote) status(ctx context.Context, req []byte) (*NodeStatus, error) {
 	b, err := c.peer.Call(ctx, node.OpStatus, req)
 	if err != nil {
