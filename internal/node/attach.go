@@ -116,7 +116,7 @@ func (n *Node) serveAttach(r *transport.Request, h hello) {
 	_ = r.Reply(b)
 	// The newer connection of one ID wins (pool.adopt): the client dialed
 	// again because it gave up on the older.
-	n.pool.adopt(h.ID, c, h.ID)
+	n.pool.adopt(h.ID, c, h.ID, 0) // an attached client: its protocol is not noted
 	n.view.refresh()
 }
 

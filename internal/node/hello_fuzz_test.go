@@ -135,7 +135,7 @@ func FuzzHello(f *testing.F) {
 				return
 			}
 			_ = r.Reply(b)
-			p.adopt(h.ID, r.Conn(), h.ID)
+			p.adopt(h.ID, r.Conn(), h.ID, 0)
 		}
 		cur.Store(p)
 		c := client.get(ctx, t)

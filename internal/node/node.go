@@ -738,15 +738,14 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if once.Writer != "" && once.Seq == 0 {
 		// A new write: it takes its sequence, and reaches the engine,
 		// holding the node's turn to do so.
-		release, err := n.takeSeq(ctx, once)
-		if err != nil {
+		if err := n.takeSeq(ctx, once); err != nil {
 			return err
 		}
 		held := true
 		ordered = func() {
 			if held {
 				held = false
-				release()
+				n.releaseSeq()
 			}
 		}
 		defer ordered()

@@ -49,15 +49,6 @@ func newWriterID(id string) string {
 	return w
 }
 
-// nextOnce names a new write or call of this node's, or none when the
-// node does not retry (Config.NoRetry).
-func (n *Node) nextOnce() Once {
-	if n.cfg.NoRetry {
-		return Once{}
-	}
-	return Once{Writer: n.writer, Seq: n.seq.Add(1)}
-}
-
 // newOnce names a new write of this node's whose sequence is taken when
 // it is proposed (takeSeq), or none when the node does not retry.
 func (n *Node) newOnce() Once {
@@ -68,7 +59,7 @@ func (n *Node) newOnce() Once {
 }
 
 // takeSeq gives o the next sequence number and holds the node's turn to
-// propose until release is called: the writes of one node reach its
+// propose until releaseSeq: the writes of one node reach its
 // engine, which forwards them to their owners in the order it takes them,
 // in sequence order. A partition remembers its writers' latest
 // doc.DedupPerWriter sequences and refuses an older one it does not know
@@ -76,17 +67,20 @@ func (n *Node) newOnce() Once {
 // arrive more than that many behind later ones and be refused
 // (TestConcurrentWritesAreNotTooOld: 400 goroutines writing to one
 // partition through a client node).
-func (n *Node) takeSeq(ctx context.Context, o *Once) (release func(), err error) {
+func (n *Node) takeSeq(ctx context.Context, o *Once) error {
 	select {
 	case n.seqTurn <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-n.ctx.Done():
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	o.Seq = n.seq.Add(1)
-	return func() { <-n.seqTurn }, nil
+	return nil
 }
+
+// releaseSeq gives back the turn takeSeq took.
+func (n *Node) releaseSeq() { <-n.seqTurn }
 
 // retryable says whether an attempt that failed with err is sent again,
 // with the same Once: the cluster lost track of it (the connection broke

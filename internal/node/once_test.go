@@ -298,15 +298,24 @@ func TestConcurrentWritesAreNotTooOld(t *testing.T) {
 	require.Eventually(t, func() bool { return settled([]*Node{a, c}, 1) }, 20*time.Second, 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	failed := concurrently(400, 20, func(g, i int) error {
+		// Sub-keys of one key: one partition.
+		_, err := c.Write(ctx, doc.Change{Type: wire.RecordUpdate, Key: fmt.Sprintf("k.%d", g), Value: wire.AppendUint(nil, uint64(i))}, partition.WaitAck, 0)
+		return err
+	})
+	require.Empty(t, failed, "writes refused")
+}
+
+// concurrently runs op(g, i) for i below each in each of goroutines
+// goroutines g at once, and counts the errors by their text.
+func concurrently(goroutines, each int, op func(g, i int) error) map[string]int {
 	var mu sync.Mutex
 	failed := map[string]int{}
 	var wg sync.WaitGroup
-	for g := range 400 {
+	for g := range goroutines {
 		wg.Go(func() {
-			for i := range 20 {
-				// Sub-keys of one key: one partition.
-				_, err := c.Write(ctx, doc.Change{Type: wire.RecordUpdate, Key: fmt.Sprintf("k.%d", g), Value: wire.AppendUint(nil, uint64(i))}, partition.WaitAck, 0)
-				if err != nil {
+			for i := range each {
+				if err := op(g, i); err != nil {
 					mu.Lock()
 					failed[err.Error()]++
 					mu.Unlock()
@@ -315,7 +324,7 @@ func TestConcurrentWritesAreNotTooOld(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Empty(t, failed, "writes refused")
+	return failed
 }
 
 // TestConcurrentCallsAreNotTooOld: 400 goroutines call a verb through a
@@ -337,20 +346,9 @@ func TestConcurrentCallsAreNotTooOld(t *testing.T) {
 	require.Eventually(t, func() bool { return settled([]*Node{a, c}, 1) }, 20*time.Second, 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	failed := map[string]int{}
-	var wg sync.WaitGroup
-	for g := range 400 {
-		wg.Go(func() {
-			for range 10 {
-				if _, err := c.Request(ctx, "set", fmt.Sprintf("k.%d", g), nil, false); err != nil {
-					mu.Lock()
-					failed[err.Error()]++
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
+	failed := concurrently(400, 10, func(g, _ int) error {
+		_, err := c.Request(ctx, "set", fmt.Sprintf("k.%d", g), nil, false)
+		return err
+	})
 	require.Empty(t, failed, "calls refused")
 }

@@ -86,7 +86,6 @@ type pool struct {
 	proto protoRange
 
 	mu      sync.Mutex
-	protos  map[string]uint32           // the protocol spoken with each peer, by the last hello
 	proving map[*transport.Conn]proving // served a hello, waiting for the caller's proof
 	conns   map[string]pooled
 	byConn  map[*transport.Conn]string        // every adopted connection's peer, losers included until closed
@@ -107,10 +106,11 @@ type proving struct {
 type pooled struct {
 	c         *transport.Conn
 	initiator string // who dialed it
+	proto     uint32 // the protocol version its hellos agreed (0: not known, an attached client's)
 }
 
 func newPool(self string, opts ...transport.Option) *pool {
-	return &pool{self: self, opts: opts, proto: ours, protos: make(map[string]uint32), logger: slog.New(slog.DiscardHandler), refusals: logLimit{every: time.Second}, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), proving: make(map[*transport.Conn]proving), done: make(chan struct{})}
+	return &pool{self: self, opts: opts, proto: ours, logger: slog.New(slog.DiscardHandler), refusals: logLimit{every: time.Second}, conns: make(map[string]pooled), byConn: make(map[*transport.Conn]string), dialing: make(map[string]chan struct{}), pending: make(map[*transport.Conn]chan struct{}), proving: make(map[*transport.Conn]proving), done: make(chan struct{})}
 }
 
 // get returns the live connection to peer id, dialing addr if there is
@@ -139,7 +139,7 @@ func (p *pool) get(ctx context.Context, id, addr string) (*transport.Conn, error
 		p.dialing[id] = done
 		p.mu.Unlock()
 
-		c, err := p.dial(ctx, id, addr)
+		c, proto, err := p.dial(ctx, id, addr)
 		p.mu.Lock()
 		delete(p.dialing, id)
 		close(done)
@@ -147,7 +147,7 @@ func (p *pool) get(ctx context.Context, id, addr string) (*transport.Conn, error
 		if err != nil {
 			return nil, err
 		}
-		kept := p.adopt(id, c, p.self)
+		kept := p.adopt(id, c, p.self, proto)
 		p.settle(c)
 		if kept != nil {
 			return kept, nil
@@ -157,10 +157,13 @@ func (p *pool) get(ctx context.Context, id, addr string) (*transport.Conn, error
 	}
 }
 
-func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, error) {
+// dial opens a connection to peer id at addr and says hello on it (with
+// the proof of the cluster secret, or as an attached client), returning
+// it with the protocol version the hellos agreed.
+func (p *pool) dial(ctx context.Context, id, addr string) (_ *transport.Conn, proto uint32, _ error) {
 	c, err := transport.DialConn(ctx, addr, p.opts...)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// The peer adopts the connection as soon as it has answered the hello,
 	// and may send on it before this side has read the answer and adopted
@@ -168,14 +171,14 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	p.mu.Lock()
 	p.pending[c] = make(chan struct{})
 	p.mu.Unlock()
-	fail := func(err error) (*transport.Conn, error) {
+	fail := func(err error) (*transport.Conn, uint32, error) {
 		// Settle first: a message the peer sent on c before we gave up
 		// waits on c's reader for the settling (idOfWait), and Close waits
 		// for that reader. Closed first, neither moved again, and no dial
 		// to the peer ever started again (fault suite seeds 7668, 7690).
 		p.settle(c)
 		c.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	if p.attach {
 		if p.token != nil {
@@ -197,10 +200,10 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 		if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 			return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 		}
-		if err := p.agree(id, h); err != nil {
+		if proto, err = negotiate(p.proto, rangeOf(h), id); err != nil {
 			return fail(err)
 		}
-		return c, nil
+		return c, proto, nil
 	}
 	keys := p.keys.Load()
 	out := hello{ID: p.self}
@@ -220,11 +223,11 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	if err := wire.DecodeValue(reply, &h); err != nil || h.ID != id {
 		return fail(errs.Errorf(errs.FailedPrecondition, "%s answers as %q, not %q", addr, h.ID, id))
 	}
-	if err := p.agree(id, h); err != nil {
+	if proto, err = negotiate(p.proto, rangeOf(h), id); err != nil {
 		return fail(err)
 	}
 	if keys == nil {
-		return c, nil
+		return c, proto, nil
 	}
 	if !verifyMAC(*keys, h.MAC, "server", out.Nonce, h.Nonce, id, p.self) {
 		return fail(errs.Errorf(errs.PermissionDenied, "%s at %s did not prove the cluster secret", id, addr))
@@ -236,34 +239,18 @@ func (p *pool) dial(ctx context.Context, id, addr string) (*transport.Conn, erro
 	if _, err := c.Call(ctx, OpHelloProof, b); err != nil {
 		return fail(fmt.Errorf("proving the cluster secret to %s at %s: %w", id, addr, err))
 	}
-	return c, nil
+	return c, proto, nil
 }
 
-// agree checks that peer id, whose hello is h, speaks a protocol version
-// this node does, and notes the one they speak.
-func (p *pool) agree(id string, h hello) error {
-	v, err := negotiate(p.proto, rangeOf(h), id)
-	if err != nil {
-		return err
-	}
-	p.noteProto(id, v)
-	return nil
-}
-
-// noteProto notes that peer id, which proved what it had to, speaks
-// protocol v with this node.
-func (p *pool) noteProto(id string, v uint32) {
-	p.mu.Lock()
-	p.protos[id] = v
-	p.mu.Unlock()
-}
-
-// protocolOf returns the protocol version spoken with peer id by the last
-// hello, or 0 if none was exchanged.
+// protocolOf returns the protocol version spoken on the connection kept
+// for peer id, or 0 if none is kept or its version is not known.
 func (p *pool) protocolOf(id string) uint32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.protos[id]
+	if pc, ok := p.conns[id]; ok && pc.c.Err() == nil {
+		return pc.proto
+	}
+	return 0
 }
 
 // settle ends c's wait for adoption, adopted or not.
@@ -326,8 +313,7 @@ func (p *pool) serveHello(r *transport.Request) {
 			return
 		}
 		_ = r.Reply(b)
-		p.noteProto(h.ID, proto)
-		p.adopt(h.ID, r.Conn(), h.ID)
+		p.adopt(h.ID, r.Conn(), h.ID, proto)
 		return
 	}
 	if len(h.Nonce) != nonceSize {
@@ -387,8 +373,7 @@ func (p *pool) serveProof(r *transport.Request) {
 		return
 	}
 	_ = r.Reply(nil)
-	p.noteProto(pr.id, pr.proto)
-	p.adopt(pr.id, c, pr.id)
+	p.adopt(pr.id, c, pr.id, pr.proto)
 }
 
 // refused logs a hello refused for want of the cluster secret, at most
@@ -404,7 +389,7 @@ func (p *pool) refused(c *transport.Conn, id, why string) {
 // pool keeps for id: c, or the one that wins over it, or nil if c lost and
 // no live connection is left. The loser is closed in the background (a
 // Close on the reader's own goroutine would wait for itself).
-func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.Conn {
+func (p *pool) adopt(id string, c *transport.Conn, initiator string, proto uint32) *transport.Conn {
 	p.mu.Lock()
 	if p.closed {
 		p.closeLater(c)
@@ -442,7 +427,7 @@ func (p *pool) adopt(id string, c *transport.Conn, initiator string) *transport.
 	if !ok || cur.c != c {
 		p.watch(id, c)
 	}
-	p.conns[id] = pooled{c: c, initiator: initiator}
+	p.conns[id] = pooled{c: c, initiator: initiator, proto: proto}
 	p.byConn[c] = id
 	p.mu.Unlock()
 	return c

@@ -132,9 +132,9 @@ func TestLosingConnectionStillServed(t *testing.T) {
 	_, err := a.pool.get(ctx, "b", b.addr()) // a (the smaller ID) opens the kept one
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return b.pool.lookup("a") != nil }, 10*time.Second, time.Millisecond)
-	c, err := b.pool.dial(ctx, "a", a.addr())
+	c, proto, err := b.pool.dial(ctx, "a", a.addr())
 	require.NoError(t, err)
-	kept := b.pool.adopt("a", c, "b")
+	kept := b.pool.adopt("a", c, "b", proto)
 	require.NotSame(t, c, kept, "b's own dial loses to a's connection")
 	id, ok := b.pool.idOf(c)
 	assert.True(t, ok, "the losing connection is still the peer's")
@@ -148,7 +148,7 @@ func TestLosingConnectionStillServed(t *testing.T) {
 func TestMessageBeforeAdoptionWaits(t *testing.T) {
 	a, b := newTestNode(t, "a"), newTestNode(t, "b")
 	ctx := ctxT(t)
-	c, err := a.pool.dial(ctx, "b", b.addr()) // hello answered, not adopted yet
+	c, proto, err := a.pool.dial(ctx, "b", b.addr()) // hello answered, not adopted yet
 	require.NoError(t, err)
 	got := make(chan string, 1)
 	go func() {
@@ -160,7 +160,7 @@ func TestMessageBeforeAdoptionWaits(t *testing.T) {
 		t.Fatalf("answered %q before the adoption", id)
 	case <-time.After(20 * time.Millisecond):
 	}
-	a.pool.adopt("b", c, "a")
+	a.pool.adopt("b", c, "a", proto)
 	a.pool.settle(c)
 	select {
 	case id := <-got:

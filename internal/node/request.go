@@ -659,12 +659,11 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 				// The turn's begin is proposed holding the node's turn
 				// to number its writes; the built-in verbs' writes take
 				// their sequence as they are proposed.
-				release, err := n.takeSeq(ctx, &req.Once)
-				if err != nil {
+				if err := n.takeSeq(ctx, &req.Once); err != nil {
 					return nil, err
 				}
 				n.beginEarly(req, deadline)
-				release()
+				n.releaseSeq()
 			}
 			reply, err := n.handle(hctx, req)
 			tries.once = req.Once
@@ -749,8 +748,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 // (takeSeq): a node's calls leave in sequence order. w is the request,
 // given the sequence here. It returns the answer as Call does.
 func (n *Node) callFirst(ctx context.Context, c *transport.Conn, op uint32, owner string, once *Once, w *wireRequest) ([]byte, error) {
-	release, err := n.takeSeq(ctx, once)
-	if err != nil {
+	if err := n.takeSeq(ctx, once); err != nil {
 		return nil, err
 	}
 	w.Once = *once
@@ -758,19 +756,26 @@ func (n *Node) callFirst(ctx context.Context, c *transport.Conn, op uint32, owne
 	if op == OpRelay {
 		b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
 	}
+	return sendThenWait(ctx, c, op, b, n.releaseSeq)
+}
+
+// sendThenWait queues a call of op with payload b on c, calls sent once
+// it is queued (the order it leaves in is fixed then; sent is called
+// whatever happens), and waits for the answer, as Call does.
+func sendThenWait(ctx context.Context, c transport.Caller, op uint32, b []byte, sent func()) ([]byte, error) {
 	type answer struct {
 		reply []byte
 		err   error
 	}
 	got := make(chan answer, 1)
-	err = c.Go(ctx, op, b, func(reply []byte, err error) {
+	err := c.Go(ctx, op, b, func(reply []byte, err error) {
 		got <- answer{slices.Clone(reply), err} // the reply is the reader's until done returns
 	})
-	release()
+	sent()
 	if err != nil {
 		return nil, err
 	}
-	a := <-got
+	a := <-got // Go calls back exactly once, when ctx ends at the latest
 	return a.reply, a.err
 }
 
@@ -1170,20 +1175,8 @@ func (wr *Writer) callFirst(ctx context.Context, c transport.Caller, w *wireRequ
 		return nil, false, ctx.Err()
 	}
 	w.Once = wr.Next()
-	type answer struct {
-		reply []byte
-		err   error
-	}
-	got := make(chan answer, 1)
-	err = c.Go(ctx, OpRequest, w.append(nil), func(reply []byte, err error) {
-		got <- answer{slices.Clone(reply), err} // the reply is the reader's until done returns
-	})
-	<-wr.turn
-	if err != nil {
-		return nil, false, err
-	}
-	a := <-got
-	return readAnswer(ctx, a.reply, a.err)
+	reply, err = sendThenWait(ctx, c, OpRequest, w.append(nil), func() { <-wr.turn })
+	return readAnswer(ctx, reply, err)
 }
 
 // Next names a new write or call; a nil Writer names none.

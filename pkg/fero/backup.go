@@ -239,10 +239,10 @@ func (c *Remote) Restore(ctx context.Context, r io.ReadSeeker, opts RestoreOptio
 // restoreWrite writes one restored key, a Majority UPDATE, until it
 // succeeds, fails in a way another try will not change, or ctx ends.
 // Writing the same value twice is harmless, so it goes without the
-// Remote's exactly-once sequence: 64 writes in flight on one writer, all
-// to one partition (a restore goes partition by partition), passed the
-// 64 outcomes a partition remembers of a writer, and a first attempt was
-// refused as "a retry older than the owner's memory of its writer".
+// Remote's exactly-once sequence and the order that keeps (its writes
+// need none): before a Remote's sequences were taken as they were sent,
+// 64 writes in flight on one writer to one partition were refused as "a
+// retry older than the owner's memory of its writer".
 func (c *Remote) restoreWrite(ctx context.Context, key string, val msgpack.RawMessage) error {
 	opts := node.CallOpts{Wait: Majority.spec()}
 	backoff := 20 * time.Millisecond
