@@ -368,7 +368,12 @@ func buildFeroAt(ctx context.Context, dir, rev string) (string, error) {
 	defer func() {
 		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
 	}()
-	name := "fero-" + rev
+	name := "fero-" + strings.Map(func(r rune) rune { // a file name, whatever the revision is spelled as (origin/main, v1.0~2)
+		if r == '/' || r == '~' || r == '^' || r == ':' {
+			return '-'
+		}
+		return r
+	}, rev)
 	if len(name) > 40 {
 		name = name[:40]
 	}
