@@ -34,7 +34,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -272,9 +272,9 @@ func nested(ctx context.Context, f flags) string {
 	defer c.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, herr := c.Call(cctx, node.OpHello, nestedMsgpack(12<<20))
+	_, herr := c.Call(cctx, protocol.OpHello, nestedMsgpack(12<<20))
 	req, _ := msgpack.Marshal([]any{"UPDATE", "nested", nestedMsgpack(12 << 20)})
-	_, rerr := c.Call(cctx, node.OpRequest, req)
+	_, rerr := c.Call(cctx, protocol.OpRequest, req)
 	return fmt.Sprintf("hello: %v; request: %v", short(herr), short(rerr))
 }
 
@@ -291,9 +291,9 @@ func forged(ctx context.Context, f flags) string {
 		nonce[i] = byte(rand.N(256))
 	}
 	h, _ := msgpack.Marshal(map[string]any{"id": f.claim, "n": nonce})
-	_, herr := c.Call(cctx, node.OpHello, h)
+	_, herr := c.Call(cctx, protocol.OpHello, h)
 	p, _ := msgpack.Marshal(map[string]any{"m": make([]byte, 32)})
-	_, perr := c.Call(cctx, node.OpHelloProof, p)
+	_, perr := c.Call(cctx, protocol.OpHelloProof, p)
 	return fmt.Sprintf("hello: %v; proof: %v", short(herr), short(perr))
 }
 
@@ -313,7 +313,7 @@ func big(ctx context.Context, f flags) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := c.Call(cctx, node.OpRequest, payload)
+			_, err := c.Call(cctx, protocol.OpRequest, payload)
 			mu.Lock()
 			errsSeen[short(err)]++
 			mu.Unlock()
@@ -353,7 +353,7 @@ func gossip(ctx context.Context, f flags) string {
 // holds it all until the frame timeout.
 func full(ctx context.Context, f flags) string {
 	const payload = 16<<20 - 64
-	b := wire.AppendFrameHeader(bytes.Clone(preface), wire.KindCall, 1, node.OpAuth, payload)
+	b := wire.AppendFrameHeader(bytes.Clone(preface), wire.KindCall, 1, protocol.OpAuth, payload)
 	b = append(b, make([]byte, payload-1)...)
 	var sent, closed, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -384,7 +384,7 @@ func full(ctx context.Context, f flags) string {
 // engine sends an engine call on each of --engine connections that said no
 // hello, and waits up to 10 s for its answer.
 func engine(ctx context.Context, f flags) string {
-	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, node.OpEngine, make([]byte, 4000))
+	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, protocol.OpEngine, make([]byte, 4000))
 	seen := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -445,7 +445,7 @@ func answer(c net.Conn) (wire.Frame, error) {
 func silent(ctx context.Context, f flags) string {
 	nonce := make([]byte, 32)
 	h, _ := msgpack.Marshal(map[string]any{"id": f.claim, "n": nonce})
-	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, node.OpHello, h)
+	b := wire.AppendFrame(bytes.Clone(preface), wire.KindCall, 1, protocol.OpHello, h)
 	n := f.silent * max(1, len(f.from))
 	var answered, refused, closed atomic.Int64
 	var longest atomic.Int64

@@ -16,8 +16,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -85,7 +85,7 @@ func TestAttachedClient(t *testing.T) {
 	var mu sync.Mutex
 	terms := map[string]uint64{} // key → the highest term of a commit of it
 	mux := transport.NewMux()
-	mux.HandleFunc(node.OpEngine, func(r *transport.Request) {
+	mux.HandleFunc(protocol.OpEngine, func(r *transport.Request) {
 		for _, m := range engineMessages(t, r.Payload()) {
 			if c, ok := m.(*partition.Commit); ok {
 				mu.Lock()
@@ -107,8 +107,8 @@ func TestAttachedClient(t *testing.T) {
 		require.NoError(t, err)
 		defer raw.Close()
 		raws = append(raws, raw)
-		require.NoError(t, node.Authenticate(ctx, raw, node.CredToken, node.TokenKey([]byte(token))))
-		_, err = raw.Call(ctx, node.OpHello, hb)
+		require.NoError(t, protocol.Authenticate(ctx, raw, protocol.CredToken, protocol.TokenKey([]byte(token))))
+		_, err = raw.Call(ctx, protocol.OpHello, hb)
 		require.NoError(t, err)
 		for p := range uint32(31) {
 			batch := []byte{0}
@@ -122,7 +122,7 @@ func TestAttachedClient(t *testing.T) {
 				require.NoError(t, err)
 				batch = append(binary.AppendUvarint(batch, uint64(len(msg))), msg...)
 			}
-			require.NoError(t, raw.Send(ctx, node.OpEngine, batch))
+			require.NoError(t, raw.Send(ctx, protocol.OpEngine, batch))
 		}
 	}
 	// Writes after the forgeries are committed in the epochs the servers
@@ -155,7 +155,7 @@ func TestAttachedClient(t *testing.T) {
 	for _, raw := range raws {
 		require.Nil(t, raw.Err(), "the attached connection serves on")
 		// Adopted as a copy, it is still a token's connection: no forget.
-		_, err := raw.Call(ctx, node.OpForget, nil)
+		_, err := raw.Call(ctx, protocol.OpForget, nil)
 		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "forget on an attached connection: %v", err)
 	}
 
@@ -163,7 +163,7 @@ func TestAttachedClient(t *testing.T) {
 	raw2, err := transport.DialConn(ctx, a.data)
 	require.NoError(t, err)
 	defer raw2.Close()
-	_, err = raw2.Call(ctx, node.OpHello, hb)
+	_, err = raw2.Call(ctx, protocol.OpHello, hb)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 }
 

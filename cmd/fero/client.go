@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/pkg/fero"
 )
 
@@ -447,7 +447,7 @@ func printStatus(w io.Writer, st *fero.NodeStatus) error {
 		role = "client"
 	}
 	fmt.Fprintf(w, "resource %q, as seen by %s node %s (%s)\n", st.Resource, role, st.ID, st.Addr)
-	fmt.Fprintf(w, "map %s: %d partitions\n\n", node.FormatMapVersion(st.MapVersion), st.Partitions)
+	fmt.Fprintf(w, "map %s: %d partitions\n\n", protocol.FormatMapVersion(st.MapVersion), st.Partitions)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMBER\tROLE\tSTATUS\tOWNS\tDATA\tGOSSIP\tCONNECTION")
 	for _, m := range st.Members {

@@ -19,10 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fero-go/fero/internal/node"
 )
 
 // netnsDNSNodes is how many namespaces, and fero serve processes, the
@@ -412,14 +411,14 @@ func runFor(ctx context.Context, args ...string) (string, error) {
 }
 
 // netnsStatus is `fero status --json` against addr, run in this process.
-func netnsStatus(ctx context.Context, addr string, cred []string) (*node.StatusReport, error) {
+func netnsStatus(ctx context.Context, addr string, cred []string) (*protocol.StatusReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	out, err := run(ctx, append([]string{"status", "--addr", addr, "--json"}, cred...)...)
 	if err != nil {
 		return nil, err
 	}
-	var st node.StatusReport
+	var st protocol.StatusReport
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, errors.New("status: " + err.Error())
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -153,7 +153,7 @@ func TestHostileConnectionsKeepMemoryBounded(t *testing.T) {
 			return
 		}
 		for i := range 30 {
-			if _, err := calls.Write(wire.AppendFrame(nil, wire.KindCall, uint64(i+1), node.OpRequest, payload)); err != nil {
+			if _, err := calls.Write(wire.AppendFrame(nil, wire.KindCall, uint64(i+1), protocol.OpRequest, payload)); err != nil {
 				sent <- err
 				return
 			}

@@ -19,7 +19,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -214,8 +214,8 @@ func testPreAuthFramesAreSmall(t *testing.T, tlsOn bool) {
 	// Every byte of a frame of almost 16 MiB but its last: the node can
 	// only wait for that byte, holding what came, or refuse the frame.
 	const payload = 16<<20 - 64
-	body := wire.FrameSize(1, node.OpAuth, payload) - wire.LengthSize
-	frame := wire.AppendFrameHeader(append([]byte(nil), fePreface...), wire.KindCall, 1, node.OpAuth, payload)
+	body := wire.FrameSize(1, protocol.OpAuth, payload) - wire.LengthSize
+	frame := wire.AppendFrameHeader(append([]byte(nil), fePreface...), wire.KindCall, 1, protocol.OpAuth, payload)
 	frame = append(frame, make([]byte, payload-1)...)
 	var sent atomic.Int64
 	var wg sync.WaitGroup
@@ -325,7 +325,7 @@ func testPreAuthEngineCallsAreAnswered(t *testing.T, tlsOn bool) {
 		require.NoError(t, err)
 		defer c.Close()
 		b := append([]byte(nil), fePreface...)
-		b = wire.AppendFrame(b, wire.KindCall, 1, node.OpEngine, make([]byte, 4000))
+		b = wire.AppendFrame(b, wire.KindCall, 1, protocol.OpEngine, make([]byte, 4000))
 		_, err = c.Write(b)
 		require.NoError(t, err)
 		f, err := readAnswer(c, time.Now().Add(5*time.Second))
@@ -346,7 +346,7 @@ func helloFrame(t *testing.T) []byte {
 	_, _ = rand.Read(nonce)
 	h, err := msgpack.Marshal(map[string]any{"id": "stranger", "n": nonce})
 	require.NoError(t, err)
-	return wire.AppendFrame(append([]byte(nil), fePreface...), wire.KindCall, 1, node.OpHello, h)
+	return wire.AppendFrame(append([]byte(nil), fePreface...), wire.KindCall, 1, protocol.OpHello, h)
 }
 
 // TestPreAuthConnectionsCannotCrowdOut (issue 42, point 3): from five

@@ -16,7 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -114,11 +114,11 @@ func TestClusterSecret(t *testing.T) {
 	nonce := make([]byte, 32)
 	hb, err := msgpack.Marshal(map[string]any{"id": "b", "n": nonce})
 	require.NoError(t, err)
-	_, err = raw.Call(ctx, node.OpHello, hb)
+	_, err = raw.Call(ctx, protocol.OpHello, hb)
 	require.NoError(t, err)
 	pb, err := msgpack.Marshal(map[string]any{"m": make([]byte, 32)})
 	require.NoError(t, err)
-	_, err = raw.Call(ctx, node.OpHelloProof, pb)
+	_, err = raw.Call(ctx, protocol.OpHelloProof, pb)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 	require.Eventually(t, func() bool { return raw.Err() != nil }, 10*time.Second, 10*time.Millisecond, "the forger's connection is closed")
 	// A hello with no proof of a secret at all is refused outright.
@@ -127,7 +127,7 @@ func TestClusterSecret(t *testing.T) {
 	defer raw2.Close()
 	hb, err = msgpack.Marshal(map[string]any{"id": "b"})
 	require.NoError(t, err)
-	_, err = raw2.Call(ctx, node.OpHello, hb)
+	_, err = raw2.Call(ctx, protocol.OpHello, hb)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 
 	// Rotation on the running cluster: old+new, new+old, new.

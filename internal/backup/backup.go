@@ -5,7 +5,7 @@
 //
 // A file is the magic "FERO-BACKUP\n", a format version byte, then
 // records, each a uvarint length and a msgpack body: a Header, one
-// node.BackupPart per partition, and an End; then the SHA-256 of every
+// protocol.BackupPart per partition, and an End; then the SHA-256 of every
 // byte before it. A reader checks the whole file, its checksum included,
 // before a restore writes anything (Verify), so a damaged file is refused
 // whole.
@@ -22,9 +22,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/fero-go/fero/internal/node"
 )
 
 // Magic starts every backup file.
@@ -81,7 +80,7 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 }
 
 // Part adds one partition.
-func (w *Writer) Part(p *node.BackupPart) error {
+func (w *Writer) Part(p *protocol.BackupPart) error {
 	w.end.Parts++
 	w.end.Keys += p.Keys
 	w.end.Bytes += int64(len(p.Snapshot))
@@ -119,7 +118,7 @@ func (w *Writer) record(v any) error {
 // which the callbacks have by then seen parts of. Restore therefore
 // verifies a file (Read with nil callbacks) before it reads it again to
 // write.
-func Read(r io.Reader, header func(Header) error, part func(*node.BackupPart) error) (Header, End, error) {
+func Read(r io.Reader, header func(Header) error, part func(*protocol.BackupPart) error) (Header, End, error) {
 	sum := sha256.New()
 	br := bufio.NewReaderSize(r, 1<<20)
 	tr := &teeReader{r: br, h: sum}
@@ -164,7 +163,7 @@ func Read(r io.Reader, header func(Header) error, part func(*node.BackupPart) er
 	seen := make([]bool, h.Partitions)
 	var got End
 	for range h.Partitions {
-		var p node.BackupPart
+		var p protocol.BackupPart
 		if err := next(fmt.Sprintf("partition record %d", got.Parts), &p); err != nil {
 			return h, end, err
 		}

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fero-go/fero/internal/node"
 )
 
 func sample(t *testing.T) []byte {
@@ -17,7 +16,7 @@ func sample(t *testing.T) []byte {
 	w, err := NewWriter(&b, Header{Resource: "kv", Partitions: 3, Created: time.Unix(1e9, 0).UTC(), Via: "n1"})
 	require.NoError(t, err)
 	for p := range 3 {
-		require.NoError(t, w.Part(&node.BackupPart{Partition: 2 - p, Owner: "n1", Offset: uint64(p + 1), Keys: p, Snapshot: bytes.Repeat([]byte{byte(p)}, 100*p)}))
+		require.NoError(t, w.Part(&protocol.BackupPart{Partition: 2 - p, Owner: "n1", Offset: uint64(p + 1), Keys: p, Snapshot: bytes.Repeat([]byte{byte(p)}, 100*p)}))
 	}
 	end, err := w.Close()
 	require.NoError(t, err)
@@ -28,7 +27,7 @@ func sample(t *testing.T) []byte {
 // TestRoundTrip: what a Writer writes, Read gives back, in order.
 func TestRoundTrip(t *testing.T) {
 	var parts []int
-	h, end, err := Read(bytes.NewReader(sample(t)), nil, func(p *node.BackupPart) error {
+	h, end, err := Read(bytes.NewReader(sample(t)), nil, func(p *protocol.BackupPart) error {
 		parts = append(parts, p.Partition)
 		require.Len(t, p.Snapshot, 100*(2-p.Partition))
 		return nil

@@ -21,9 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/membership"
-	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
+	"github.com/fero-go/fero/internal/ring"
 )
 
 // API is the admin API's version: every answer carries it, and its paths
@@ -42,9 +44,22 @@ const (
 //go:embed static
 var static embed.FS
 
+// Node is what the dashboard reads of the node it serves (a
+// *node.Node): it only reads.
+type Node interface {
+	Map() *ring.Map
+	Membership() *membership.Membership
+	Readiness(ctx context.Context) (protocol.Readiness, error)
+	ReportFor(ctx context.Context, req protocol.StatusRequest) (*protocol.StatusReport, error)
+	Stats() protocol.Stats
+	Status(ctx context.Context) ([]partition.Status, error)
+	Store() *doc.Store
+	Traffic() (protocol.Traffic, bool)
+}
+
 // Dashboard serves one node's admin API and dashboard.
 type Dashboard struct {
-	n       *node.Node
+	n       Node
 	version string
 	started time.Time
 	stop    chan struct{}
@@ -60,7 +75,7 @@ type Dashboard struct {
 
 // New starts sampling n and recording its membership events; Close stops
 // it. version is what the overview reports as the node's version.
-func New(n *node.Node, version string) *Dashboard {
+func New(n Node, version string) *Dashboard {
 	d := &Dashboard{n: n, version: version, started: time.Now(), stop: make(chan struct{})}
 	d.mux = http.NewServeMux()
 	d.mux.HandleFunc("GET /api/v1/overview", d.serveOverview)
@@ -131,14 +146,14 @@ func Pending(get func() http.Handler) http.Handler {
 
 // Overview is /api/v1/overview's answer.
 type Overview struct {
-	API           int                  `json:"api"`
-	Time          time.Time            `json:"time"`
-	Node          NodeInfo             `json:"node"`
-	Members       []node.MemberReport  `json:"members"`
-	Configuration []node.ConfigEntry   `json:"configuration"`
-	Disk          *node.DiskReport     `json:"disk"`
-	CatchUp       *partition.CatchUp   `json:"catch_up,omitempty"`
-	Syncing       []node.SyncingReport `json:"syncing,omitempty"`
+	API           int                      `json:"api"`
+	Time          time.Time                `json:"time"`
+	Node          NodeInfo                 `json:"node"`
+	Members       []protocol.MemberReport  `json:"members"`
+	Configuration []protocol.ConfigEntry   `json:"configuration"`
+	Disk          *protocol.DiskReport     `json:"disk"`
+	CatchUp       *partition.CatchUp       `json:"catch_up,omitempty"`
+	Syncing       []protocol.SyncingReport `json:"syncing,omitempty"`
 }
 
 // NodeInfo is the node itself in an Overview.
@@ -155,7 +170,7 @@ type NodeInfo struct {
 	Partitions int            `json:"partitions"`
 	Keys       int            `json:"keys"`
 	Roles      map[string]int `json:"roles"`
-	Stats      node.Stats     `json:"stats"`
+	Stats      protocol.Stats `json:"stats"`
 	Ready      bool           `json:"ready"`
 	NotReady   []string       `json:"not_ready"`
 }
@@ -165,7 +180,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// The overview shows no digest: computing it each poll would cost a
 	// node with a gigabyte under writes seconds of CPU a second.
-	rep, err := d.n.ReportFor(ctx, node.StatusRequest{NoDigest: true})
+	rep, err := d.n.ReportFor(ctx, protocol.StatusRequest{NoDigest: true})
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
@@ -180,7 +195,7 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 		Node: NodeInfo{
 			ID: rep.ID, Resource: rep.Resource, Client: rep.Client, Addr: rep.Addr,
 			Version: d.version, Started: d.started.UTC(), Voting: rep.Voting, Cluster: rep.Cluster,
-			MapVersion: node.FormatMapVersion(rep.MapVersion), Partitions: rep.Partitions, Keys: rep.Keys, Roles: rep.Roles,
+			MapVersion: protocol.FormatMapVersion(rep.MapVersion), Partitions: rep.Partitions, Keys: rep.Keys, Roles: rep.Roles,
 			Stats: rep.Stats, Ready: rd.Ready, NotReady: rd.Why,
 		},
 		Members: rep.Members, Configuration: rep.Configuration, Disk: rep.Disk,
@@ -192,20 +207,20 @@ func (d *Dashboard) serveOverview(w http.ResponseWriter, r *http.Request) {
 	// The report lists live members; the dashboard shows the dead and
 	// those being admitted too.
 	for _, mem := range d.n.Membership().Known() {
-		if slices.ContainsFunc(o.Members, func(r node.MemberReport) bool { return r.ID == mem.ID }) {
+		if slices.ContainsFunc(o.Members, func(r protocol.MemberReport) bool { return r.ID == mem.ID }) {
 			continue
 		}
-		o.Members = append(o.Members, node.MemberReport{
+		o.Members = append(o.Members, protocol.MemberReport{
 			ID: mem.ID, Addr: mem.Addr, Gossip: mem.Gossip,
 			Client: mem.Role == membership.RoleClient, Status: mem.Status.String(),
 		})
 	}
-	slices.SortFunc(o.Members, func(a, b node.MemberReport) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(o.Members, func(a, b protocol.MemberReport) int { return strings.Compare(a.ID, b.ID) })
 	if o.Members == nil {
-		o.Members = []node.MemberReport{}
+		o.Members = []protocol.MemberReport{}
 	}
 	if o.Configuration == nil {
-		o.Configuration = []node.ConfigEntry{}
+		o.Configuration = []protocol.ConfigEntry{}
 	}
 	writeJSON(w, o)
 }
@@ -243,7 +258,7 @@ func (d *Dashboard) servePartitions(w http.ResponseWriter, r *http.Request) {
 	out := Partitions{API: API, Partitions: make([]Partition, 0, len(st))}
 	m := d.n.Map()
 	if m != nil {
-		out.MapVersion = node.FormatMapVersion(m.Version())
+		out.MapVersion = protocol.FormatMapVersion(m.Version())
 	}
 	store := d.n.Store()
 	for _, s := range st {
@@ -360,8 +375,8 @@ func (d *Dashboard) record(sub *membership.Subscription) {
 // reading is what one tick reads from the node.
 type reading struct {
 	at         time.Time
-	stats      node.Stats
-	traffic    node.Traffic
+	stats      protocol.Stats
+	traffic    protocol.Traffic
 	hasTraffic bool
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -20,19 +21,14 @@ import (
 // Attached clients (docs/engine.md, "Attached clients") are client nodes
 // that proved a client token to the servers rather than the cluster
 // secret. They do not gossip: each learns the servers from one of them
-// (OpMembers), opens a connection to every server, proves its token on it
+// (protocol.OpMembers), opens a connection to every server, proves its token on it
 // and names itself in a hello marked Attach. A server takes such a
 // connection as a client's, lists the client among its copies while the
 // connection lives (owners push commits on it), and steps its engine
 // messages with Engine.StepLimited: its writes, its fetches and its acks,
 // nothing else.
 
-// OpMembers asks a server for the cluster's live servers (membersAsk),
-// answered (membersReply) once the list differs from the version the
-// caller has, or after the wait it asked for.
-const OpMembers uint32 = 11
-
-// membersWaitMax bounds how long a server holds an OpMembers whose caller
+// membersWaitMax bounds how long a server holds a protocol.OpMembers whose caller
 // has the current list.
 const membersWaitMax = 10 * time.Second
 
@@ -135,7 +131,7 @@ func attachRefusal(id string, client, needToken bool, proved role) error {
 	return nil
 }
 
-// connRole is the role a connection proved with OpAuth.
+// connRole is the role a connection proved with protocol.OpAuth.
 func (n *Node) connRole(c *transport.Conn) role {
 	n.auth.mu.Lock()
 	defer n.auth.mu.Unlock()
@@ -161,7 +157,7 @@ func (n *Node) serverList() ([]membership.Meta, uint64) {
 	return out, v
 }
 
-// serveMembers answers OpMembers, holding the call while the caller's
+// serveMembers answers protocol.OpMembers, holding the call while the caller's
 // list is current, up to the wait it asked for.
 func (n *Node) serveMembers(r *transport.Request) {
 	var ask membersAsk
@@ -194,7 +190,7 @@ func (n *Node) serveMembers(r *transport.Request) {
 			}
 		}
 	}) {
-		_ = r.Fail(ErrClosed)
+		_ = r.Fail(protocol.ErrClosed)
 	}
 }
 
@@ -216,7 +212,7 @@ type feeder struct {
 	next  int      // where the next round of dials starts
 }
 
-// close closes the connection OpMembers goes on; the feed has stopped
+// close closes the connection protocol.OpMembers goes on; the feed has stopped
 // (Node.Close closes the membership first).
 func (f *feeder) close() {
 	f.mu.Lock()
@@ -228,7 +224,7 @@ func (f *feeder) close() {
 	}
 }
 
-// feedWait is how long an attached client lets a server hold OpMembers.
+// feedWait is how long an attached client lets a server hold protocol.OpMembers.
 const feedWait = 5 * time.Second
 
 // feedMembers is the attached client's membership.Feed.
@@ -246,7 +242,7 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 	}
 	cctx, cancel := context.WithTimeout(ctx, feedWait+attachDialTimeout)
 	defer cancel()
-	reply, err := c.Call(cctx, OpMembers, b)
+	reply, err := c.Call(cctx, protocol.OpMembers, b)
 	if err != nil {
 		n.feed.mu.Lock()
 		if n.feed.c == c {
@@ -275,7 +271,7 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 	return rep.Servers, rep.Version, nil
 }
 
-// feedConn returns the connection OpMembers goes on, dialing the given
+// feedConn returns the connection protocol.OpMembers goes on, dialing the given
 // servers and then the last known ones, in turn, until one answers and
 // takes the client's token.
 func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
@@ -316,7 +312,7 @@ func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, 
 		return nil, err
 	}
 	if t := n.pool.token; t != nil {
-		if err := Authenticate(dctx, c, CredToken, t); err != nil {
+		if err := protocol.Authenticate(dctx, c, protocol.CredToken, t); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -325,5 +321,5 @@ func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, 
 }
 
 // attachDialTimeout bounds an attached client's dial of a server for
-// OpMembers, and its proof of the token.
+// protocol.OpMembers, and its proof of the token.
 const attachDialTimeout = 5 * time.Second

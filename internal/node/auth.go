@@ -2,10 +2,7 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
-	"crypto/sha256"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,44 +12,10 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
-
-// Connections that are not a peer's (fero.Dial, the fero CLI) prove a
-// credential before a node with credentials serves them: a client token,
-// which lets them make requests, read the status and tail, or the cluster
-// secret, which also lets them forget servers. The exchange is the
-// hello's (pool.go) without IDs: OpAuth carries the caller's nonce and the
-// ID of its key (a hash prefix of the derived key, so a node that accepts
-// several tokens, or secrets during a rotation, knows which to use), and
-// is answered with the node's nonce and its MAC under that key, so the
-// caller knows it reached a node that holds the credential too; then
-// OpAuthProof carries the caller's MAC. The MACs carry different labels
-// ("node", "caller"), so neither side can reflect the other's.
-const (
-	OpAuth      uint32 = 9
-	OpAuthProof uint32 = 10
-)
-
-// Credential kinds an OpAuth names.
-const (
-	CredToken  = "token"
-	CredSecret = "secret"
-)
-
-type authHello struct {
-	Kind  string `msgpack:"k"`
-	KeyID []byte `msgpack:"i,omitempty"`
-	Nonce []byte `msgpack:"n"`
-	MAC   []byte `msgpack:"m,omitempty"`
-}
-
-// keyID names a derived key without revealing it.
-func keyID(key []byte) []byte {
-	sum := sha256.Sum256(key)
-	return sum[:8]
-}
 
 // role is what a connection may do.
 type role uint8
@@ -62,13 +25,6 @@ const (
 	roleClient      // requests, status, tail
 	roleAdmin       // and forget: it proved the cluster secret
 )
-
-// TokenKey derives the key a client token is proved with.
-func TokenKey(token []byte) []byte { return deriveKey(token, "fero client token key v1") }
-
-// SecretKey derives the key the cluster secret is proved with by a
-// connection that is not a peer's (the hello key).
-func SecretKey(secret []byte) []byte { return helloKey(secret) }
 
 // auth holds what the node accepts from connections that are not peers'.
 type auth struct {
@@ -96,7 +52,7 @@ func (n *Node) authRequired() bool {
 func (n *Node) SetTokens(tokens ...[]byte) {
 	keys := make([][]byte, len(tokens))
 	for i, t := range tokens {
-		keys[i] = TokenKey(t)
+		keys[i] = protocol.TokenKey(t)
 	}
 	n.auth.tokens.Store(&keys)
 }
@@ -182,17 +138,17 @@ func prove(r *transport.Request) bool {
 	return true
 }
 
-// serveAuth answers a connection's OpAuth with the node's nonce and MAC.
+// serveAuth answers a connection's protocol.OpAuth with the node's nonce and MAC.
 func (n *Node) serveAuth(r *transport.Request) {
-	var h authHello
-	if err := wire.DecodeValue(r.Payload(), &h); err != nil || len(h.Nonce) != nonceSize {
+	var h protocol.AuthHello
+	if err := wire.DecodeValue(r.Payload(), &h); err != nil || len(h.Nonce) != protocol.NonceSize {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "malformed auth"))
 		return
 	}
 	keys, _ := n.acceptKeys(h.Kind)
 	var key []byte
 	for _, k := range keys {
-		if bytes.Equal(keyID(k), h.KeyID) {
+		if bytes.Equal(protocol.KeyID(k), h.KeyID) {
 			key = k
 			break
 		}
@@ -204,8 +160,8 @@ func (n *Node) serveAuth(r *transport.Request) {
 		_ = r.Fail(errs.Errorf(errs.PermissionDenied, "this node takes no such %s", h.Kind))
 		return
 	}
-	mine := newNonce()
-	b, err := msgpack.Marshal(authHello{Kind: h.Kind, Nonce: mine, MAC: helloMAC(key, "node", h.Nonce, mine, "", "")})
+	mine := protocol.NewNonce()
+	b, err := msgpack.Marshal(protocol.AuthHello{Kind: h.Kind, Nonce: mine, MAC: protocol.HelloMAC(key, "node", h.Nonce, mine, "", "")})
 	if err != nil {
 		_ = r.Fail(err)
 		return
@@ -228,13 +184,13 @@ func (n *Node) serveAuthProof(r *transport.Request) {
 	pr, ok := n.auth.proving[c]
 	delete(n.auth.proving, c)
 	n.auth.mu.Unlock()
-	var proof helloProof
+	var proof protocol.HelloProof
 	if !ok {
 		_ = r.Fail(errs.New(errs.FailedPrecondition, "no auth to prove on this connection"))
 		return
 	}
 	_, granted := n.acceptKeys(pr.kind)
-	if wire.DecodeValue(r.Payload(), &proof) != nil || !hmac.Equal(proof.MAC, helloMAC(pr.key, "caller", pr.theirs, pr.mine, "", "")) {
+	if wire.DecodeValue(r.Payload(), &proof) != nil || !hmac.Equal(proof.MAC, protocol.HelloMAC(pr.key, "caller", pr.theirs, pr.mine, "", "")) {
 		if n.pool.refusals.Allow(remoteHost(c), time.Now()) {
 			n.logger.Warn("fero: node: refused a connection's credential", "remote", c.RemoteAddr(), "kind", pr.kind, "why", "wrong proof")
 		}
@@ -255,12 +211,12 @@ func (n *Node) serveAuthProof(r *transport.Request) {
 // role it grants.
 func (n *Node) acceptKeys(kind string) ([][]byte, role) {
 	switch kind {
-	case CredToken:
+	case protocol.CredToken:
 		if t := n.auth.tokens.Load(); t != nil {
 			return *t, roleClient
 		}
 		return nil, roleClient
-	case CredSecret:
+	case protocol.CredSecret:
 		if k := n.pool.keys.Load(); k != nil {
 			return *k, roleAdmin
 		}
@@ -276,34 +232,6 @@ func (n *Node) forgetConnWhenDone(c *transport.Conn) {
 		delete(n.auth.proving, c)
 		n.auth.mu.Unlock()
 	}()
-}
-
-// Authenticate proves a credential on a connection to a node (OpAuth):
-// kind is CredToken or CredSecret, key its TokenKey or SecretKey. It
-// checks that the node holds the credential too.
-func Authenticate(ctx context.Context, c *transport.Conn, kind string, key []byte) error {
-	mine := newNonce()
-	b, err := msgpack.Marshal(authHello{Kind: kind, KeyID: keyID(key), Nonce: mine})
-	if err != nil {
-		return err
-	}
-	reply, err := c.Call(ctx, OpAuth, b)
-	if err != nil {
-		return fmt.Errorf("fero: authenticate to %s: %w", c.RemoteAddr(), err)
-	}
-	var h authHello
-	if err := wire.DecodeValue(reply, &h); err != nil || len(h.Nonce) != nonceSize ||
-		!hmac.Equal(h.MAC, helloMAC(key, "node", mine, h.Nonce, "", "")) {
-		return errs.Errorf(errs.PermissionDenied, "fero: %s did not prove that it holds the %s", c.RemoteAddr(), kind)
-	}
-	b, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "caller", mine, h.Nonce, "", "")})
-	if err != nil {
-		return err
-	}
-	if _, err := c.Call(ctx, OpAuthProof, b); err != nil {
-		return fmt.Errorf("fero: authenticate to %s: %w", c.RemoteAddr(), err)
-	}
-	return nil
 }
 
 // remoteHost is the host part of a connection's remote address, the key

@@ -9,39 +9,10 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
-
-// OpBackup (call) answers one partition of the resource as its owner holds
-// it at one commit (a BackupPart, for `fero backup`). A node that does not
-// own the partition asks its owner, once (BackupRequest.Forwarded), over
-// its peer connection, so a backup through any one node reaches them all.
-const OpBackup uint32 = 13
-
-// BackupRequest is OpBackup's payload.
-type BackupRequest struct {
-	Partition int `msgpack:"p"`
-	// Forwarded: a node asks the owner on its caller's behalf; the owner
-	// answers itself or refuses, and does not forward again.
-	Forwarded bool `msgpack:"fwd,omitempty"`
-}
-
-// BackupPart is one partition at one commit: the owner's state under its
-// engine lock, so the keys are exactly those of the log up to Offset in
-// Epoch, with no write half applied.
-type BackupPart struct {
-	Partition int    `msgpack:"p"`
-	Owner     string `msgpack:"owner"`
-	Epoch     string `msgpack:"epoch"`
-	Offset    uint64 `msgpack:"offset"`
-	Keys      int    `msgpack:"keys"`
-	// Digest is doc.Store.PartitionDigest of the partition: a restored
-	// copy holds the same keys and values when its digest is equal.
-	Digest uint64 `msgpack:"digest"`
-	// Snapshot is the partition as doc.Store.Snapshot encodes it.
-	Snapshot []byte `msgpack:"snapshot"`
-}
 
 // backupFrameSlack is what a reply's frame adds to its payload, at most.
 const backupFrameSlack = 64
@@ -50,7 +21,7 @@ const backupFrameSlack = 64
 const backupTimeout = 30 * time.Second
 
 func (n *Node) serveBackup(r *transport.Request) {
-	var req BackupRequest
+	var req protocol.BackupRequest
 	if err := wire.DecodeValue(r.Payload(), &req); err != nil {
 		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: backup request: %v", err))
 		return
@@ -69,13 +40,13 @@ func (n *Node) serveBackup(r *transport.Request) {
 		}
 		_ = r.Reply(b)
 	}) {
-		_ = r.Fail(ErrClosed)
+		_ = r.Fail(protocol.ErrClosed)
 	}
 }
 
 // backup answers req here if this node owns the partition, or asks the
 // owner.
-func (n *Node) backup(ctx context.Context, req BackupRequest) ([]byte, error) {
+func (n *Node) backup(ctx context.Context, req protocol.BackupRequest) ([]byte, error) {
 	if n.cfg.Client {
 		return nil, errs.New(errs.FailedPrecondition, "fero: a client node owns no partition; back up through a server")
 	}
@@ -94,7 +65,7 @@ func (n *Node) backup(ctx context.Context, req BackupRequest) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return c.Call(ctx, OpBackup, p)
+		return c.Call(ctx, protocol.OpBackup, p)
 	}
 	part, err := n.backupPart(ctx, req.Partition)
 	if err != nil {
@@ -106,9 +77,9 @@ func (n *Node) backup(ctx context.Context, req BackupRequest) ([]byte, error) {
 // backupPart takes partition p as this node holds it, if it is the
 // partition's active owner: under the engine lock, so the state and the
 // offset belong together.
-func (n *Node) backupPart(ctx context.Context, p int) (*BackupPart, error) {
+func (n *Node) backupPart(ctx context.Context, p int) (*protocol.BackupPart, error) {
 	type result struct {
-		part *BackupPart
+		part *protocol.BackupPart
 		err  error
 	}
 	out := make(chan result, 1)
@@ -131,7 +102,7 @@ func (n *Node) backupPart(ctx context.Context, p int) (*BackupPart, error) {
 			out <- result{err: err}
 			return
 		}
-		out <- result{part: &BackupPart{
+		out <- result{part: &protocol.BackupPart{
 			Partition: p, Owner: n.id, Epoch: fmt.Sprint(st.Position.Epoch), Offset: st.Position.Offset,
 			Keys: n.store.PartitionLen(p), Digest: n.store.PartitionDigest(p), Snapshot: snap,
 		}}

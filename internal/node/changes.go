@@ -7,6 +7,7 @@ import (
 
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 )
 
 // Change is one commit as applied to this node's copy: what a change
@@ -228,29 +229,14 @@ func (n *Node) matching(to []*Subscription, ch *Change) []*Subscription {
 	return to
 }
 
-// Stats counts what happened to this node's copy since it started.
-type Stats struct {
-	Committed uint64 `msgpack:"committed" json:"committed"` // changes this node committed as owner
-	Applied   uint64 `msgpack:"applied" json:"applied"`     // owners' commits applied to this copy
-	Dropped   uint64 `msgpack:"dropped" json:"dropped"`     // uncommitted changes undone (rule 6)
-	Restored  uint64 `msgpack:"restored" json:"restored"`   // partitions replaced by a snapshot
-	Gained    uint64 `msgpack:"gained" json:"gained"`       // partitions this node took ownership of
-	Lost      uint64 `msgpack:"lost" json:"lost"`           // partitions this node stopped owning
-	// Relayed counts the engine batches this server sent a peer through
-	// another server, RelayedFor the batches and requests it passed on
-	// for two others (docs/engine.md, rule 17).
-	Relayed    uint64 `msgpack:"relayed,omitempty" json:"relayed,omitempty"`
-	RelayedFor uint64 `msgpack:"relayed_for,omitempty" json:"relayed_for,omitempty"`
-}
-
 type stats struct {
 	committed, applied, dropped, restored, gained, lost atomic.Uint64
 	relayed, relayedFor                                 atomic.Uint64
 }
 
-// Stats returns the node's counters.
-func (n *Node) Stats() Stats {
-	return Stats{
+// protocol.Stats returns the node's counters.
+func (n *Node) Stats() protocol.Stats {
+	return protocol.Stats{
 		Committed: n.stats.committed.Load(), Applied: n.stats.applied.Load(),
 		Dropped: n.stats.dropped.Load(), Restored: n.stats.restored.Load(),
 		Gained: n.stats.gained.Load(), Lost: n.stats.lost.Load(),

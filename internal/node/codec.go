@@ -9,12 +9,8 @@ import (
 	"github.com/fero-go/fero/internal/wire"
 )
 
-// OpEngine carries partition engine messages, one-way: the engines answer
-// each other with messages of their own, never with transport replies.
-const OpEngine uint32 = 3
-
 // An engine message on the wire is one byte of partition.MsgKind followed
-// by the message's msgpack encoding. An OpEngine payload is a batch: one
+// by the message's msgpack encoding. A protocol.OpEngine payload is a batch: one
 // flags byte (flagMustDeliver: the batch holds a message that must not be
 // dropped, see spill.go; flagCluster: the sender's cluster follows), the
 // sender's cluster if flagged (its founder as a uvarint length and bytes,
@@ -135,7 +131,7 @@ func (f *freeDecoders) put(d *partition.Decoder) {
 	}
 }
 
-// decodeBatch reads every message of an OpEngine payload, and the
+// decodeBatch reads every message of a protocol.OpEngine payload, and the
 // sender's cluster, with dec. The messages' keys and values alias b,
 // which must not change afterwards (partition.Decoder.DecodeShared), and
 // the messages are valid until dec.Reset. last is the cluster the sender's

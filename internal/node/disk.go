@@ -15,6 +15,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -28,7 +29,7 @@ import (
 // by a newer one is refused.
 const diskFormat = 1
 
-// Meta keys of the data directory.
+// protocol.Meta keys of the data directory.
 const (
 	metaFormat     = "fero/format"
 	metaResource   = "fero/resource"
@@ -441,8 +442,8 @@ func (n *Node) diskFailed(rd partition.Ready, err error) {
 }
 
 // report describes the directory for the node's status.
-func (d *disk) report(dir string) *DiskReport {
-	r := &DiskReport{Dir: dir, Fsync: d.policy.Mode.String(), Syncs: d.syncs.Load(),
+func (d *disk) report(dir string) *protocol.DiskReport {
+	r := &protocol.DiskReport{Dir: dir, Fsync: d.policy.Mode.String(), Syncs: d.syncs.Load(),
 		WriteSeconds: time.Duration(d.writeNanos.Load()).Seconds(), SnapshotSeconds: time.Duration(d.snapNanos.Load()).Seconds(),
 		Snapshots: d.snaps.Load(), SnapshotBytes: d.snapBytes.Load()}
 	if d.policy.Mode == storage.SyncInterval {

@@ -14,6 +14,7 @@ import (
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/testkit"
 	"github.com/fero-go/fero/internal/transport"
@@ -56,20 +57,20 @@ func (r *reusableConn) drop() {
 	}
 }
 
-// validHello is an OpHello payload as a dialing node with a cluster secret
+// validHello is a protocol.OpHello payload as a dialing node with a cluster secret
 // sends it.
 func validHello(f *testing.F, id string, nonce bool) []byte {
 	h := hello{ID: id}
 	if nonce {
-		h.Nonce = make([]byte, nonceSize)
+		h.Nonce = make([]byte, protocol.NonceSize)
 	}
 	b, err := msgpack.Marshal(h)
 	require.NoError(f, err)
 	return b
 }
 
-// FuzzHello sends arbitrary bytes as an OpHello payload and then as an
-// OpHelloProof payload (or, when asked and possible, the right proof) to
+// FuzzHello sends arbitrary bytes as a protocol.OpHello payload and then as an
+// protocol.OpHelloProof payload (or, when asked and possible, the right proof) to
 // a pool with or without a cluster secret. The pool must never panic; a
 // hello is refused with a coded error, or answered (with the pool's MAC
 // under a secret); a connection is adopted at once without a secret, and
@@ -81,8 +82,8 @@ func validHello(f *testing.F, id string, nonce bool) []byte {
 func FuzzHello(f *testing.F) {
 	var cur atomic.Pointer[pool]
 	mux := transport.NewMux()
-	mux.HandleFunc(OpHello, func(r *transport.Request) { cur.Load().serveHello(r) })
-	mux.HandleFunc(OpHelloProof, func(r *transport.Request) { cur.Load().serveProof(r) })
+	mux.HandleFunc(protocol.OpHello, func(r *transport.Request) { cur.Load().serveHello(r) })
+	mux.HandleFunc(protocol.OpHelloProof, func(r *transport.Request) { cur.Load().serveProof(r) })
 	srv, err := transport.Listen("127.0.0.1:0", mux)
 	require.NoError(f, err)
 	client := &reusableConn{addr: srv.Addr().String()}
@@ -90,9 +91,9 @@ func FuzzHello(f *testing.F) {
 		client.drop()
 		srv.Close()
 	})
-	key := helloKey(fuzzSecret)
+	key := protocol.HelloKey(fuzzSecret)
 
-	proof, err := msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	proof, err := msgpack.Marshal(protocol.HelloProof{MAC: make([]byte, 32)})
 	require.NoError(f, err)
 	for _, secret := range []bool{false, true} {
 		f.Add(nested(1<<20), nested(1<<20), secret, false)
@@ -152,7 +153,7 @@ func FuzzHello(f *testing.F) {
 
 		var want hello
 		valid := wire.DecodeValue(helloB, &want) == nil && want.ID != ""
-		reply, err := c.Call(ctx, OpHello, helloB)
+		reply, err := c.Call(ctx, protocol.OpHello, helloB)
 		switch {
 		case !valid:
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed hello: %v", err)
@@ -166,7 +167,7 @@ func FuzzHello(f *testing.F) {
 			require.NoError(t, wire.DecodeValue(reply, &got))
 			require.Equal(t, "a", got.ID)
 			require.Empty(t, got.MAC, "an attached client is proved by its token, not a MAC")
-		case secret && len(want.Nonce) != nonceSize:
+		case secret && len(want.Nonce) != protocol.NonceSize:
 			require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a hello without a nonce to a pool with a secret: %v", err)
 		default:
 			require.NoError(t, err, "a well-formed hello")
@@ -174,7 +175,7 @@ func FuzzHello(f *testing.F) {
 			require.NoError(t, wire.DecodeValue(reply, &got))
 			require.Equal(t, "a", got.ID)
 			if secret {
-				require.True(t, verifyMAC([][]byte{key}, got.MAC, "server", want.Nonce, got.Nonce, "a", want.ID), "the pool proves the secret")
+				require.True(t, protocol.VerifyMAC([][]byte{key}, got.MAC, "server", want.Nonce, got.Nonce, "a", want.ID), "the pool proves the secret")
 			} else {
 				require.Empty(t, got.MAC)
 			}
@@ -185,10 +186,10 @@ func FuzzHello(f *testing.F) {
 		if right {
 			var got hello
 			require.NoError(t, wire.DecodeValue(reply, &got))
-			proofB, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "client", want.Nonce, got.Nonce, want.ID, "a")})
+			proofB, err = msgpack.Marshal(protocol.HelloProof{MAC: protocol.HelloMAC(key, "client", want.Nonce, got.Nonce, want.ID, "a")})
 			require.NoError(t, err)
 		}
-		_, err = c.Call(ctx, OpHelloProof, proofB)
+		_, err = c.Call(ctx, protocol.OpHelloProof, proofB)
 		switch {
 		case right:
 			require.NoError(t, err, "the right proof")
@@ -253,10 +254,10 @@ func startFuzzNode(tb testing.TB, edit func(*Config)) *Node {
 	return n
 }
 
-// FuzzAuth sends arbitrary bytes as an OpAuth payload and then as an
-// OpAuthProof payload (or, when asked and possible, the right proof) to a
+// FuzzAuth sends arbitrary bytes as a protocol.OpAuth payload and then as an
+// protocol.OpAuthProof payload (or, when asked and possible, the right proof) to a
 // node with a cluster secret and a client token. The node must never
-// panic; an OpAuth is refused with a coded error or answered with the
+// panic; a protocol.OpAuth is refused with a coded error or answered with the
 // node's MAC under the key it names; a connection gets a role only with
 // the right proof: the client role for the token, the admin role for the
 // secret.
@@ -278,22 +279,22 @@ func FuzzAuth(f *testing.F) {
 	client := &reusableConn{addr: n.Addr()}
 	var served *transport.Conn // the node's end of client.c
 	f.Cleanup(client.drop)
-	keys := map[string][]byte{CredToken: TokenKey(fuzzToken), CredSecret: SecretKey(fuzzSecret)}
-	grants := map[string]role{CredToken: roleClient, CredSecret: roleAdmin}
+	keys := map[string][]byte{protocol.CredToken: protocol.TokenKey(fuzzToken), protocol.CredSecret: protocol.SecretKey(fuzzSecret)}
+	grants := map[string]role{protocol.CredToken: roleClient, protocol.CredSecret: roleAdmin}
 
 	auth := func(kind string, key []byte) []byte {
-		b, err := msgpack.Marshal(authHello{Kind: kind, KeyID: keyID(key), Nonce: make([]byte, nonceSize)})
+		b, err := msgpack.Marshal(protocol.AuthHello{Kind: kind, KeyID: protocol.KeyID(key), Nonce: make([]byte, protocol.NonceSize)})
 		require.NoError(f, err)
 		return b
 	}
-	proof, err := msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	proof, err := msgpack.Marshal(protocol.HelloProof{MAC: make([]byte, 32)})
 	require.NoError(f, err)
 	for _, prove := range []bool{false, true} {
-		f.Add(auth(CredToken, keys[CredToken]), proof, prove)
-		f.Add(auth(CredSecret, keys[CredSecret]), proof, prove)
+		f.Add(auth(protocol.CredToken, keys[protocol.CredToken]), proof, prove)
+		f.Add(auth(protocol.CredSecret, keys[protocol.CredSecret]), proof, prove)
 	}
-	f.Add(auth(CredToken, keys[CredSecret]), proof, true) // the secret's key named as a token
-	f.Add(auth("nobody", keys[CredToken]), proof, true)
+	f.Add(auth(protocol.CredToken, keys[protocol.CredSecret]), proof, true) // the secret's key named as a token
+	f.Add(auth("nobody", keys[protocol.CredToken]), proof, true)
 	f.Add(nested(1<<20), nested(1<<20), false)
 	f.Add([]byte("\xde\xad\xbe\xef garbage"), []byte{0xc1}, false)
 	f.Add([]byte{}, []byte{}, false)
@@ -333,20 +334,20 @@ func FuzzAuth(f *testing.F) {
 			client.drop()
 			return true
 		}
-		if overLimit(OpAuth, authB) {
+		if overLimit(protocol.OpAuth, authB) {
 			return
 		}
 
-		var want authHello
+		var want protocol.AuthHello
 		var key []byte
-		valid := wire.DecodeValue(authB, &want) == nil && len(want.Nonce) == nonceSize
+		valid := wire.DecodeValue(authB, &want) == nil && len(want.Nonce) == protocol.NonceSize
 		if valid {
 			key = keys[want.Kind]
-			if key != nil && string(keyID(key)) != string(want.KeyID) {
+			if key != nil && string(protocol.KeyID(key)) != string(want.KeyID) {
 				key = nil
 			}
 		}
-		reply, err := c.Call(ctx, OpAuth, authB)
+		reply, err := c.Call(ctx, protocol.OpAuth, authB)
 		switch {
 		case !valid:
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed auth: %v", err)
@@ -355,22 +356,22 @@ func FuzzAuth(f *testing.F) {
 		default:
 			require.NoError(t, err, "an auth naming the node's key")
 		}
-		var got authHello
+		var got protocol.AuthHello
 		if err == nil {
 			require.NoError(t, wire.DecodeValue(reply, &got))
-			require.Len(t, got.Nonce, nonceSize)
-			require.Equal(t, helloMAC(key, "node", want.Nonce, got.Nonce, "", ""), got.MAC, "the node proves the key")
+			require.Len(t, got.Nonce, protocol.NonceSize)
+			require.Equal(t, protocol.HelloMAC(key, "node", want.Nonce, got.Nonce, "", ""), got.MAC, "the node proves the key")
 		}
 		answered = err == nil
 
 		right := answered && prove
 		if right {
-			proofB, err = msgpack.Marshal(helloProof{MAC: helloMAC(key, "caller", want.Nonce, got.Nonce, "", "")})
+			proofB, err = msgpack.Marshal(protocol.HelloProof{MAC: protocol.HelloMAC(key, "caller", want.Nonce, got.Nonce, "", "")})
 			require.NoError(t, err)
-		} else if overLimit(OpAuthProof, proofB) {
+		} else if overLimit(protocol.OpAuthProof, proofB) {
 			return
 		}
-		_, err = c.Call(ctx, OpAuthProof, proofB)
+		_, err = c.Call(ctx, protocol.OpAuthProof, proofB)
 		switch {
 		case right:
 			require.NoError(t, err, "the right proof")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -39,7 +40,7 @@ func TestNestedHelloIsRefused(t *testing.T) {
 	c, err := transport.DialConn(ctx, a.Addr())
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = c.Call(ctx, OpHello, nested(12<<20))
+	_, err = c.Call(ctx, protocol.OpHello, nested(12<<20))
 	require.Error(t, err)
 	require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "%v", err)
 	require.ErrorContains(t, err, "malformed hello")
@@ -48,7 +49,7 @@ func TestNestedHelloIsRefused(t *testing.T) {
 	c2, err := transport.DialConn(ctx, a.Addr())
 	require.NoError(t, err)
 	defer c2.Close()
-	_, err = c2.Call(ctx, OpHello, []byte{0x81, 0xa2, 'i', 'd', 0xa1, 'z'})
+	_, err = c2.Call(ctx, protocol.OpHello, []byte{0x81, 0xa2, 'i', 'd', 0xa1, 'z'})
 	require.NoError(t, err)
 }
 
@@ -85,13 +86,13 @@ func TestHelloNeedsTheClusterSecret(t *testing.T) {
 	raw, err := transport.DialConn(ctx, a.addr())
 	require.NoError(t, err)
 	defer raw.Close()
-	h, err := msgpack.Marshal(hello{ID: "b", Nonce: newNonce()})
+	h, err := msgpack.Marshal(hello{ID: "b", Nonce: protocol.NewNonce()})
 	require.NoError(t, err)
-	_, err = raw.Call(ctx, OpHello, h)
+	_, err = raw.Call(ctx, protocol.OpHello, h)
 	require.NoError(t, err)
-	proof, err := msgpack.Marshal(helloProof{MAC: helloMAC(helloKey(other), "client", nil, nil, "b", "a")})
+	proof, err := msgpack.Marshal(protocol.HelloProof{MAC: protocol.HelloMAC(protocol.HelloKey(other), "client", nil, nil, "b", "a")})
 	require.NoError(t, err)
-	_, err = raw.Call(ctx, OpHelloProof, proof)
+	_, err = raw.Call(ctx, protocol.OpHelloProof, proof)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 	_, ok := a.pool.idOf(raw)
 	require.False(t, ok, "the forger's connection belongs to nobody")
@@ -100,7 +101,7 @@ func TestHelloNeedsTheClusterSecret(t *testing.T) {
 	raw2, err := transport.DialConn(ctx, a.addr())
 	require.NoError(t, err)
 	defer raw2.Close()
-	_, err = raw2.Call(ctx, OpHelloProof, proof)
+	_, err = raw2.Call(ctx, protocol.OpHelloProof, proof)
 	require.Equal(t, errs.FailedPrecondition, errs.CodeOf(err), "%v", err)
 }
 
@@ -143,7 +144,7 @@ func TestConnectionsProveACredential(t *testing.T) {
 	require.NoError(t, err)
 
 	// Each refusal closes the connection that proved nothing (issue 42).
-	for _, op := range []uint32{OpStatus, OpRequest, OpTail, OpForget, OpEngine} {
+	for _, op := range []uint32{protocol.OpStatus, protocol.OpRequest, protocol.OpTail, protocol.OpForget, protocol.OpEngine} {
 		anon := dial()
 		_, err := anon.Call(ctx, op, nil)
 		require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "op %d: %v", op, err)
@@ -151,39 +152,39 @@ func TestConnectionsProveACredential(t *testing.T) {
 	}
 
 	client := dial()
-	require.NoError(t, Authenticate(ctx, client, CredToken, TokenKey(token)))
-	_, err = client.Call(ctx, OpStatus, nil)
+	require.NoError(t, protocol.Authenticate(ctx, client, protocol.CredToken, protocol.TokenKey(token)))
+	_, err = client.Call(ctx, protocol.OpStatus, nil)
 	require.NoError(t, err)
-	_, err = client.Call(ctx, OpForget, forget)
+	_, err = client.Call(ctx, protocol.OpForget, forget)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "a token does not forget servers: %v", err)
 
 	admin := dial()
-	require.NoError(t, Authenticate(ctx, admin, CredSecret, SecretKey(secret)))
-	_, err = admin.Call(ctx, OpForget, forget)
+	require.NoError(t, protocol.Authenticate(ctx, admin, protocol.CredSecret, protocol.SecretKey(secret)))
+	_, err = admin.Call(ctx, protocol.OpForget, forget)
 	require.NotEqual(t, errs.PermissionDenied, errs.CodeOf(err), "the secret forgets servers: %v", err)
 
 	wrong := dial()
-	err = Authenticate(ctx, wrong, CredToken, TokenKey([]byte("not-the-token-0123456789")))
+	err = protocol.Authenticate(ctx, wrong, protocol.CredToken, protocol.TokenKey([]byte("not-the-token-0123456789")))
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 	// A caller that names the right key but cannot prove it.
 	liar := dial()
-	b, err := msgpack.Marshal(authHello{Kind: CredToken, KeyID: keyID(TokenKey(token)), Nonce: newNonce()})
+	b, err := msgpack.Marshal(protocol.AuthHello{Kind: protocol.CredToken, KeyID: protocol.KeyID(protocol.TokenKey(token)), Nonce: protocol.NewNonce()})
 	require.NoError(t, err)
-	_, err = liar.Call(ctx, OpAuth, b)
+	_, err = liar.Call(ctx, protocol.OpAuth, b)
 	require.NoError(t, err)
-	b, err = msgpack.Marshal(helloProof{MAC: make([]byte, 32)})
+	b, err = msgpack.Marshal(protocol.HelloProof{MAC: make([]byte, 32)})
 	require.NoError(t, err)
-	_, err = liar.Call(ctx, OpAuthProof, b)
+	_, err = liar.Call(ctx, protocol.OpAuthProof, b)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
 	require.Eventually(t, func() bool { return liar.Err() != nil }, 10*time.Second, 5*time.Millisecond, "the liar's connection is closed")
-	_, err = liar.Call(ctx, OpStatus, nil)
+	_, err = liar.Call(ctx, protocol.OpStatus, nil)
 	require.Error(t, err)
 
 	open := startNode(t, nw, "open", false)
 	c, err := transport.DialConn(ctx, open.Addr())
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = c.Call(ctx, OpStatus, nil)
+	_, err = c.Call(ctx, protocol.OpStatus, nil)
 	require.NoError(t, err, "a node without credentials serves anyone")
 }
 
@@ -203,18 +204,18 @@ func TestNoSecretInTheLogs(t *testing.T) {
 	c, err := transport.DialConn(ctx, a.Addr())
 	require.NoError(t, err)
 	defer c.Close()
-	_, _ = c.Call(ctx, OpStatus, nil)
-	_ = Authenticate(ctx, c, CredToken, TokenKey([]byte("a-wrong-token-0000001")))
+	_, _ = c.Call(ctx, protocol.OpStatus, nil)
+	_ = protocol.Authenticate(ctx, c, protocol.CredToken, protocol.TokenKey([]byte("a-wrong-token-0000001")))
 	c2, err := transport.DialConn(ctx, a.Addr())
 	require.NoError(t, err)
 	defer c2.Close()
-	require.NoError(t, Authenticate(ctx, c2, CredToken, TokenKey(token)))
+	require.NoError(t, protocol.Authenticate(ctx, c2, protocol.CredToken, protocol.TokenKey(token)))
 	require.NoError(t, a.SetSecrets(next, secret))
 	mu.Lock()
 	out := logs.String()
 	mu.Unlock()
 	require.NotEmpty(t, out)
-	for _, s := range [][]byte{secret, token, next, helloKey(secret), TokenKey(token), GossipKey(secret)} {
+	for _, s := range [][]byte{secret, token, next, protocol.HelloKey(secret), protocol.TokenKey(token), protocol.GossipKey(secret)} {
 		require.NotContains(t, out, string(s))
 		require.NotContains(t, out, fmt.Sprintf("%x", s))
 		require.NotContains(t, out, fmt.Sprintf("%v", s))

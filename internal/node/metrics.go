@@ -14,6 +14,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 )
 
@@ -95,33 +96,17 @@ func newHotMetrics(resource string) *hotMetrics {
 	return m
 }
 
-// Traffic is a reading of the write and call metrics: totals since the
-// node started, and the latency histograms' cumulative bucket counts
-// (Buckets[i] counts the observations up to Bounds[i]; the writes'
-// histograms of every wait are summed).
-type Traffic struct {
-	// Writes and Calls count those that succeeded (writes with wait none
-	// once queued); Errors counts the failed writes and calls by their
-	// error's code. The latency histograms time the successful ones only:
-	// a refused write's quick answer is not the system's speed.
-	Writes, Calls             uint64
-	Errors                    map[string]uint64
-	Bounds                    []float64
-	WriteBuckets, CallBuckets []uint64
-	WriteCount, CallCount     uint64
-}
-
 // Traffic reads the write and call metrics; false without Config.Metrics.
-func (n *Node) Traffic() (Traffic, bool) {
+func (n *Node) Traffic() (protocol.Traffic, bool) {
 	m := n.hot
 	if m == nil {
-		return Traffic{}, false
+		return protocol.Traffic{}, false
 	}
 	mfs, err := m.traffic.Gather()
 	if err != nil {
-		return Traffic{}, false
+		return protocol.Traffic{}, false
 	}
-	t := Traffic{Bounds: latencyBuckets, Errors: map[string]uint64{}}
+	t := protocol.Traffic{Bounds: latencyBuckets, Errors: map[string]uint64{}}
 	t.WriteBuckets = make([]uint64, len(latencyBuckets))
 	t.CallBuckets = make([]uint64, len(latencyBuckets))
 	for _, mf := range mfs {
@@ -386,20 +371,12 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Readiness is whether a node serves its share of the cluster, for a load
-// balancer's or Kubernetes' readiness probe: Why lists what is missing,
-// empty when Ready.
-type Readiness struct {
-	Ready bool     `json:"ready"`
-	Why   []string `json:"why,omitempty"`
-}
-
 // Readiness checks that the node has joined (its engine has a partition
 // map with it in it), and, for a server, that its vote counts (it is not a
 // learner still catching up), that it sees a quorum of its configuration
 // alive, that it owns nothing it is still syncing, and that its disk has
 // not failed. A client node needs a map with a server in it.
-func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
+func (n *Node) Readiness(ctx context.Context) (protocol.Readiness, error) {
 	var why []string
 	m := n.EngineMap()
 	switch {
@@ -411,14 +388,14 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 		why = append(why, "its partition map does not include it yet")
 	}
 	if n.cfg.Client {
-		return Readiness{Ready: len(why) == 0, Why: why}, nil
+		return protocol.Readiness{Ready: len(why) == 0, Why: why}, nil
 	}
 	if n.disk != nil && n.disk.err() != nil {
 		why = append(why, "its data directory failed: "+n.disk.err().Error())
 	}
 	ci, err := n.clusterInfo(ctx)
 	if err != nil {
-		return Readiness{}, err
+		return protocol.Readiness{}, err
 	}
 	if ci.forming != "" {
 		// First: the rest (not voting, no quorum) follows from it.
@@ -432,7 +409,7 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 	}
 	st, err := n.Status(ctx)
 	if err != nil {
-		return Readiness{}, err
+		return protocol.Readiness{}, err
 	}
 	syncing := 0
 	for _, s := range st {
@@ -449,7 +426,7 @@ func (n *Node) Readiness(ctx context.Context) (Readiness, error) {
 		// missing alone does not make it unready while a quorum is there.
 		why = append([]string{"servers of its configuration not alive: " + strings.Join(cv.missing, ", ")}, why...)
 	}
-	return Readiness{Ready: len(why) == 0, Why: why}, nil
+	return protocol.Readiness{Ready: len(why) == 0, Why: why}, nil
 }
 
 // configurationView is the configuration as one node sees it: its

@@ -20,6 +20,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/seqtab"
 	"github.com/fero-go/fero/internal/storage"
@@ -75,7 +76,7 @@ type Config struct {
 	// Secrets are the cluster secrets: with any, every node proves on each
 	// data connection that it knows one before a peer takes its messages
 	// (the first proves this node, any verifies a peer), and gossip is
-	// encrypted with keys derived from them (GossipKey). Rotate them on a
+	// encrypted with keys derived from them (protocol.GossipKey). Rotate them on a
 	// running node with SetSecrets. None: peers are trusted on their word,
 	// fit only for loopback.
 	Secrets [][]byte
@@ -301,14 +302,6 @@ func (f CompleteFunc) Complete(c partition.Completion) { f(c) }
 // nanoseconds, at least 1.
 func (n *Node) since() int64 { return int64(time.Since(n.t0)) + 1 }
 
-// ErrClosed is returned by calls on a closed node.
-var ErrClosed = errs.New(errs.Unavailable, "node closed")
-
-// errClosedInFlight answers a write the node closed under: it may have
-// taken effect, so it is indefinite (Aborted), unlike ErrClosed, which
-// answers what was never sent (docs/engine.md, rule 12).
-var errClosedInFlight = errs.New(errs.Aborted, "node closed with the write in flight")
-
 // Start listens, joins the cluster and starts the driver.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Resource == "" {
@@ -365,7 +358,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.ID = randomID()
 	}
 	n := &Node{
-		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID), writer: newWriterID(cfg.ID),
+		cfg: cfg, id: cfg.ID, logger: cfg.Logger.With("node", cfg.ID), writer: protocol.NewWriterID(cfg.ID),
 		inbox: make(chan inbound, cfg.Inbox), decoders: newFreeDecoders(), props: newPropQueue(), queries: make(chan func(*partition.Engine)),
 		dialing: make(map[string][][]byte),
 		subs:    make(map[*Subscription]struct{}), handlers: make(chan struct{}, cfg.MaxRequests), seqTurn: make(chan struct{}, 1),
@@ -424,21 +417,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.Servers) > 0 {
 		n.pool.attach = true
 		if cfg.Token != nil {
-			n.pool.token = TokenKey(cfg.Token)
+			n.pool.token = protocol.TokenKey(cfg.Token)
 		}
 	}
-	mux.HandleFunc(OpHello, n.pool.serveHello)
-	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
-	mux.HandleFunc(OpAuth, n.serveAuth)
-	mux.HandleFunc(OpAuthProof, n.serveAuthProof)
-	mux.HandleFunc(OpEngine, n.serveEngine)
-	mux.HandleFunc(OpRelay, n.serveRelay)
-	mux.HandleFunc(OpRequest, n.allow(roleClient, n.whenStarted(n.serveRequest)))
-	mux.HandleFunc(OpStatus, n.allow(roleClient, n.whenStarted(n.serveStatus)))
-	mux.HandleFunc(OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
-	mux.HandleFunc(OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
-	mux.HandleFunc(OpMembers, n.allow(roleClient, n.whenStarted(n.serveMembers)))
-	mux.HandleFunc(OpBackup, n.allow(roleClient, n.whenStarted(n.serveBackup)))
+	mux.HandleFunc(protocol.OpHello, n.pool.serveHello)
+	mux.HandleFunc(protocol.OpHelloProof, n.pool.serveProof)
+	mux.HandleFunc(protocol.OpAuth, n.serveAuth)
+	mux.HandleFunc(protocol.OpAuthProof, n.serveAuthProof)
+	mux.HandleFunc(protocol.OpEngine, n.serveEngine)
+	mux.HandleFunc(protocol.OpRelay, n.serveRelay)
+	mux.HandleFunc(protocol.OpRequest, n.allow(roleClient, n.whenStarted(n.serveRequest)))
+	mux.HandleFunc(protocol.OpStatus, n.allow(roleClient, n.whenStarted(n.serveStatus)))
+	mux.HandleFunc(protocol.OpForget, n.allow(roleAdmin, n.whenStarted(n.serveForget)))
+	mux.HandleFunc(protocol.OpTail, n.allow(roleClient, n.whenStarted(n.serveTail)))
+	mux.HandleFunc(protocol.OpMembers, n.allow(roleClient, n.whenStarted(n.serveMembers)))
+	mux.HandleFunc(protocol.OpBackup, n.allow(roleClient, n.whenStarted(n.serveBackup)))
 	sopts := topts
 	if len(cfg.Secrets) > 0 || len(cfg.Tokens) > 0 {
 		// Strangers get a handshake's budget until they prove a
@@ -568,7 +561,7 @@ func (n *Node) SetSecrets(secrets ...[]byte) error {
 func gossipKeys(secrets [][]byte) [][]byte {
 	out := make([][]byte, len(secrets))
 	for i, s := range secrets {
-		out[i] = GossipKey(s)
+		out[i] = protocol.GossipKey(s)
 	}
 	return out
 }
@@ -621,30 +614,30 @@ func (n *Node) write(ctx context.Context, c doc.Change, wait partition.Wait, k i
 	if t := turnOf(ctx); t != nil && n.store.PartitionOf(c.Key) == t.partition {
 		// Staged in the handler's turn (turn.go): the call's writer and
 		// sequence go with the turn's record.
-		return n.writeOnce(ctx, c, wait, k, &Once{})
+		return n.writeOnce(ctx, c, wait, k, &protocol.Once{})
 	}
 	o := n.newOnce() // its sequence is taken as the first attempt reaches the engine
 	if o.Writer == "" {
 		return n.writeOnce(ctx, c, wait, k, &o)
 	}
-	tries := newAttempts(ctx, o)
-	backoff := retryBackoffMin
+	tries := protocol.NewAttempts(ctx, o)
+	backoff := protocol.RetryBackoffMin
 	for {
 		pos, err := n.writeOnce(ctx, c, wait, k, &o)
-		tries.once = o
-		if !tries.again(err) {
-			return pos, tries.answer(err)
+		tries.Once = o
+		if !tries.Again(err) {
+			return pos, tries.Answer(err)
 		}
 		n.logger.Debug("fero: node: retrying a write whose first attempt may have committed", "key", c.Key, "seq", o.Seq, "err", err)
-		if pause(ctx, n.ctx, &backoff) != nil {
-			return pos, tries.answer(err) // the attempt's answer: it may have applied
+		if protocol.Pause(ctx, n.ctx, &backoff) != nil {
+			return pos, tries.Answer(err) // the attempt's answer: it may have applied
 		}
 	}
 }
 
-// writeOnce is one attempt of a write that waits; o names it (a Once
+// writeOnce is one attempt of a write that waits; o names it (a protocol.Once
 // with a writer and no sequence takes one as the write is proposed).
-func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait, k int, o *Once) (partition.Position, error) {
+func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait, k int, o *protocol.Once) (partition.Position, error) {
 	done := make(chan partition.Completion, 1) // the driver never blocks on a caller that left
 	if err := n.writeAsync(ctx, c, wait, k, CompleteFunc(func(c partition.Completion) { done <- c }), queued, o); err != nil {
 		return partition.Position{}, err
@@ -661,14 +654,14 @@ func (n *Node) writeOnce(ctx context.Context, c doc.Change, wait partition.Wait,
 			case c := <-done:
 				return c.Position, c.Err
 			case <-n.ctx.Done():
-				return partition.Position{}, errClosedInFlight
+				return partition.Position{}, protocol.ErrClosedInFlight
 			}
 		}
 		// Canceled before its deadline: the write may still take effect
 		// until then. The driver still completes it.
 		return partition.Position{}, ctx.Err()
 	case <-n.ctx.Done():
-		return partition.Position{}, errClosedInFlight
+		return partition.Position{}, protocol.ErrClosedInFlight
 	}
 }
 
@@ -684,14 +677,14 @@ func (n *Node) WriteAsync(ctx context.Context, c doc.Change, wait partition.Wait
 	if done != nil {
 		to = CompleteFunc(done)
 	}
-	return n.writeAsync(ctx, c, wait, k, to, queued, &Once{})
+	return n.writeAsync(ctx, c, wait, k, to, queued, &protocol.Once{})
 }
 
 // WriteAsyncTo is WriteAsync with the completion given to done: a caller
 // that keeps a write's state in a record of its own can have the record
 // take the completion, rather than a closure allocated for every write.
 func (n *Node) WriteAsyncTo(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer) error {
-	return n.writeAsync(ctx, c, wait, k, done, queued, &Once{})
+	return n.writeAsync(ctx, c, wait, k, done, queued, &protocol.Once{})
 }
 
 // proposeMode says where a write is proposed.
@@ -717,7 +710,7 @@ const (
 // takes no lock may ask for inline or burst (the built-in request
 // handling): done may run before writeAsync returns, or on a connection's
 // reader.
-func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, once *Once) error {
+func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, once *protocol.Once) error {
 	if (wait == partition.WaitNone) != (done == nil) {
 		return errs.New(errs.InvalidArgument, "node: a callback goes with a wait, and only with one")
 	}
@@ -782,7 +775,7 @@ func (n *Node) writeAsync(ctx context.Context, c doc.Change, wait partition.Wait
 // proposeWrite is writeAsync without the metrics. ordered, if set, is
 // called as soon as the engine has the write, or it is queued for it:
 // from then on no later write can overtake it.
-func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64, o Once, ordered func()) error {
+func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wait, k int, done Completer, mode proposeMode, began int64, o protocol.Once, ordered func()) error {
 	if err := n.awaitSpill(ctx); err != nil {
 		return err
 	}
@@ -790,7 +783,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	if n.cfg.Tracer != nil {
 		// For the owner's span, should the write travel to another node.
 		if owner, ok := n.ownerOf(req.Partition); !ok || owner != n.id || n.cfg.Client {
-			req.Trace = traceparent(ctx)
+			req.Trace = protocol.Traceparent(ctx)
 		}
 	}
 	// The caller's deadline bounds the write's life (rule 1): a caller
@@ -806,7 +799,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 		// (spawnMu is not held: done may spawn.)
 		if n.ctx.Err() != nil {
 			n.engMu.Unlock()
-			return ErrClosed
+			return protocol.ErrClosed
 		}
 		if n.props.empty() && n.eng.Map() != nil {
 			n.eng.Clock(time.Now())
@@ -825,7 +818,7 @@ func (n *Node) proposeWrite(ctx context.Context, c doc.Change, wait partition.Wa
 	n.spawnMu.RLock()
 	defer n.spawnMu.RUnlock()
 	if n.spawnClosed {
-		return ErrClosed
+		return protocol.ErrClosed
 	}
 	return n.props.push(ctx, n.ctx, proposal{req: req, done: done, began: began}, mode != burst)
 }
@@ -840,7 +833,7 @@ func (n *Node) afterBurst() {
 		return
 	}
 	if n.engMu.TryLock() {
-		// Once the node's context ends the driver completes what is
+		// protocol.Once the node's context ends the driver completes what is
 		// queued (and nothing is queued after), under engMu.
 		if n.ctx.Err() == nil {
 			n.eng.Clock(time.Now())
@@ -952,10 +945,10 @@ func (n *Node) drive() {
 			n.engMu.Lock()
 			defer n.engMu.Unlock()
 			for _, w := range n.waiters.All() {
-				n.complete(w, partition.Completion{Err: errClosedInFlight})
+				n.complete(w, partition.Completion{Err: protocol.ErrClosedInFlight})
 			}
 			for _, p := range append(n.props.take(), n.unmapped.take()...) {
-				n.refuse(p, ErrClosed)
+				n.refuse(p, protocol.ErrClosed)
 			}
 			n.closeSubs()
 			return
@@ -1493,7 +1486,7 @@ func (n *Node) Status(ctx context.Context) ([]partition.Status, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-n.ctx.Done():
-		return nil, ErrClosed
+		return nil, protocol.ErrClosed
 	}
 	return <-out, nil
 }
@@ -1562,7 +1555,7 @@ func (n *Node) Forget(ctx context.Context, ids ...string) error {
 		case <-ctx.Done():
 			return errs.Errorf(errs.DeadlineExceeded, "forget %s: a majority of the configuration does not hold the removal yet (%d of %d); forget again to confirm: %w", id, c.have, c.need, ctx.Err())
 		case <-n.ctx.Done():
-			return ErrClosed
+			return protocol.ErrClosed
 		}
 	}
 }
@@ -1576,7 +1569,7 @@ func (n *Node) query(ctx context.Context, q func(*partition.Engine)) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.ctx.Done():
-		return ErrClosed
+		return protocol.ErrClosed
 	}
 }
 

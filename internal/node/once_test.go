@@ -16,61 +16,10 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
-
-// TestAttempts: which failures a write that names its writer makes again,
-// and what its caller is told when the attempts end.
-func TestAttempts(t *testing.T) {
-	once := Once{Writer: "w", Seq: 1}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	// Lost track of (indefinite): again; then a refusal of the retry is
-	// made again too, and if the attempts end on it the caller is told
-	// indefinite: the first attempt may have committed. (Before, the
-	// refusal reached the caller as definite: the fault suite's set
-	// workload found committed pushes answered "no quorum".)
-	a := newAttempts(ctx, once)
-	for _, err := range []error{partition.ErrOwnershipLost, partition.ErrOwnerGone, transport.ErrConnLost, errClosedInFlight} {
-		assert.True(t, a.again(err), "%v", err)
-	}
-	assert.True(t, a.again(partition.ErrNoQuorum), "a refusal after an indefinite failure")
-	got := a.answer(partition.ErrNoQuorum)
-	assert.False(t, errs.Definite(got), "told definite after an indefinite attempt: %v", got)
-	assert.ErrorIs(t, got, partition.ErrNoQuorum)
-	assert.Nil(t, a.answer(nil))
-
-	// A first attempt refused is the caller's answer, as it was; but one
-	// that met a non-owner goes again to the owner by then.
-	b := newAttempts(ctx, once)
-	assert.False(t, b.again(partition.ErrNoQuorum))
-	assert.Equal(t, partition.ErrNoQuorum, b.answer(partition.ErrNoQuorum))
-	assert.True(t, b.again(partition.ErrNotOwner))
-	assert.False(t, b.uncertain)
-	// A handler's own answer is never made again.
-	assert.False(t, b.again(errs.Errorf(409, "taken")))
-
-	// A call in flight when this side closed its connection may have been
-	// carried out: again (the pool dials anew), and if this side's
-	// transport itself is closed, no further attempt, and indefinite.
-	cl := newAttempts(ctx, once)
-	assert.True(t, cl.again(transport.ErrClosedInFlight))
-	assert.False(t, cl.again(transport.ErrClosed))
-	got = cl.answer(transport.ErrClosed)
-	assert.False(t, errs.Definite(got), "told definite after a call closed in flight: %v", got)
-
-	// Without a writer nothing is made again.
-	c := newAttempts(ctx, Once{})
-	assert.False(t, c.again(partition.ErrOwnershipLost))
-
-	// Past the budget, no more attempts.
-	expired, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	defer stop()
-	d := newAttempts(expired, once)
-	assert.False(t, d.again(partition.ErrOwnershipLost))
-}
 
 // TestForwardFailsOverWhenItsConnectionBreaks: a write forwarded to its
 // owner whose bytes are lost, and then its connection breaks (the owner
@@ -248,7 +197,7 @@ func TestForwardedCallRetriedWhenItsOwnerConnectionBreaks(t *testing.T) {
 	var reply []byte
 	go func() {
 		var err error
-		reply, err = CallNodeWith(ctx, peer, "slow", key, nil, CallOpts{Once: NewWriter("caller").Next()})
+		reply, err = protocol.CallNodeWith(ctx, peer, "slow", key, nil, protocol.CallOpts{Once: protocol.NewWriter("caller").Next()})
 		answered <- err
 	}()
 	select {
@@ -331,7 +280,7 @@ func concurrently(goroutines, each int, op func(g, i int) error) map[string]int 
 // client node, each on its own sub-key of one key (one partition), and
 // none is refused. Before, a call took its sequence before it was sent,
 // and the owner began each call's turn on the call's own goroutine, in
-// whatever order they ran: 110 to 254 of 4,000 first attempts, never
+// whatever order they ran: 110 to 254 of 4,000 first protocol.Attempts, never
 // applied, were refused as "a retry older than the owner's memory of its
 // writer" in each of three runs.
 func TestConcurrentCallsAreNotTooOld(t *testing.T) {

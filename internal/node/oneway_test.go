@@ -15,6 +15,7 @@ import (
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -121,9 +122,9 @@ func TestOneWayCutIsRoutedAround(t *testing.T) {
 				require.NoError(t, merr)
 				switch w.call {
 				case "remote":
-					_, err = CallNodeWait(try, peer, VerbUpdate, w.key, payload, WaitSpec{Set: true, Kind: partition.WaitMajority})
+					_, err = protocol.CallNodeWait(try, peer, protocol.VerbUpdate, w.key, payload, protocol.WaitSpec{Set: true, Kind: partition.WaitMajority})
 				case "own":
-					_, err = w.via.Request(try, VerbUpdate, w.key, payload, false)
+					_, err = w.via.Request(try, protocol.VerbUpdate, w.key, payload, false)
 				default:
 					_, err = w.via.Write(try, change(w.key, i), partition.WaitMajority, 0)
 				}

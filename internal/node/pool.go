@@ -2,10 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,22 +12,15 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
 
-// OpHello is the first call on every connection one node dials to another:
-// it names the caller, so the callee can use the connection to call back.
-const OpHello uint32 = 1
-
-// OpHelloProof follows OpHello when the cluster has a secret: the caller
-// proves that it knows the secret, for the ID it named, on this connection.
-const OpHelloProof uint32 = 8
-
 // hello names a node. With a cluster secret, the caller's hello carries a
 // fresh nonce, and the callee's answer its own nonce and a MAC over both
 // nonces and both IDs, which the caller checks before it sends its proof
-// (OpHelloProof, the MAC the other way round). Neither side can replay a
+// (protocol.OpHelloProof, the MAC the other way round). Neither side can replay a
 // MAC from another connection: each covers a nonce the checker just drew.
 type hello struct {
 	ID    string `msgpack:"id"`
@@ -48,14 +37,6 @@ type hello struct {
 	Feat     []string `msgpack:"feat,omitempty"`
 }
 
-// helloProof is the caller's MAC (OpHelloProof).
-type helloProof struct {
-	MAC []byte `msgpack:"m"`
-}
-
-// nonceSize is the size of a hello nonce.
-const nonceSize = 32
-
 // pool keeps one live connection per peer node, whichever side opened it:
 // calls in both directions share it. When both sides dial at once, both
 // keep the connection opened by the node with the smaller ID and close the
@@ -67,9 +48,9 @@ type pool struct {
 	logger   *slog.Logger
 	refusals logLimit // refused hellos logged, per remote host
 
-	keys atomic.Pointer[[][]byte] // hello keys (helloKey of each cluster secret); the first proves; nil: none
+	keys atomic.Pointer[[][]byte] // hello keys (protocol.HelloKey of each cluster secret); the first proves; nil: none
 	// attach: this node is an attached client (attach.go): it proves token
-	// (a TokenKey; nil: none) on every connection it dials and says hello
+	// (a protocol.TokenKey; nil: none) on every connection it dials and says hello
 	// marked Attach.
 	attach bool
 	token  []byte
@@ -182,7 +163,7 @@ func (p *pool) dial(ctx context.Context, id, addr string) (_ *transport.Conn, pr
 	}
 	if p.attach {
 		if p.token != nil {
-			if err := Authenticate(ctx, c, CredToken, p.token); err != nil {
+			if err := protocol.Authenticate(ctx, c, protocol.CredToken, p.token); err != nil {
 				return fail(fmt.Errorf("attaching to %s at %s: %w", id, addr, err))
 			}
 		}
@@ -192,7 +173,7 @@ func (p *pool) dial(ctx context.Context, id, addr string) (_ *transport.Conn, pr
 		if err != nil {
 			return fail(err)
 		}
-		reply, err := c.Call(ctx, OpHello, b)
+		reply, err := c.Call(ctx, protocol.OpHello, b)
 		if err != nil {
 			return fail(fmt.Errorf("attaching to %s at %s: %w", id, addr, err))
 		}
@@ -209,13 +190,13 @@ func (p *pool) dial(ctx context.Context, id, addr string) (_ *transport.Conn, pr
 	out := hello{ID: p.self}
 	p.proto.announce(&out)
 	if keys != nil {
-		out.Nonce = newNonce()
+		out.Nonce = protocol.NewNonce()
 	}
 	b, err := msgpack.Marshal(out)
 	if err != nil {
 		return fail(err)
 	}
-	reply, err := c.Call(ctx, OpHello, b)
+	reply, err := c.Call(ctx, protocol.OpHello, b)
 	if err != nil {
 		return fail(fmt.Errorf("hello to %s at %s: %w", id, addr, err))
 	}
@@ -229,14 +210,14 @@ func (p *pool) dial(ctx context.Context, id, addr string) (_ *transport.Conn, pr
 	if keys == nil {
 		return c, proto, nil
 	}
-	if !verifyMAC(*keys, h.MAC, "server", out.Nonce, h.Nonce, id, p.self) {
+	if !protocol.VerifyMAC(*keys, h.MAC, "server", out.Nonce, h.Nonce, id, p.self) {
 		return fail(errs.Errorf(errs.PermissionDenied, "%s at %s did not prove the cluster secret", id, addr))
 	}
-	b, err = msgpack.Marshal(helloProof{MAC: helloMAC((*keys)[0], "client", out.Nonce, h.Nonce, p.self, id)})
+	b, err = msgpack.Marshal(protocol.HelloProof{MAC: protocol.HelloMAC((*keys)[0], "client", out.Nonce, h.Nonce, p.self, id)})
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := c.Call(ctx, OpHelloProof, b); err != nil {
+	if _, err := c.Call(ctx, protocol.OpHelloProof, b); err != nil {
 		return fail(fmt.Errorf("proving the cluster secret to %s at %s: %w", id, addr, err))
 	}
 	return c, proto, nil
@@ -316,13 +297,13 @@ func (p *pool) serveHello(r *transport.Request) {
 		p.adopt(h.ID, r.Conn(), h.ID, proto)
 		return
 	}
-	if len(h.Nonce) != nonceSize {
+	if len(h.Nonce) != protocol.NonceSize {
 		p.refused(r.Conn(), h.ID, "its hello carries no nonce: it has no cluster secret")
 		_ = r.Fail(errs.New(errs.PermissionDenied, "this cluster needs a cluster secret"))
 		return
 	}
-	mine := newNonce()
-	out := hello{ID: p.self, Nonce: mine, MAC: helloMAC((*keys)[0], "server", h.Nonce, mine, p.self, h.ID)}
+	mine := protocol.NewNonce()
+	out := hello{ID: p.self, Nonce: mine, MAC: protocol.HelloMAC((*keys)[0], "server", h.Nonce, mine, p.self, h.ID)}
 	p.proto.announce(&out)
 	b, err := msgpack.Marshal(out)
 	if err != nil {
@@ -357,13 +338,13 @@ func (p *pool) serveProof(r *transport.Request) {
 	delete(p.proving, c)
 	p.mu.Unlock()
 	keys := p.keys.Load()
-	var proof helloProof
+	var proof protocol.HelloProof
 	switch {
 	case !ok || keys == nil:
 		_ = r.Fail(errs.New(errs.FailedPrecondition, "no hello to prove on this connection"))
 		return
 	case wire.DecodeValue(r.Payload(), &proof) != nil ||
-		!verifyMAC(*keys, proof.MAC, "client", pr.theirs, pr.mine, pr.id, p.self):
+		!protocol.VerifyMAC(*keys, proof.MAC, "client", pr.theirs, pr.mine, pr.id, p.self):
 		p.refused(c, pr.id, "wrong proof of the cluster secret")
 		_ = r.Fail(errs.New(errs.PermissionDenied, "wrong proof of the cluster secret"))
 		go c.Close()
@@ -577,51 +558,6 @@ func (p *pool) close() {
 	p.closing.Wait()
 }
 
-// helloKey derives the key that hellos are MACed with from a cluster
-// secret; the gossip key is derived apart (gossipKey), so neither reveals
-// the other.
-func helloKey(secret []byte) []byte { return deriveKey(secret, "fero hello key v1") }
-
-// GossipKey derives the gossip encryption key (AES-256) from a cluster
-// secret.
-func GossipKey(secret []byte) []byte { return deriveKey(secret, "fero gossip key v1") }
-
-func deriveKey(secret []byte, label string) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(label))
-	return m.Sum(nil)
-}
-
-// helloMAC is the MAC of one side of a hello: role ("server" for the
-// callee, "client" for the caller), both nonces in the caller's order, the
-// signer's ID and the other side's.
-func helloMAC(key []byte, role string, callerNonce, calleeNonce []byte, signer, other string) []byte {
-	m := hmac.New(sha256.New, key)
-	for _, b := range [][]byte{[]byte(role), callerNonce, calleeNonce, []byte(signer), []byte(other)} {
-		var n [4]byte
-		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
-		m.Write(n[:])
-		m.Write(b)
-	}
-	return m.Sum(nil)
-}
-
-// verifyMAC reports whether mac is helloMAC under any of keys.
-func verifyMAC(keys [][]byte, mac []byte, role string, callerNonce, calleeNonce []byte, signer, other string) bool {
-	for _, k := range keys {
-		if hmac.Equal(mac, helloMAC(k, role, callerNonce, calleeNonce, signer, other)) {
-			return true
-		}
-	}
-	return false
-}
-
-func newNonce() []byte {
-	b := make([]byte, nonceSize)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
-	return b
-}
-
 // setSecrets installs the cluster secrets: the first proves this node, any
 // of them verifies a peer. None turns authentication off.
 func (p *pool) setSecrets(secrets [][]byte) {
@@ -631,7 +567,7 @@ func (p *pool) setSecrets(secrets [][]byte) {
 	}
 	keys := make([][]byte, len(secrets))
 	for i, s := range secrets {
-		keys[i] = helloKey(s)
+		keys[i] = protocol.HelloKey(s)
 	}
 	p.keys.Store(&keys)
 }

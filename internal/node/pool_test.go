@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/testkit"
 	"github.com/fero-go/fero/internal/transport"
 )
@@ -45,8 +46,8 @@ func newTestNode(t *testing.T, id string, secrets ...[]byte) *testNode {
 	n.pool = newPool(id, transport.WithHandler(mux))
 	n.pool.logger = testLogger(t)
 	n.pool.setSecrets(secrets)
-	mux.HandleFunc(OpHello, n.pool.serveHello)
-	mux.HandleFunc(OpHelloProof, n.pool.serveProof)
+	mux.HandleFunc(protocol.OpHello, n.pool.serveHello)
+	mux.HandleFunc(protocol.OpHelloProof, n.pool.serveProof)
 	srv, err := transport.Listen("127.0.0.1:0", mux, transport.WithOnConn(func(*transport.Conn) { n.accepted.Add(1) }))
 	require.NoError(t, err)
 	n.srv = srv
@@ -215,7 +216,7 @@ func TestFailedDialDoesNotWaitForItsOwnReader(t *testing.T) {
 	// The peer sends a message before it answers the hello, and answers
 	// after the dialer gave up.
 	peer := transport.NewMux()
-	peer.HandleFunc(OpHello, func(r *transport.Request) {
+	peer.HandleFunc(protocol.OpHello, func(r *transport.Request) {
 		_ = r.Conn().Send(context.Background(), opMsg, nil)
 		go func() {
 			time.Sleep(time.Second)

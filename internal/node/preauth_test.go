@@ -10,6 +10,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -69,25 +70,25 @@ func TestPreAuthBudget(t *testing.T) {
 	}
 
 	big := dial()
-	_, err := big.Call(ctx, OpAuth, make([]byte, 1<<20))
+	_, err := big.Call(ctx, protocol.OpAuth, make([]byte, 1<<20))
 	require.ErrorIs(t, err, transport.ErrConnLost, "a frame over the pre-auth limit")
 	engine := dial()
-	_, err = engine.Call(ctx, OpEngine, []byte{0x90})
+	_, err = engine.Call(ctx, protocol.OpEngine, []byte{0x90})
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "an engine call without a hello: %v", err)
 	closed(engine, "engine call")
 	status := dial()
-	_, err = status.Call(ctx, OpStatus, nil)
+	_, err = status.Call(ctx, protocol.OpStatus, nil)
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "status without a credential: %v", err)
 	closed(status, "status")
 	silent := dial()
 	closed(silent, "silent")
 
 	client := dial()
-	require.NoError(t, Authenticate(ctx, client, CredToken, TokenKey(token)))
+	require.NoError(t, protocol.Authenticate(ctx, client, protocol.CredToken, protocol.TokenKey(token)))
 	// Proved, the client sends what a stranger cannot: a request of
 	// 1 MiB (refused by the node's own rules, not the frame limit).
-	req := (&wireRequest{Verb: "FUZZ", Key: "k", Payload: make([]byte, 1<<20)}).append(nil)
-	_, err = client.Call(ctx, OpRequest, req)
+	req := (&protocol.Request{Verb: "FUZZ", Key: "k", Payload: make([]byte, 1<<20)}).Append(nil)
+	_, err = client.Call(ctx, protocol.OpRequest, req)
 	require.NotErrorIs(t, err, transport.ErrConnLost)
 	require.NoError(t, client.Err())
 
@@ -109,16 +110,16 @@ func TestEngineCallIsAnswered(t *testing.T) {
 	c, err := transport.DialConn(ctx, a.Addr())
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = c.Call(ctx, OpEngine, make([]byte, 4000))
+	_, err = c.Call(ctx, protocol.OpEngine, make([]byte, 4000))
 	require.Equal(t, errs.PermissionDenied, errs.CodeOf(err), "%v", err)
-	_, err = c.Call(ctx, OpStatus, nil)
+	_, err = c.Call(ctx, protocol.OpStatus, nil)
 	require.NoError(t, err, "on a node without credentials the connection serves on")
 
 	// A raw engine call, answered: the node's preface, then the refusal.
 	nc, err := net.Dial("tcp", a.Addr())
 	require.NoError(t, err)
 	defer nc.Close()
-	_, err = nc.Write(append([]byte{'F', 'E', 'R', 'O', 0, 0, 0, 1}, wire.AppendFrame(nil, wire.KindCall, 7, OpEngine, []byte{0x90})...))
+	_, err = nc.Write(append([]byte{'F', 'E', 'R', 'O', 0, 0, 0, 1}, wire.AppendFrame(nil, wire.KindCall, 7, protocol.OpEngine, []byte{0x90})...))
 	require.NoError(t, err)
 	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
 	pre := make([]byte, 8)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fero-go/fero/internal/protocol"
 )
 
 // maxQueued bounds the proposals waiting for the driver; writers beyond it
@@ -41,7 +43,7 @@ func signal(c chan struct{}) {
 }
 
 // push queues p, waiting while the queue is full until ctx or the node's
-// context (closed: ErrClosed) ends. With wake unset it wakes the driver
+// context (closed: protocol.ErrClosed) ends. With wake unset it wakes the driver
 // only when the queue is half full: the caller then answers for the
 // wake (claimQuiet).
 func (pq *propQueue) push(ctx, node context.Context, p proposal, wake bool) error {
@@ -68,7 +70,7 @@ func (pq *propQueue) push(ctx, node context.Context, p proposal, wake bool) erro
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-node.Done():
-			return ErrClosed
+			return protocol.ErrClosed
 		}
 	}
 }

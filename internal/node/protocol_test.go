@@ -12,6 +12,7 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership/memnet"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -105,7 +106,7 @@ func TestHelloAnswersWithItsRange(t *testing.T) {
 	defer c.Close()
 	b, err := msgpack.Marshal(hello{ID: "old"})
 	require.NoError(t, err)
-	reply, err := c.Call(ctx, OpHello, b)
+	reply, err := c.Call(ctx, protocol.OpHello, b)
 	require.NoError(t, err)
 	var h hello
 	require.NoError(t, wire.DecodeValue(reply, &h))
@@ -116,7 +117,7 @@ func TestHelloAnswersWithItsRange(t *testing.T) {
 	defer c2.Close()
 	b, err = msgpack.Marshal(hello{ID: "far", Proto: 99, MinProto: 90})
 	require.NoError(t, err)
-	_, err = c2.Call(ctx, OpHello, b)
+	_, err = c2.Call(ctx, protocol.OpHello, b)
 	require.Error(t, err)
 	assert.Equal(t, errs.FailedPrecondition, errs.CodeOf(err))
 	assert.Contains(t, err.Error(), "far speaks protocol 90-99")
@@ -135,7 +136,7 @@ func TestReportWithoutDigest(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotZero(t, full.Digest)
 	assert.Equal(t, a.Store().Digest(), full.Digest)
-	light, err := a.ReportFor(ctx, StatusRequest{NoDigest: true})
+	light, err := a.ReportFor(ctx, protocol.StatusRequest{NoDigest: true})
 	require.NoError(t, err)
 	assert.Zero(t, light.Digest)
 	assert.Equal(t, full.Keys, light.Keys)

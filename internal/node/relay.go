@@ -10,23 +10,17 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/transport"
 )
-
-// OpRelay carries what one server sends another through a third, when
-// the data plane between the two fails while gossip still shows both
-// alive (docs/engine.md, rule 17), and the probe that finds the direct
-// path again. Its payload is a kind byte, a node ID (uvarint length,
-// bytes) and what the kind carries.
-const OpRelay uint32 = 12
 
 const (
 	// relayBatch: an engine batch for the named server, to the relay.
 	relayBatch byte = 1 + iota
 	// relayDeliver: an engine batch from the named server, from the relay.
 	relayDeliver
-	// relayRequest: a forwarded request (OpRequest's payload, its hop
+	// relayRequest: a forwarded request (protocol.OpRequest's payload, its hop
 	// already counted) for the named server, to the relay, which calls
 	// the server with it and answers with its answer.
 	relayRequest
@@ -35,7 +29,7 @@ const (
 	relayProbe
 )
 
-// appendRelay appends an OpRelay payload to b.
+// appendRelay appends a protocol.OpRelay payload to b.
 func appendRelay(b []byte, kind byte, id string, payload []byte) []byte {
 	b = append(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(id)))
@@ -45,7 +39,7 @@ func appendRelay(b []byte, kind byte, id string, payload []byte) []byte {
 
 var errBadRelay = errs.New(errs.InvalidArgument, "fero: malformed relay frame")
 
-// parseRelay splits an OpRelay payload; rest aliases b.
+// parseRelay splits a protocol.OpRelay payload; rest aliases b.
 func parseRelay(b []byte) (kind byte, id string, rest []byte, err error) {
 	if len(b) < 2 {
 		return 0, "", nil, errBadRelay
@@ -238,7 +232,7 @@ func (n *Node) relayVia(relay, to string, b []byte) bool {
 	if c == nil {
 		return false
 	}
-	err := c.Send(n.ctx, OpRelay, appendRelay(make([]byte, 0, len(b)+len(to)+2), relayBatch, to, b), transport.FailFast)
+	err := c.Send(n.ctx, protocol.OpRelay, appendRelay(make([]byte, 0, len(b)+len(to)+2), relayBatch, to, b), transport.FailFast)
 	if err != nil {
 		n.logger.Debug("fero: node: relaying failed", "to", to, "via", relay, "err", err)
 		return false
@@ -270,7 +264,7 @@ func (n *Node) probeServers(now time.Time) {
 	n.relayRoutes = routes
 	for _, id := range n.relay.probes(now) {
 		if c := n.pool.lookup(id); c != nil {
-			_ = c.Send(n.ctx, OpRelay, appendRelay(nil, relayProbe, "", nil), transport.FailFast)
+			_ = c.Send(n.ctx, protocol.OpRelay, appendRelay(nil, relayProbe, "", nil), transport.FailFast)
 		} else {
 			n.dialLater(id, nil)
 		}
@@ -306,7 +300,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 		if c == nil || !n.relay.passes(from, id) {
 			return // lost, as over the failed link
 		}
-		if err := c.Send(n.ctx, OpRelay, appendRelay(make([]byte, 0, len(payload)+len(from)+2), relayDeliver, from, payload), transport.FailFast); err == nil {
+		if err := c.Send(n.ctx, protocol.OpRelay, appendRelay(make([]byte, 0, len(payload)+len(from)+2), relayDeliver, from, payload), transport.FailFast); err == nil {
 			n.stats.relayedFor.Add(1)
 		}
 	case relayDeliver:
@@ -328,25 +322,25 @@ func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []b
 	oneway := r.Mode() == transport.ModeSend
 	if c == nil || !n.relay.passes(from, to) {
 		if !oneway {
-			_ = r.Reply([]byte{replyRetry})
+			_ = r.Reply([]byte{protocol.ReplyRetry})
 		}
 		return
 	}
 	b := append([]byte(nil), payload...) // the read buffer is reused once this returns
 	n.stats.relayedFor.Add(1)
 	if oneway {
-		_ = c.Send(n.ctx, OpRequest, b, transport.FailFast)
+		_ = c.Send(n.ctx, protocol.OpRequest, b, transport.FailFast)
 		return
 	}
-	err := c.Go(r.Context(), OpRequest, b, func(reply []byte, err error) {
+	err := c.Go(r.Context(), protocol.OpRequest, b, func(reply []byte, err error) {
 		if err != nil {
-			_ = r.Fail(forwardFailure(err))
+			_ = r.Fail(protocol.ForwardFailure(err))
 			return
 		}
 		_ = r.Reply(reply)
 	}, transport.FailFast)
 	if errors.Is(err, transport.ErrOutboxFull) {
-		_ = r.Reply([]byte{replyRetry})
+		_ = r.Reply([]byte{protocol.ReplyRetry})
 	} else if err != nil {
 		_ = r.Fail(err)
 	}

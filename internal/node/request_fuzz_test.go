@@ -9,6 +9,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -37,7 +38,7 @@ func decodePayload(_ context.Context, req *Request) ([]byte, error) {
 	return nil, nil
 }
 
-// FuzzRequestDecode takes arbitrary bytes as an OpRequest payload, as the
+// FuzzRequestDecode takes arbitrary bytes as a protocol.OpRequest payload, as the
 // user payload inside a well-formed one, and as the answer to a request.
 // Decoding them must never panic: a request is refused with
 // InvalidArgument or reaches the handler, whose decode of the payload
@@ -52,14 +53,14 @@ func FuzzRequestDecode(f *testing.F) {
 
 	value, err := msgpack.Marshal(map[string]any{"name": "x", "tags": []any{1, "two", nil}})
 	require.NoError(f, err)
-	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: value}).append(nil))
-	f.Add((&wireRequest{Verb: VerbUpdate, Key: "k", Payload: value, Hops: 1}).append(nil))
-	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: nested(1 << 20)}).append(nil))
-	f.Add((&wireRequest{Verb: "FUZZ", Key: "k", Payload: value, Meta: Meta{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}).append(nil))
+	f.Add((&protocol.Request{Verb: "FUZZ", Key: "k", Payload: value}).Append(nil))
+	f.Add((&protocol.Request{Verb: protocol.VerbUpdate, Key: "k", Payload: value, Hops: 1}).Append(nil))
+	f.Add((&protocol.Request{Verb: "FUZZ", Key: "k", Payload: nested(1 << 20)}).Append(nil))
+	f.Add((&protocol.Request{Verb: "FUZZ", Key: "k", Payload: value, Meta: protocol.Meta{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}).Append(nil))
 	f.Add(nested(1 << 20))
-	f.Add(append([]byte{replyOK}, value...))
-	f.Add([]byte{replyRetry})
-	f.Add(appendReply(nil, Meta{"x-quota-left", "41"}, value))
+	f.Add(append([]byte{protocol.ReplyOK}, value...))
+	f.Add([]byte{protocol.ReplyRetry})
+	f.Add(protocol.AppendReply(nil, protocol.Meta{"x-quota-left", "41"}, value))
 	f.Add([]byte("\xde\xad\xbe\xef garbage"))
 	f.Add([]byte{})
 
@@ -68,11 +69,11 @@ func FuzzRequestDecode(f *testing.F) {
 		defer cancel()
 
 		// As a request: what decodes encodes back to itself.
-		var wr wireRequest
-		decoded := wr.decode(b) == nil
+		var wr protocol.Request
+		decoded := wr.Decode(b) == nil
 		if decoded {
-			var again wireRequest
-			require.NoError(t, again.decode(wr.append(nil)))
+			var again protocol.Request
+			require.NoError(t, again.Decode(wr.Append(nil)))
 			require.Equal(t, wr.Verb, again.Verb)
 			require.Equal(t, wr.Key, again.Key)
 			require.True(t, bytes.Equal(wr.Payload, again.Payload))
@@ -84,14 +85,14 @@ func FuzzRequestDecode(f *testing.F) {
 		}
 
 		// As an answer to a request.
-		reply, retry, err := callOnce(ctx, replyCaller{reply: b}, nil)
+		reply, retry, err := protocol.CallOnce(ctx, replyCaller{reply: b}, nil)
 		switch {
 		case len(b) == 0:
 			require.Equal(t, errs.Internal, errs.CodeOf(err), "an empty answer: %v", err)
-		case b[0] == replyOK:
+		case b[0] == protocol.ReplyOK:
 			require.NoError(t, err)
 			require.Equal(t, b[1:], reply)
-		case b[0] == replyOKMeta:
+		case b[0] == protocol.ReplyOKMeta:
 			// Headers, then the reply: a reply that ends the answer, or
 			// an error for headers that do not read.
 			require.False(t, retry)
@@ -104,11 +105,11 @@ func FuzzRequestDecode(f *testing.F) {
 		default:
 			require.True(t, retry, "an answer of status %d", b[0])
 		}
-		// CallNode retries a retry until its context ends: one that
-		// has ended stops it at the first pause.
+		// protocol.CallNode retries a retry until its context ends: one that
+		// has ended stops it at the first protocol.Pause.
 		done, stop := context.WithCancel(ctx)
 		stop()
-		reply2, err2 := CallNode(done, replyCaller{reply: b}, "FUZZ", "k", nil)
+		reply2, err2 := protocol.CallNode(done, replyCaller{reply: b}, "FUZZ", "k", nil)
 		if retry {
 			require.ErrorIs(t, err2, context.Canceled)
 		} else {
@@ -123,19 +124,19 @@ func FuzzRequestDecode(f *testing.F) {
 			var v any
 			return len(p) == 0 || wire.DecodeValue(p, &v) == nil
 		}
-		reply, err = c.Call(ctx, OpRequest, b)
+		reply, err = c.Call(ctx, protocol.OpRequest, b)
 		switch {
 		case !decoded:
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a malformed request: %v", err)
 			require.ErrorContains(t, err, "bad request")
 		case payloadOK(wr.Payload):
 			require.NoError(t, err)
-			require.Equal(t, okReply, reply)
+			require.Equal(t, protocol.OKReply, reply)
 		default:
 			require.Equal(t, errs.InvalidArgument, errs.CodeOf(err), "a bad payload: %v", err)
 			require.ErrorContains(t, err, "bad payload")
 		}
-		reply, err = CallNode(ctx, c, "FUZZ", "k", b)
+		reply, err = protocol.CallNode(ctx, c, "FUZZ", "k", b)
 		if payloadOK(b) {
 			require.NoError(t, err)
 			require.Empty(t, reply)

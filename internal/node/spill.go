@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 )
 
@@ -13,7 +14,7 @@ import (
 // way to the owner) or a ForwardReply (its answer) that is lost leaves the
 // writer waiting for the write timeout. The driver never blocks on a
 // send, so when a peer's outbox is full its batches spill into a queue per
-// peer, which a goroutine drains with blocking sends, in order. Once a peer
+// peer, which a goroutine drains with blocking sends, in order. protocol.Once a peer
 // spills, every later batch for it queues behind, so nothing overtakes
 // what waits: a commit that jumped the queue would open a gap the copy
 // must fetch to fill, and writes to one key would lose their order.
@@ -50,7 +51,7 @@ func (n *Node) send(id string, c *transport.Conn, b []byte) {
 	if n.spillTo(id, c, b, false) {
 		return
 	}
-	err := c.Send(n.ctx, OpEngine, b, transport.FailFast)
+	err := c.Send(n.ctx, protocol.OpEngine, b, transport.FailFast)
 	switch {
 	case err == nil:
 	case errors.Is(err, transport.ErrOutboxFull):
@@ -113,7 +114,7 @@ func (n *Node) drain(id string, c *transport.Conn, sq *spillQueue) {
 		sq.q = sq.q[1:]
 		n.unspill(sq, b)
 		n.smu.Unlock()
-		if err := c.Send(n.ctx, OpEngine, b); err != nil {
+		if err := c.Send(n.ctx, protocol.OpEngine, b); err != nil {
 			n.logger.Debug("fero: node: spilled send failed; dropping the queue", "to", id, "err", err)
 			n.smu.Lock()
 			for _, b := range sq.q {
@@ -154,7 +155,7 @@ func (n *Node) awaitSpill(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.ctx.Done():
-			return ErrClosed
+			return protocol.ErrClosed
 		}
 	}
 	return nil

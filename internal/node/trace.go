@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/hex"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -12,6 +11,7 @@ import (
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -22,73 +22,6 @@ import (
 // of one request on the caller, the forwarding node and the owner form
 // one trace. Without a tracer none of this runs: each path tests one nil
 // field.
-
-// TracerName is the instrumentation scope fero's spans are made under.
-const TracerName = "github.com/fero-go/fero"
-
-// The W3C trace context's names, and the length of a version-00
-// traceparent: "00-" 32 hex digits "-" 16 hex digits "-" 2 hex digits.
-const (
-	traceparentName = "traceparent"
-	tracestateName  = "tracestate"
-	traceparentLen  = 55
-)
-
-// appendTraceparent appends sc as a version-00 traceparent.
-func appendTraceparent(b []byte, sc trace.SpanContext) []byte {
-	tid, sid := sc.TraceID(), sc.SpanID()
-	b = append(b, "00-"...)
-	b = hex.AppendEncode(b, tid[:])
-	b = append(b, '-')
-	b = hex.AppendEncode(b, sid[:])
-	b = append(b, '-')
-	return hex.AppendEncode(b, []byte{byte(sc.TraceFlags())})
-}
-
-// parseTraceparent reads a traceparent as W3C Trace Context level 1 says:
-// lower-case hex, version ff refused, a version-00 one exactly 55 bytes,
-// a later version at least that with what follows ignored, and an
-// all-zero trace or span id invalid. It does not allocate. The span
-// context it returns is remote.
-func parseTraceparent(b []byte) (trace.SpanContext, bool) {
-	if len(b) < traceparentLen || b[2] != '-' || b[35] != '-' || b[52] != '-' {
-		return trace.SpanContext{}, false
-	}
-	var version, flags [1]byte
-	var tid trace.TraceID
-	var sid trace.SpanID
-	if !lowerHex(b[0:2]) || !lowerHex(b[3:35]) || !lowerHex(b[36:52]) || !lowerHex(b[53:55]) {
-		return trace.SpanContext{}, false
-	}
-	_, _ = hex.Decode(version[:], b[0:2])
-	_, _ = hex.Decode(tid[:], b[3:35])
-	_, _ = hex.Decode(sid[:], b[36:52])
-	_, _ = hex.Decode(flags[:], b[53:55])
-	switch {
-	case version[0] == 0xff:
-		return trace.SpanContext{}, false
-	case version[0] == 0 && len(b) != traceparentLen:
-		return trace.SpanContext{}, false
-	case version[0] > 0 && len(b) > traceparentLen && b[traceparentLen] != '-':
-		return trace.SpanContext{}, false
-	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true,
-	})
-	if !sc.IsValid() { // an all-zero trace or span id
-		return trace.SpanContext{}, false
-	}
-	return sc, true
-}
-
-func lowerHex(b []byte) bool {
-	for _, c := range b {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // remoteParent returns ctx with sc as its remote parent span, when valid.
 func remoteParent(ctx context.Context, sc trace.SpanContext) context.Context {
@@ -137,16 +70,6 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
-// traceparent returns the W3C traceparent of ctx's span, "" when it has
-// no valid one.
-func traceparent(ctx context.Context) string {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return ""
-	}
-	return string(appendTraceparent(make([]byte, 0, traceparentLen), sc))
-}
-
 // Forwarded writes. A server's write to a partition another server owns
 // travels as an engine message (partition.Forward), not as a request: the
 // owner's span for it starts when its driver steps the Forward and ends
@@ -183,7 +106,7 @@ func recordVerb(t wire.RecordType, value []byte) string {
 
 // traceForward starts the owner's span for a Forward from from.
 func (n *Node) traceForward(from string, f *partition.Forward) {
-	sc, _ := parseTraceparent([]byte(f.Trace))
+	sc, _ := protocol.ParseTraceparent([]byte(f.Trace))
 	verb := recordVerb(f.Type, f.Value)
 	_, span := n.startSpan(remoteParent(n.ctx, sc), "fero.handle", trace.SpanKindServer, verb, int(f.Partition))
 	span.SetAttributes(attribute.String("fero.from", from))

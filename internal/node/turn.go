@@ -10,6 +10,7 @@ import (
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -40,9 +41,9 @@ var errTurnMoved = errs.New(errs.Unavailable, "fero: the key's owner changed, or
 type turn struct {
 	n         *Node
 	partition int
-	key       string // the request's key
-	id        uint64 // the engine's name for the turn
-	once      Once   // the call's, kept with its record
+	key       string        // the request's key
+	id        uint64        // the engine's name for the turn
+	once      protocol.Once // the call's, kept with its record
 
 	mu      sync.Mutex
 	changes []doc.Change
@@ -63,7 +64,7 @@ func turnOf(ctx context.Context) *turn {
 // does but GET and VERSION (reads through the owner, rule 13), a stream,
 // and the verbs the service declared concurrent.
 func (n *Node) needsTurn(req *Request) bool {
-	if req.Verb == VerbGet || req.Verb == VerbVersion || req.Send != nil {
+	if req.Verb == protocol.VerbGet || req.Verb == protocol.VerbVersion || req.Send != nil {
 		return false
 	}
 	return n.cfg.Concurrent == nil || !n.cfg.Concurrent(req.Verb)
@@ -106,7 +107,7 @@ func (n *Node) beginRequest(req *Request, deadline time.Time) partition.Request 
 // (req.begun). A partition remembers only its writers' latest
 // doc.DedupPerWriter sequences and refuses an older one it does not know
 // as too old to tell: proposed by each call's own goroutine, in whatever
-// order they ran, a caller's first attempts were refused so by the
+// order they ran, a caller's first protocol.Attempts were refused so by the
 // hundred (TestConcurrentCallsAreNotTooOld). Only calls that name their
 // writer need it; the queue's being full, or the node's closing, leaves
 // the begin to handle.
@@ -157,7 +158,7 @@ func (n *Node) proposeTurn(ctx context.Context, req partition.Request) (partitio
 	n.spawnMu.RUnlock()
 	switch {
 	case closed:
-		return partition.Completion{}, ErrClosed
+		return partition.Completion{}, protocol.ErrClosed
 	case err != nil:
 		return partition.Completion{}, err
 	}
@@ -180,7 +181,7 @@ func (n *Node) awaitTurn(ctx context.Context, req partition.Request, done chan p
 		}
 		return partition.Completion{}, ctx.Err()
 	case <-n.ctx.Done():
-		return partition.Completion{}, errClosedInFlight
+		return partition.Completion{}, protocol.ErrClosedInFlight
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/fero-go/fero/internal/backup"
 	"github.com/fero-go/fero/internal/doc"
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -90,16 +90,16 @@ func (c *Remote) Backup(ctx context.Context, w io.Writer, progress BackupProgres
 
 // backupPart asks for partition p until it gets it, ctx ends, or the
 // answer is one that asking again will not change.
-func (c *Remote) backupPart(ctx context.Context, p int) (*node.BackupPart, error) {
-	req, err := msgpack.Marshal(node.BackupRequest{Partition: p})
+func (c *Remote) backupPart(ctx context.Context, p int) (*protocol.BackupPart, error) {
+	req, err := msgpack.Marshal(protocol.BackupRequest{Partition: p})
 	if err != nil {
 		return nil, err
 	}
 	backoff := 20 * time.Millisecond
 	for {
-		b, err := c.peer.Call(ctx, node.OpBackup, req)
+		b, err := c.peer.Call(ctx, protocol.OpBackup, req)
 		if err == nil {
-			var part node.BackupPart
+			var part protocol.BackupPart
 			if err := wire.DecodeValue(b, &part); err != nil {
 				return nil, errs.Errorf(errs.Internal, "fero: decode partition %d: %w", p, err)
 			}
@@ -197,7 +197,7 @@ func (c *Remote) Restore(ctx context.Context, r io.ReadSeeker, opts RestoreOptio
 		})
 	}
 	digests := make([]uint64, h.Partitions)
-	_, _, err = backup.Read(r, nil, func(p *node.BackupPart) error {
+	_, _, err = backup.Read(r, nil, func(p *protocol.BackupPart) error {
 		if err := scratch.Restore(p.Partition, p.Snapshot); err != nil {
 			return fmt.Errorf("%w: partition %d: %v", backup.ErrDamaged, p.Partition, err)
 		}
@@ -244,7 +244,7 @@ func (c *Remote) Restore(ctx context.Context, r io.ReadSeeker, opts RestoreOptio
 // 64 writes in flight on one writer to one partition were refused as "a
 // retry older than the owner's memory of its writer".
 func (c *Remote) restoreWrite(ctx context.Context, key string, val msgpack.RawMessage) error {
-	opts := node.CallOpts{Wait: Majority.spec()}
+	opts := protocol.CallOpts{Wait: Majority.spec()}
 	backoff := 20 * time.Millisecond
 	for {
 		_, err := c.callNode(ctx, "fero.restore", VerbUpdate, key, val, opts)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -17,13 +18,13 @@ import (
 // key and payload as the value, unless the resource's handler decides
 // otherwise; GET replies with the owner's value at the key.
 const (
-	VerbAdd    = node.VerbAdd
-	VerbUpdate = node.VerbUpdate
-	VerbRemove = node.VerbRemove
-	VerbGet    = node.VerbGet
+	VerbAdd    = protocol.VerbAdd
+	VerbUpdate = protocol.VerbUpdate
+	VerbRemove = protocol.VerbRemove
+	VerbGet    = protocol.VerbGet
 	// VerbVersion reads as GET does, through the owner, and replies the
 	// msgpack array [version, value].
-	VerbVersion = node.VerbVersion
+	VerbVersion = protocol.VerbVersion
 )
 
 // Handler answers the requests sent to the partitions this node owns. It
@@ -92,11 +93,11 @@ type Request struct {
 
 	r     *Resource
 	local bool
-	meta  node.Meta
-	wait  node.WaitSpec  // what a remote caller's built-in write waits for
-	cond  node.IfVersion // a remote caller's compare-and-set (UpdateIf, RemoveIf)
-	reply node.Meta      // reply headers (SetReplyHeader)
-	send  SendFunc       // a stream's items; nil for a call (stream.go)
+	meta  protocol.Meta
+	wait  protocol.WaitSpec  // what a remote caller's built-in write waits for
+	cond  protocol.IfVersion // a remote caller's compare-and-set (UpdateIf, RemoveIf)
+	reply protocol.Meta      // reply headers (SetReplyHeader)
+	send  SendFunc           // a stream's items; nil for a call (stream.go)
 }
 
 // SetReplyHeader adds the header name: value to the reply, which a caller
@@ -107,7 +108,7 @@ type Request struct {
 // its details, [ErrorDetail]).
 func (q *Request) SetReplyHeader(name, value string) error {
 	m := append(q.reply[:len(q.reply):len(q.reply)], strings.ToLower(name), value)
-	if err := node.CheckMeta(m); err != nil {
+	if err := protocol.CheckMeta(m); err != nil {
 		return err
 	}
 	q.reply = m
@@ -116,7 +117,7 @@ func (q *Request) SetReplyHeader(name, value string) error {
 
 // ReplyHeader receives the headers a handler set on its reply
 // (Request.SetReplyHeader); see [WithReplyHeader].
-type ReplyHeader struct{ pairs node.Meta }
+type ReplyHeader struct{ pairs protocol.Meta }
 
 // Get returns the value of the reply header name (case-insensitive), ""
 // if the handler set none.
@@ -147,7 +148,7 @@ func (h *ReplyHeader) All() iter.Seq2[string, string] {
 // (and a typed client's streaming method) puts its trailers there at its
 // clean end.
 func WithReplyHeader(ctx context.Context, h *ReplyHeader) context.Context {
-	return node.WithReplyMeta(ctx, &h.pairs)
+	return protocol.WithReplyMeta(ctx, &h.pairs)
 }
 
 // WithHeader returns a copy of ctx that sends the request header name:
@@ -161,7 +162,7 @@ func WithReplyHeader(ctx context.Context, h *ReplyHeader) context.Context {
 // A Remote's writes carry them too; a node's own writes (Update, Add,
 // Remove, Set on a Resource) travel as engine messages and carry none.
 func WithHeader(ctx context.Context, name, value string) context.Context {
-	return node.WithMeta(ctx, name, value)
+	return protocol.WithMeta(ctx, name, value)
 }
 
 // Header returns the value of the request header name (case-insensitive),

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/membership"
-	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
 	"github.com/fero-go/fero/internal/storage"
 	"github.com/fero-go/fero/internal/transport"
@@ -166,7 +166,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
 		c.tracer = nil
 		if tp != nil {
-			c.tracer = tp.Tracer(node.TracerName, trace.WithInstrumentationVersion(moduleVersion()))
+			c.tracer = tp.Tracer(protocol.TracerName, trace.WithInstrumentationVersion(moduleVersion()))
 		}
 	}
 }

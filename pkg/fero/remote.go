@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
 )
@@ -31,17 +31,17 @@ type Remote struct {
 	tracer trace.Tracer // WithTracerProvider; nil: no spans
 	// writer names its writes and calls for exactly-once (nil with
 	// WithoutRetry): one that fails indefinite is made again.
-	writer *node.Writer
+	writer *protocol.Writer
 	call   CallFunc   // Call through its interceptors, composed at Dial
 	stream StreamFunc // Stream through its interceptors
 }
 
 // NodeStatus is one node's view of its cluster, as [Remote.Status]
 // returns it.
-type NodeStatus = node.StatusReport
+type NodeStatus = protocol.StatusReport
 
 // MemberStatus is one member in a [NodeStatus].
-type MemberStatus = node.MemberReport
+type MemberStatus = protocol.MemberReport
 
 // Dial connects to the node at addr (its data-plane address, which
 // [Resource.Addr] and `fero serve` print). Of the options, the transport's
@@ -60,14 +60,14 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	topts := cfg.transport
 	switch {
 	case len(cfg.token) > 0:
-		key := node.TokenKey(cfg.token)
+		key := protocol.TokenKey(cfg.token)
 		topts = append(slices.Clone(topts), transport.WithOnDial(func(ctx context.Context, c *transport.Conn) error {
-			return node.Authenticate(ctx, c, node.CredToken, key)
+			return protocol.Authenticate(ctx, c, protocol.CredToken, key)
 		}))
 	case len(cfg.secrets) > 0:
-		key := node.SecretKey(cfg.secrets[0])
+		key := protocol.SecretKey(cfg.secrets[0])
 		topts = append(slices.Clone(topts), transport.WithOnDial(func(ctx context.Context, c *transport.Conn) error {
-			return node.Authenticate(ctx, c, node.CredSecret, key)
+			return protocol.Authenticate(ctx, c, protocol.CredSecret, key)
 		}))
 	}
 	p, err := transport.Dial(ctx, addr, topts...)
@@ -76,7 +76,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
 	}
 	c := &Remote{peer: p, tracer: cfg.tracer}
 	if !cfg.noRetry {
-		c.writer = node.NewWriter("remote")
+		c.writer = protocol.NewWriter("remote")
 	}
 	c.call = chainCalls(c.callDirect, callChain(cfg))
 	c.stream = chainStreams(c.streamDirect, cfg.streamInterceptors)
@@ -99,12 +99,12 @@ func (c *Remote) span(ctx context.Context, name, verb string) (context.Context, 
 }
 
 // callNode sends one request, as a span when the Remote traces.
-func (c *Remote) callNode(ctx context.Context, name, verb, key string, payload []byte, o node.CallOpts) ([]byte, error) {
+func (c *Remote) callNode(ctx context.Context, name, verb, key string, payload []byte, o protocol.CallOpts) ([]byte, error) {
 	if c.tracer == nil {
-		return node.CallNodeWith(ctx, c.peer, verb, key, payload, o)
+		return protocol.CallNodeWith(ctx, c.peer, verb, key, payload, o)
 	}
 	ctx, span := c.span(ctx, name, verb)
-	out, err := node.CallNodeWith(ctx, c.peer, verb, key, payload, o)
+	out, err := protocol.CallNodeWith(ctx, c.peer, verb, key, payload, o)
 	if err != nil {
 		span.SetAttributes(attribute.String("fero.code", errs.CodeOf(err).String()))
 		span.SetStatus(codes.Error, err.Error())
@@ -128,7 +128,7 @@ func (c *Remote) callDirect(ctx context.Context, verb, key string, payload, repl
 	if err != nil {
 		return err
 	}
-	var o node.CallOpts
+	var o protocol.CallOpts
 	if verb != VerbGet && verb != VerbVersion {
 		o.Writer = c.writer // its sequence taken as it is sent
 	}
@@ -158,13 +158,13 @@ func (c *Remote) CallAsync(ctx context.Context, verb, key string, payload any, d
 	if err != nil {
 		return err
 	}
-	return node.CallNodeAsyncTo(ctx, c.peer, verb, key, b, node.WaitSpec{}, to)
+	return protocol.CallNodeAsyncTo(ctx, c.peer, verb, key, b, protocol.WaitSpec{}, to)
 }
 
 // Get decodes the owner's value at key into v; ok is false when there is
 // none.
 func (c *Remote) Get(ctx context.Context, key string, v any) (ok bool, err error) {
-	out, err := c.callNode(ctx, "fero.get", VerbGet, key, nil, node.CallOpts{})
+	out, err := c.callNode(ctx, "fero.get", VerbGet, key, nil, protocol.CallOpts{})
 	if err != nil || len(out) == 0 {
 		return false, err
 	}
@@ -193,12 +193,12 @@ func (c *Remote) Remove(ctx context.Context, key string, wait ...Wait) error {
 // write sends a built-in write that waits, on the owner, for the last of
 // wait (the owner's commit when none is given).
 func (c *Remote) write(ctx context.Context, verb, key string, value any, wait []Wait) error {
-	return c.writeIf(ctx, verb, key, value, wait, node.IfVersion{})
+	return c.writeIf(ctx, verb, key, value, wait, protocol.IfVersion{})
 }
 
 // writeIf is write, as a compare-and-set when cond is set.
-func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait []Wait, cond node.IfVersion) error {
-	var spec node.WaitSpec
+func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait []Wait, cond protocol.IfVersion) error {
+	var spec protocol.WaitSpec
 	if len(wait) > 0 {
 		w := wait[len(wait)-1]
 		if err := w.validate(); err != nil {
@@ -210,7 +210,7 @@ func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait 
 	if err != nil {
 		return err
 	}
-	_, err = c.callNode(ctx, "fero.write", verb, key, b, node.CallOpts{Wait: spec, If: cond, Writer: c.writer})
+	_, err = c.callNode(ctx, "fero.write", verb, key, b, protocol.CallOpts{Wait: spec, If: cond, Writer: c.writer})
 	return err
 }
 
@@ -218,7 +218,7 @@ func (c *Remote) writeIf(ctx context.Context, verb, key string, value any, wait 
 // and returns its version, read together (a read through the owner, so
 // the version names a write that no later owner loses).
 func (c *Remote) GetVersion(ctx context.Context, key string, v any) (ok bool, ver Version, err error) {
-	out, err := c.callNode(ctx, "fero.get", VerbVersion, key, nil, node.CallOpts{})
+	out, err := c.callNode(ctx, "fero.get", VerbVersion, key, nil, protocol.CallOpts{})
 	if err != nil {
 		return false, 0, err
 	}
@@ -242,13 +242,13 @@ func (c *Remote) GetVersion(ctx context.Context, key string, v any) (ok bool, ve
 // UpdateIf sets the value at key only if key is at version ver; see
 // [Resource.UpdateIf].
 func (c *Remote) UpdateIf(ctx context.Context, key string, ver Version, value any, wait ...Wait) error {
-	return c.writeIf(ctx, VerbUpdate, key, value, wait, node.IfVersion{Set: true, Version: uint64(ver)})
+	return c.writeIf(ctx, VerbUpdate, key, value, wait, protocol.IfVersion{Set: true, Version: uint64(ver)})
 }
 
 // RemoveIf deletes the value at key only if key is at version ver; see
 // [Resource.UpdateIf].
 func (c *Remote) RemoveIf(ctx context.Context, key string, ver Version, wait ...Wait) error {
-	return c.writeIf(ctx, VerbRemove, key, nil, wait, node.IfVersion{Set: true, Version: uint64(ver)})
+	return c.writeIf(ctx, VerbRemove, key, nil, wait, protocol.IfVersion{Set: true, Version: uint64(ver)})
 }
 
 // Status returns the node's view of its cluster.
@@ -260,7 +260,7 @@ func (c *Remote) Status(ctx context.Context) (*NodeStatus, error) {
 // epochs, keys, digest) in NodeStatus.Parts: where two nodes' digests
 // differ, it shows which partitions do.
 func (c *Remote) StatusWithPartitions(ctx context.Context) (*NodeStatus, error) {
-	req, err := msgpack.Marshal(node.StatusRequest{Partitions: true})
+	req, err := msgpack.Marshal(protocol.StatusRequest{Partitions: true})
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (c *Remote) StatusWithPartitions(ctx context.Context) (*NodeStatus, error) 
 // costs the node a hash of every partition written since it was last
 // asked: what a backup's first call needs.
 func (c *Remote) statusNoDigest(ctx context.Context) (*NodeStatus, error) {
-	req, err := msgpack.Marshal(node.StatusRequest{NoDigest: true})
+	req, err := msgpack.Marshal(protocol.StatusRequest{NoDigest: true})
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func (c *Remote) statusNoDigest(ctx context.Context) (*NodeStatus, error) {
 }
 
 func (c *Remote) status(ctx context.Context, req []byte) (*NodeStatus, error) {
-	b, err := c.peer.Call(ctx, node.OpStatus, req)
+	b, err := c.peer.Call(ctx, protocol.OpStatus, req)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func (c *Remote) Forget(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return id == "" || strings.Contains(id, "\n") }) {
 		return errs.New(errs.InvalidArgument, "fero: forget: give one or more server IDs, none empty or with a newline")
 	}
-	_, err := c.peer.Call(ctx, node.OpForget, []byte(strings.Join(ids, "\n")))
+	_, err := c.peer.Call(ctx, protocol.OpForget, []byte(strings.Join(ids, "\n")))
 	return err
 }
 
@@ -306,7 +306,7 @@ func (c *Remote) Forget(ctx context.Context, ids ...string) error {
 // drops them; missed says how many it dropped so far.
 func (c *Remote) Tail(ctx context.Context) iter.Seq2[TailChange, error] {
 	return func(yield func(TailChange, error) bool) {
-		s, err := c.peer.Stream(ctx, node.OpTail, nil)
+		s, err := c.peer.Stream(ctx, protocol.OpTail, nil)
 		if err != nil {
 			yield(TailChange{}, err)
 			return
@@ -320,7 +320,7 @@ func (c *Remote) Tail(ctx context.Context) iter.Seq2[TailChange, error] {
 				}
 				return
 			}
-			var rec node.TailRecord
+			var rec protocol.TailRecord
 			if err := wire.DecodeValue(b, &rec); err != nil {
 				yield(TailChange{}, errs.Errorf(errs.Internal, "fero: decode change: %w", err))
 				return

@@ -22,11 +22,12 @@ import (
 	"github.com/fero-go/fero/internal/gctune"
 	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
 // ErrClosed is returned by calls on a closed resource (CodeUnavailable).
-var ErrClosed = node.ErrClosed
+var ErrClosed = protocol.ErrClosed
 
 // Resource is one node's handle on a named resource: a key/value map that
 // every node of the resource holds a full copy of. Reads are local. Writes
@@ -575,7 +576,7 @@ const modulePath = "github.com/fero-go/fero"
 func (r *Resource) node() *node.Node { return r.n }
 
 // Stats counts what happened to this node's copy since it opened.
-type Stats = node.Stats
+type Stats = protocol.Stats
 
 // Stats returns this node's counters.
 func (r *Resource) Stats() Stats { return r.n.Stats() }

@@ -7,7 +7,7 @@ import (
 	"iter"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/wire"
 )
 
@@ -42,7 +42,7 @@ import (
 // owner while it ran, or whose owner closed, died or became unreachable.
 // It has CodeUnavailable; errors.Is matches it on either side of the
 // wire. Open the stream again to resume.
-var ErrStreamMoved error = node.ErrMoved
+var ErrStreamMoved error = protocol.ErrMoved
 
 // SendFunc sends one item of a stream; see [Request.Send].
 type SendFunc func(item any) error
@@ -96,14 +96,14 @@ func sendFunc(q *Request, send func([]byte) error) SendFunc {
 // Stream is the reader's end of a stream: see [Resource.Stream]. Recv
 // is for one goroutine at a time; Close may be called from any.
 type Stream struct {
-	ns      *node.Stream
+	ns      *protocol.Stream
 	verb    string
 	key     string
 	recv    RecvFunc
 	trailer ReplyHeader
 }
 
-func newStream(ns *node.Stream, verb, key string) *Stream {
+func newStream(ns *protocol.Stream, verb, key string) *Stream {
 	s := &Stream{ns: ns, verb: verb, key: key}
 	s.recv = s.recvDirect
 	return s
@@ -242,7 +242,7 @@ func (c *Remote) streamDirect(ctx context.Context, verb, key string, payload any
 	if err != nil {
 		return nil, err
 	}
-	ns, err := node.OpenStreamVia(ctx, c.peer, verb, key, b)
+	ns, err := protocol.OpenStreamVia(ctx, c.peer, verb, key, b)
 	if err != nil {
 		return nil, err
 	}

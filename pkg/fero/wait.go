@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/node"
 	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/protocol"
 )
 
 // Wait says what a write waits for before it returns. Pass one as the last
@@ -87,6 +87,6 @@ func ParseWait(s string) (Wait, error) {
 }
 
 // spec is the wait a remote write carries to the owner.
-func (w Wait) spec() node.WaitSpec {
-	return node.WaitSpec{Set: true, Kind: w.kind, K: uint8(min(max(w.k, 0), 255))}
+func (w Wait) spec() protocol.WaitSpec {
+	return protocol.WaitSpec{Set: true, Kind: w.kind, K: uint8(min(max(w.k, 0), 255))}
 }
