@@ -22,8 +22,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/fero-go/fero/internal/protocol"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/protocol"
 )
 
 // Magic starts every backup file.

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fero-go/fero/internal/protocol"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fero-go/fero/internal/protocol"
 )
 
 func sample(t *testing.T) []byte {

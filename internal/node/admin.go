@@ -94,20 +94,20 @@ func (n *Node) report(ctx context.Context, req protocol.StatusRequest) (*protoco
 			mr.Owned = len(m.Owned(mem.ID))
 		}
 		if mem.ID != n.id {
-			mr.Conn = n.connReport(mem.ID)
+			mr.Conn = n.peers.report(mem.ID)
 		}
 		rep.Members = append(rep.Members, mr)
 	}
 	// Attached clients (attach.go) are copies but not members: listed
 	// with the address they attached from.
-	n.attached.mu.Lock()
-	attached := make([]protocol.MemberReport, 0, len(n.attached.conns))
-	for id, c := range n.attached.conns {
+	n.attach.set.mu.Lock()
+	attached := make([]protocol.MemberReport, 0, len(n.attach.set.conns))
+	for id, c := range n.attach.set.conns {
 		attached = append(attached, protocol.MemberReport{ID: id, Addr: c.RemoteAddr().String(), Client: true, Status: "attached"})
 	}
-	n.attached.mu.Unlock()
+	n.attach.set.mu.Unlock()
 	for _, mr := range attached {
-		mr.Conn = n.connReport(mr.ID)
+		mr.Conn = n.peers.report(mr.ID)
 		rep.Members = append(rep.Members, mr)
 	}
 	slices.SortFunc(rep.Members, func(a, b protocol.MemberReport) int {
@@ -207,33 +207,6 @@ func (n *Node) serveTail(r *transport.Request) {
 		sub.Close()
 		_ = r.Fail(protocol.ErrClosed)
 	}
-}
-
-// connReport describes this node's data connection to peer id (see
-// protocol.MemberReport.Conn).
-func (n *Node) connReport(id string) string {
-	if by, ok := n.pool.initiatorOf(id); ok {
-		if v := n.pool.protocolOf(id); v != 0 {
-			by += fmt.Sprintf(", protocol %d", v)
-		}
-		n.smu.Lock()
-		defer n.smu.Unlock()
-		if sq, ok := n.spills[id]; ok {
-			return fmt.Sprintf("up, opened by %s; %d messages (%d bytes) queued behind a full outbox for %v",
-				by, len(sq.q), sq.must+sq.loose, time.Since(sq.since).Round(time.Millisecond))
-		}
-		return "up, opened by " + by
-	}
-	n.dmu.Lock()
-	defer n.dmu.Unlock()
-	var dialing string
-	if at, ok := n.dialAt[id]; ok {
-		dialing = fmt.Sprintf("; dialing for %v, %d messages waiting", time.Since(at).Round(time.Millisecond), len(n.dialing[id]))
-	}
-	if e, ok := n.dialErr[id]; ok {
-		return "down: " + e + dialing
-	}
-	return "none" + dialing
 }
 
 // Synced reports whether nodes agree on every partition's epoch and none

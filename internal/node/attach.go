@@ -74,35 +74,35 @@ func (n *Node) serveAttach(r *transport.Request, h hello) {
 	if err := attachRefusal(h.ID, n.cfg.Client, n.authRequired(), n.connRole(c)); err != nil {
 		_ = r.Fail(err)
 		if errs.CodeOf(err) == errs.PermissionDenied {
-			n.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
+			n.peers.pool.refused(c, h.ID, "an attached client's hello on a connection that proved no client token")
 			n.closeUnproved(c)
 		}
 		return
 	}
 	out := hello{ID: n.id}
-	n.pool.proto.announce(&out)
+	n.peers.pool.proto.announce(&out)
 	b, err := msgpack.Marshal(out)
 	if err != nil {
 		_ = r.Fail(err)
 		return
 	}
-	n.attached.mu.Lock()
-	if n.attached.conns == nil {
-		n.attached.conns = map[string]*transport.Conn{}
+	n.attach.set.mu.Lock()
+	if n.attach.set.conns == nil {
+		n.attach.set.conns = map[string]*transport.Conn{}
 	}
-	old := n.attached.conns[h.ID]
-	n.attached.conns[h.ID] = c
-	n.attached.mu.Unlock()
+	old := n.attach.set.conns[h.ID]
+	n.attach.set.conns[h.ID] = c
+	n.attach.set.mu.Unlock()
 	if old != c {
 		n.logger.Info("fero: node: a client attached", "client", h.ID, "remote", c.RemoteAddr())
 		go func() {
 			<-c.Done()
-			n.attached.mu.Lock()
-			gone := n.attached.conns[h.ID] == c
+			n.attach.set.mu.Lock()
+			gone := n.attach.set.conns[h.ID] == c
 			if gone {
-				delete(n.attached.conns, h.ID)
+				delete(n.attach.set.conns, h.ID)
 			}
-			n.attached.mu.Unlock()
+			n.attach.set.mu.Unlock()
 			if gone {
 				n.logger.Info("fero: node: an attached client's connection closed", "client", h.ID)
 				n.view.refresh()
@@ -112,7 +112,7 @@ func (n *Node) serveAttach(r *transport.Request, h hello) {
 	_ = r.Reply(b)
 	// The newer connection of one ID wins (pool.adopt): the client dialed
 	// again because it gave up on the older.
-	n.pool.adopt(h.ID, c, h.ID, 0) // an attached client: its protocol is not noted
+	n.peers.pool.adopt(h.ID, c, h.ID, 0) // an attached client: its protocol is not noted
 	n.view.refresh()
 }
 
@@ -244,11 +244,11 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 	defer cancel()
 	reply, err := c.Call(cctx, protocol.OpMembers, b)
 	if err != nil {
-		n.feed.mu.Lock()
-		if n.feed.c == c {
-			n.feed.c = nil
+		n.attach.feed.mu.Lock()
+		if n.attach.feed.c == c {
+			n.attach.feed.c = nil
 		}
-		n.feed.mu.Unlock()
+		n.attach.feed.mu.Unlock()
 		c.Close()
 		err = fmt.Errorf("asking %s for the cluster's servers: %w", c.RemoteAddr(), err)
 		if errs.CodeOf(err) == errs.PermissionDenied {
@@ -265,9 +265,9 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 	for _, m := range rep.Servers {
 		known = append(known, m.Addr)
 	}
-	n.feed.mu.Lock()
-	n.feed.known = known
-	n.feed.mu.Unlock()
+	n.attach.feed.mu.Lock()
+	n.attach.feed.known = known
+	n.attach.feed.mu.Unlock()
 	return rep.Servers, rep.Version, nil
 }
 
@@ -275,15 +275,15 @@ func (n *Node) feedMembers(ctx context.Context, have uint64) ([]membership.Meta,
 // servers and then the last known ones, in turn, until one answers and
 // takes the client's token.
 func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
-	n.feed.mu.Lock()
-	if c := n.feed.c; c != nil && c.Err() == nil {
-		n.feed.mu.Unlock()
+	n.attach.feed.mu.Lock()
+	if c := n.attach.feed.c; c != nil && c.Err() == nil {
+		n.attach.feed.mu.Unlock()
 		return c, nil
 	}
-	addrs := append(slices.Clone(n.cfg.Servers), n.feed.known...)
-	start := n.feed.next
-	n.feed.next++
-	n.feed.mu.Unlock()
+	addrs := append(slices.Clone(n.cfg.Servers), n.attach.feed.known...)
+	start := n.attach.feed.next
+	n.attach.feed.next++
+	n.attach.feed.mu.Unlock()
 	slices.Sort(addrs)
 	addrs = slices.Compact(addrs)
 	var errsSeen []error
@@ -294,9 +294,9 @@ func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
 			errsSeen = append(errsSeen, err)
 			continue
 		}
-		n.feed.mu.Lock()
-		n.feed.c = c
-		n.feed.mu.Unlock()
+		n.attach.feed.mu.Lock()
+		n.attach.feed.c = c
+		n.attach.feed.mu.Unlock()
 		return c, nil
 	}
 	return nil, errors.Join(errsSeen...)
@@ -307,11 +307,11 @@ func (n *Node) feedConn(ctx context.Context) (*transport.Conn, error) {
 func (n *Node) dialAttached(ctx context.Context, addr string) (*transport.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, attachDialTimeout)
 	defer cancel()
-	c, err := transport.DialConn(dctx, addr, n.pool.opts...)
+	c, err := transport.DialConn(dctx, addr, n.peers.pool.opts...)
 	if err != nil {
 		return nil, err
 	}
-	if t := n.pool.token; t != nil {
+	if t := n.peers.pool.token; t != nil {
 		if err := protocol.Authenticate(dctx, c, protocol.CredToken, t); err != nil {
 			c.Close()
 			return nil, err

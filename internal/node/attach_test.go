@@ -35,9 +35,9 @@ func TestAttachedClientCloseLeavesNoConnection(t *testing.T) {
 		defer srv.auth.mu.Unlock()
 		return len(srv.auth.conns)
 	}
-	require.Eventually(t, func() bool { return len(srv.attached.ids()) == 1 && proved() == 2 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(srv.attach.set.ids()) == 1 && proved() == 2 }, 10*time.Second, 5*time.Millisecond,
 		"the client attached, and asks for the servers on a connection of its own")
 	require.NoError(t, cl.Close())
-	require.Eventually(t, func() bool { return len(srv.attached.ids()) == 0 && proved() == 0 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(srv.attach.set.ids()) == 0 && proved() == 0 }, 10*time.Second, 5*time.Millisecond,
 		"%d token connections left open on the server after the client closed", proved())
 }

@@ -44,7 +44,7 @@ type authProving struct {
 // has a cluster secret or client tokens.
 func (n *Node) authRequired() bool {
 	t := n.auth.tokens.Load()
-	return n.pool.keys.Load() != nil || (t != nil && len(*t) > 0)
+	return n.peers.pool.keys.Load() != nil || (t != nil && len(*t) > 0)
 }
 
 // SetTokens replaces the client tokens the node accepts (none: only the
@@ -66,7 +66,7 @@ func (n *Node) roleOf(c *transport.Conn) role {
 	}
 	// A connection this node dialed may carry the peer's requests before
 	// this side has adopted it (see idOfWait).
-	if id, ok := n.pool.idOfWait(n.ctx, c); ok && !membership.IsAttached(id) {
+	if id, ok := n.peers.pool.idOfWait(n.ctx, c); ok && !membership.IsAttached(id) {
 		return roleAdmin
 	}
 	n.auth.mu.Lock()
@@ -85,7 +85,7 @@ func (n *Node) allow(need role, h func(*transport.Request)) func(*transport.Requ
 			if need == roleAdmin {
 				what = "the cluster secret"
 			}
-			if got == roleClient || n.pool.refusals.Allow(remoteHost(r.Conn()), time.Now()) {
+			if got == roleClient || n.peers.pool.refusals.Allow(remoteHost(r.Conn()), time.Now()) {
 				n.logger.Warn("fero: node: refused a request from a connection without the credential it needs", "remote", r.Conn().RemoteAddr(), "needs", what)
 			}
 			_ = r.Fail(errs.Errorf(errs.PermissionDenied, "this node needs %s for that (fero.WithToken, --token-file)", what))
@@ -107,7 +107,7 @@ func (n *Node) refuseEngine(r *transport.Request, peer bool) {
 		_ = r.Fail(errs.New(errs.InvalidArgument, "engine messages are one-way"))
 		return
 	}
-	if n.pool.refusals.Allow(remoteHost(c), time.Now()) {
+	if n.peers.pool.refusals.Allow(remoteHost(c), time.Now()) {
 		n.logger.Warn("fero: node: refused an engine message on a connection without a peer's hello", "remote", c.RemoteAddr())
 	}
 	_ = r.Fail(errs.New(errs.PermissionDenied, "engine messages come from peers, after their hello"))
@@ -121,7 +121,7 @@ func (n *Node) closeUnproved(c *transport.Conn) {
 	if c.Proved() {
 		return
 	}
-	n.needProof.Add(1)
+	n.stats.needProof.Add(1)
 	go c.Close() // flushes the refusal; not on the reader, which Close waits for
 }
 
@@ -154,7 +154,7 @@ func (n *Node) serveAuth(r *transport.Request) {
 		}
 	}
 	if key == nil {
-		if n.pool.refusals.Allow(remoteHost(r.Conn()), time.Now()) {
+		if n.peers.pool.refusals.Allow(remoteHost(r.Conn()), time.Now()) {
 			n.logger.Warn("fero: node: refused a connection's credential", "remote", r.Conn().RemoteAddr(), "kind", h.Kind, "why", "not one this node takes")
 		}
 		_ = r.Fail(errs.Errorf(errs.PermissionDenied, "this node takes no such %s", h.Kind))
@@ -191,7 +191,7 @@ func (n *Node) serveAuthProof(r *transport.Request) {
 	}
 	_, granted := n.acceptKeys(pr.kind)
 	if wire.DecodeValue(r.Payload(), &proof) != nil || !hmac.Equal(proof.MAC, protocol.HelloMAC(pr.key, "caller", pr.theirs, pr.mine, "", "")) {
-		if n.pool.refusals.Allow(remoteHost(c), time.Now()) {
+		if n.peers.pool.refusals.Allow(remoteHost(c), time.Now()) {
 			n.logger.Warn("fero: node: refused a connection's credential", "remote", c.RemoteAddr(), "kind", pr.kind, "why", "wrong proof")
 		}
 		_ = r.Fail(errs.Errorf(errs.PermissionDenied, "wrong %s", pr.kind))
@@ -217,7 +217,7 @@ func (n *Node) acceptKeys(kind string) ([][]byte, role) {
 		}
 		return nil, roleClient
 	case protocol.CredSecret:
-		if k := n.pool.keys.Load(); k != nil {
+		if k := n.peers.pool.keys.Load(); k != nil {
 			return *k, roleAdmin
 		}
 	}

@@ -65,9 +65,9 @@ func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
 func (s *Subscription) Close() {
 	s.once.Do(func() {
 		close(s.done)
-		s.n.subMu.Lock()
+		s.n.subs.mu.Lock()
 		s.n.unindex(s)
-		s.n.subMu.Unlock()
+		s.n.subs.mu.Unlock()
 	})
 }
 
@@ -84,9 +84,9 @@ func (s *Subscription) Close() {
 func (n *Node) Subscribe(buffer int, overflow Overflow, prefixes ...string) *Subscription {
 	s := &Subscription{n: n, c: make(chan Change, max(buffer, 0)), overflow: overflow,
 		prefixes: n.normalPrefixes(prefixes), done: make(chan struct{})}
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	if n.subsClosed {
+	n.subs.mu.Lock()
+	defer n.subs.mu.Unlock()
+	if n.subs.closed {
 		close(s.c)
 		return s
 	}
@@ -151,45 +151,45 @@ type subIndex struct {
 
 // index adds s to the node's streams; subMu is held.
 func (n *Node) index(s *Subscription) {
-	n.subs[s] = struct{}{}
+	n.subs.all[s] = struct{}{}
 	if len(s.prefixes) == 0 {
-		n.subIdx.every = append(n.subIdx.every, s)
+		n.subs.idx.every = append(n.subs.idx.every, s)
 		return
 	}
-	if n.subIdx.byPath == nil {
-		n.subIdx.byPath, n.subIdx.byPartition = map[string][]*Subscription{}, map[int][]*Subscription{}
+	if n.subs.idx.byPath == nil {
+		n.subs.idx.byPath, n.subs.idx.byPartition = map[string][]*Subscription{}, map[int][]*Subscription{}
 	}
 	for _, p := range s.prefixes {
-		n.subIdx.byPath[p] = append(n.subIdx.byPath[p], s)
-		n.subIdx.maxLen = max(n.subIdx.maxLen, len(p))
+		n.subs.idx.byPath[p] = append(n.subs.idx.byPath[p], s)
+		n.subs.idx.maxLen = max(n.subs.idx.maxLen, len(p))
 		part := n.store.PartitionOf(p)
-		if ss := n.subIdx.byPartition[part]; len(ss) == 0 || ss[len(ss)-1] != s {
-			n.subIdx.byPartition[part] = append(ss, s)
+		if ss := n.subs.idx.byPartition[part]; len(ss) == 0 || ss[len(ss)-1] != s {
+			n.subs.idx.byPartition[part] = append(ss, s)
 		}
 	}
 }
 
 // unindex removes s from the node's streams; subMu is held.
 func (n *Node) unindex(s *Subscription) {
-	if _, ok := n.subs[s]; !ok {
+	if _, ok := n.subs.all[s]; !ok {
 		return
 	}
-	delete(n.subs, s)
+	delete(n.subs.all, s)
 	if len(s.prefixes) == 0 {
-		n.subIdx.every = without(n.subIdx.every, s)
+		n.subs.idx.every = without(n.subs.idx.every, s)
 		return
 	}
 	for _, p := range s.prefixes {
-		if ss := without(n.subIdx.byPath[p], s); len(ss) > 0 {
-			n.subIdx.byPath[p] = ss
+		if ss := without(n.subs.idx.byPath[p], s); len(ss) > 0 {
+			n.subs.idx.byPath[p] = ss
 		} else {
-			delete(n.subIdx.byPath, p)
+			delete(n.subs.idx.byPath, p)
 		}
 		part := n.store.PartitionOf(p)
-		if ss := without(n.subIdx.byPartition[part], s); len(ss) > 0 {
-			n.subIdx.byPartition[part] = ss
+		if ss := without(n.subs.idx.byPartition[part], s); len(ss) > 0 {
+			n.subs.idx.byPartition[part] = ss
 		} else {
-			delete(n.subIdx.byPartition, part)
+			delete(n.subs.idx.byPartition, part)
 		}
 	}
 }
@@ -213,17 +213,17 @@ func without(ss []*Subscription, s *Subscription) []*Subscription {
 // prefix, plus one per matching stream; streams that do not match are
 // never looked at.
 func (n *Node) matching(to []*Subscription, ch *Change) []*Subscription {
-	to = append(to, n.subIdx.every...)
-	if len(n.subIdx.byPath) == 0 {
+	to = append(to, n.subs.idx.every...)
+	if len(n.subs.idx.byPath) == 0 {
 		return to
 	}
 	if ch.Kind == partition.EventRestored {
-		return append(to, n.subIdx.byPartition[ch.Partition]...)
+		return append(to, n.subs.idx.byPartition[ch.Partition]...)
 	}
 	key, sep := ch.Entry.Key, n.sep()
-	for i := 0; i <= len(key) && i <= n.subIdx.maxLen; i++ {
+	for i := 0; i <= len(key) && i <= n.subs.idx.maxLen; i++ {
 		if i == len(key) || key[i] == sep {
-			to = append(to, n.subIdx.byPath[key[:i]]...)
+			to = append(to, n.subs.idx.byPath[key[:i]]...)
 		}
 	}
 	return to
@@ -231,7 +231,28 @@ func (n *Node) matching(to []*Subscription, ch *Change) []*Subscription {
 
 type stats struct {
 	committed, applied, dropped, restored, gained, lost atomic.Uint64
-	relayed, relayedFor                                 atomic.Uint64
+	relayedFor                                          atomic.Uint64
+	// needProof counts requests refused, and their connections closed,
+	// for asking what needs a credential before proving one.
+	needProof atomic.Uint64
+	// steppedInline counts the batches stepped on a reader (tests).
+	steppedInline atomic.Int64
+	// catchUps counts the catch-ups that ended with this server's vote
+	// counting, catchUpNanos their total time and lastCatchUp the last
+	// one's, for the metrics.
+	catchUps                  atomic.Uint64
+	catchUpNanos, lastCatchUp atomic.Int64
+}
+
+// subscribers are a node's change streams (Subscribe).
+type subscribers struct {
+	mu      sync.Mutex
+	all     map[*Subscription]struct{}
+	idx     subIndex
+	closed  bool
+	scratch []*Subscription // publish's list of streams; under engMu
+	// drops counts changes subscribers with the Drop policy missed.
+	drops atomic.Uint64
 }
 
 // protocol.Stats returns the node's counters.
@@ -240,7 +261,7 @@ func (n *Node) Stats() protocol.Stats {
 		Committed: n.stats.committed.Load(), Applied: n.stats.applied.Load(),
 		Dropped: n.stats.dropped.Load(), Restored: n.stats.restored.Load(),
 		Gained: n.stats.gained.Load(), Lost: n.stats.lost.Load(),
-		Relayed: n.stats.relayed.Load(), RelayedFor: n.stats.relayedFor.Load(),
+		Relayed: n.peers.relayed.Load(), RelayedFor: n.stats.relayedFor.Load(),
 	}
 }
 
@@ -273,12 +294,12 @@ func (n *Node) publish(ev partition.Event) {
 	// The streams are copied out so that a Block send does not hold subMu
 	// (and so Subscribe and Close); the copy reuses one slice, since
 	// publish runs under engMu.
-	n.subMu.Lock()
-	subs := n.matching(n.pubScratch[:0], &ch)
-	n.subMu.Unlock()
+	n.subs.mu.Lock()
+	subs := n.matching(n.subs.scratch[:0], &ch)
+	n.subs.mu.Unlock()
 	defer func() {
 		clear(subs)
-		n.pubScratch = subs[:0]
+		n.subs.scratch = subs[:0]
 	}()
 	for _, s := range subs {
 		if s.overflow == Drop {
@@ -286,7 +307,7 @@ func (n *Node) publish(ev partition.Event) {
 			case s.c <- ch:
 			default:
 				s.dropped.Add(1)
-				n.subDrops.Add(1)
+				n.subs.drops.Add(1)
 			}
 			continue
 		}
@@ -323,10 +344,10 @@ func (n *Node) publishBatch(ev partition.Event) {
 // closeSubs closes every stream; the driver calls it as it exits, so no
 // send can follow.
 func (n *Node) closeSubs() {
-	n.subMu.Lock()
-	defer n.subMu.Unlock()
-	n.subsClosed = true
-	for s := range n.subs {
+	n.subs.mu.Lock()
+	defer n.subs.mu.Unlock()
+	n.subs.closed = true
+	for s := range n.subs.all {
 		close(s.c)
 		n.unindex(s)
 	}

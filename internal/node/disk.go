@@ -424,8 +424,8 @@ func (d *disk) close() error {
 // the other servers take its partitions over, but stays up for local
 // reads of its copy (which no longer follows the cluster). engMu is held.
 func (n *Node) diskFailed(rd partition.Ready, err error) {
-	if !n.diskLogged {
-		n.diskLogged = true
+	if !n.notes.diskLogged {
+		n.notes.diskLogged = true
 		n.logger.Error("fero: node: the data dir failed; this node leaves the cluster and takes no writes until restarted (local reads of its copy still work)",
 			"dir", n.cfg.DataDir, "err", err)
 		// A graceful leave, which can take its timeout; Close waits for it.

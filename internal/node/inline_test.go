@@ -33,7 +33,7 @@ func TestLoneBatchesStepOnTheReader(t *testing.T) {
 	defer cancel()
 	var bld doc.Builder
 	const keys = 200
-	before := a.steppedInline.Load() + b.steppedInline.Load()
+	before := a.stats.steppedInline.Load() + b.stats.steppedInline.Load()
 	for i := range keys {
 		c, err := bld.Update(fmt.Sprintf("k%d", i), i)
 		require.NoError(t, err)
@@ -45,10 +45,10 @@ func TestLoneBatchesStepOnTheReader(t *testing.T) {
 	// commit back). Some meet a busy driver (a tick, a heartbeat) or a
 	// frame behind them and queue (143 batches for 200 writes stepped on
 	// the readers in a run on a quiet machine).
-	inline := a.steppedInline.Load() + b.steppedInline.Load() - before
+	inline := a.stats.steppedInline.Load() + b.stats.steppedInline.Load() - before
 	t.Logf("%d batches stepped on the servers' readers for %d writes", inline, keys)
 	require.Greater(t, inline, int64(keys/4))
-	require.Zero(t, cl.steppedInline.Load(), "a client node stepped on its reader")
+	require.Zero(t, cl.stats.steppedInline.Load(), "a client node stepped on its reader")
 
 	// A batch the driver has taken from the inbox but not yet stepped
 	// (it takes it before it locks): a lone batch behind it waits too.

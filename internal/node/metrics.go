@@ -263,8 +263,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descs.restored, float64(s.Restored))
 	counter(descs.gained, float64(s.Gained))
 	counter(descs.lost, float64(s.Lost))
-	counter(descs.subscriberDrops, float64(n.subDrops.Load()))
-	gauge(descs.outboxBytes, float64(n.pool.queued()))
+	counter(descs.subscriberDrops, float64(n.subs.drops.Load()))
+	gauge(descs.outboxBytes, float64(n.peers.pool.queued()))
 	counter(descs.bpWaits, float64(n.tstats.BackpressureWaits.Load()))
 	counter(descs.bpSeconds, time.Duration(n.tstats.BackpressureNanos.Load()).Seconds())
 	for _, r := range []struct {
@@ -274,7 +274,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{"frame_too_large", n.tstats.PreAuthFrameTooLarge.Load()}, {"auth_timeout", n.tstats.PreAuthTimeouts.Load()},
 		{"cap_per_ip", n.tstats.PreAuthCapPerIP.Load()}, {"cap_total", n.tstats.PreAuthCapTotal.Load()},
 		{"rate_per_ip", n.tstats.PreAuthRate.Load()},
-		{"needs_proof", n.needProof.Load()},
+		{"needs_proof", n.stats.needProof.Load()},
 	} {
 		ch <- prometheus.MustNewConstMetric(descs.preAuthRefusals, prometheus.CounterValue, float64(r.v), res, r.reason)
 	}
@@ -282,9 +282,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descs.dataConns, prometheus.GaugeValue, float64(proved), res, "proved")
 	ch <- prometheus.MustNewConstMetric(descs.dataConns, prometheus.GaugeValue, float64(unproved), res, "unproved")
 	gauge(descs.keys, float64(n.store.Len()))
-	counter(descs.catchUps, float64(n.catchUps.Load()))
-	counter(descs.catchUpSeconds, time.Duration(n.catchUpNanos.Load()).Seconds())
-	gauge(descs.catchUpLast, time.Duration(n.lastCatchUp.Load()).Seconds())
+	counter(descs.catchUps, float64(n.stats.catchUps.Load()))
+	counter(descs.catchUpSeconds, time.Duration(n.stats.catchUpNanos.Load()).Seconds())
+	gauge(descs.catchUpLast, time.Duration(n.stats.lastCatchUp.Load()).Seconds())
 
 	type key struct{ role, state string }
 	members := map[key]int{}

@@ -196,7 +196,7 @@ func crash(t *testing.T, nw *memnet.Network, n *Node) {
 	n.cancel()
 	n.wg.Wait()
 	n.srv.Close()
-	n.pool.close()
+	n.peers.pool.close()
 }
 
 // TestJoinAndCrashWhileWriting streams majority-acked writes from a client

@@ -24,7 +24,7 @@ func (n *Node) newOnce() protocol.Once {
 	if n.cfg.NoRetry {
 		return protocol.Once{}
 	}
-	return protocol.Once{Writer: n.writer}
+	return protocol.Once{Writer: n.once.writer}
 }
 
 // takeSeq gives o the next sequence number and holds the node's turn to
@@ -38,18 +38,18 @@ func (n *Node) newOnce() protocol.Once {
 // partition through a client node).
 func (n *Node) takeSeq(ctx context.Context, o *protocol.Once) error {
 	select {
-	case n.seqTurn <- struct{}{}:
+	case n.once.turn <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-n.ctx.Done():
 		return protocol.ErrClosed
 	}
-	o.Seq = n.seq.Add(1)
+	o.Seq = n.once.seq.Add(1)
 	return nil
 }
 
 // releaseSeq gives back the turn takeSeq took.
-func (n *Node) releaseSeq() { <-n.seqTurn }
+func (n *Node) releaseSeq() { <-n.once.turn }
 
 // onceRecord is the record of change c sent as o: a batch that names its
 // writer's sequence (and carries c's condition, if any), or c itself when

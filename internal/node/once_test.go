@@ -209,7 +209,7 @@ func TestForwardedCallRetriedWhenItsOwnerConnectionBreaks(t *testing.T) {
 	}
 	// b's connection to a breaks, on b's side, with the call in flight.
 	for _, pair := range [][2]*Node{{b, a}, {a, b}} {
-		if c := pair[0].pool.lookup(pair[1].ID()); c != nil {
+		if c := pair[0].peers.pool.lookup(pair[1].ID()); c != nil {
 			c.Close()
 		}
 	}

@@ -94,7 +94,7 @@ func TestOneWayCutIsRoutedAround(t *testing.T) {
 	links.set("b", a.Addr(), true)
 	var wg sync.WaitGroup
 	for _, pair := range [][2]*Node{{a, b}, {b, a}} {
-		if conn := pair[0].pool.lookup(pair[1].ID()); conn != nil {
+		if conn := pair[0].peers.pool.lookup(pair[1].ID()); conn != nil {
 			wg.Go(func() { conn.Close() })
 		}
 	}
@@ -145,7 +145,7 @@ func TestOneWayCutIsRoutedAround(t *testing.T) {
 	links.set("a", b.Addr(), false)
 	links.set("b", a.Addr(), false)
 	require.Eventually(t, func() bool {
-		return a.pool.lookup("b") != nil && b.pool.lookup("a") != nil && a.relay.via("b", time.Now()) == "" && b.relay.via("a", time.Now()) == ""
+		return a.peers.pool.lookup("b") != nil && b.peers.pool.lookup("a") != nil && a.peers.relay.via("b", time.Now()) == "" && b.peers.relay.via("a", time.Now()) == ""
 	}, 20*time.Second, 20*time.Millisecond, "a and b reach each other directly again")
 	require.NoError(t, write(ctx, a, change(kb, 100), partition.WaitMajority))
 }

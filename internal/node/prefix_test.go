@@ -21,7 +21,8 @@ func publisher(tb testing.TB) *Node {
 	tb.Helper()
 	store, err := doc.New(32)
 	require.NoError(tb, err)
-	n := &Node{store: store, subs: map[*Subscription]struct{}{}}
+	n := &Node{store: store}
+	n.subs.all = map[*Subscription]struct{}{}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	tb.Cleanup(n.cancel)
 	return n
@@ -73,10 +74,10 @@ func TestPrefixMatchesOnPathBoundaries(t *testing.T) {
 		assert.Equal(t, tc.want, received(s), "prefixes %q", tc.prefixes)
 		s.Close()
 	}
-	assert.Empty(t, n.subs)
-	assert.Empty(t, n.subIdx.every)
-	assert.Empty(t, n.subIdx.byPath, "closed streams leave the index")
-	assert.Empty(t, n.subIdx.byPartition)
+	assert.Empty(t, n.subs.all)
+	assert.Empty(t, n.subs.idx.every)
+	assert.Empty(t, n.subs.idx.byPath, "closed streams leave the index")
+	assert.Empty(t, n.subs.idx.byPartition)
 }
 
 // TestPrefixedRestoreAndDrop: a dropped change is filtered by its key; a
@@ -129,7 +130,7 @@ func TestNonMatchingTrafficNeverReachesAPrefixedStream(t *testing.T) {
 			t.Fatalf("overflow %d: publishing waited for a stream the changes are not for", overflow)
 		}
 		assert.Zero(t, idle.Dropped(), "overflow %d", overflow)
-		assert.Zero(t, n.subDrops.Load())
+		assert.Zero(t, n.subs.drops.Load())
 		assert.Empty(t, idle.C(), "non-matching changes reached the stream")
 		n.publish(applied("carts.ada"))
 		assert.Equal(t, []string{"carts.ada"}, received(idle))

@@ -224,59 +224,12 @@ func (t *relays) routes(now time.Time) map[string]string {
 	return out
 }
 
-// relayVia sends an engine batch for server to through relay; it reports
-// whether the relay took it (a batch it does not take is lost, as a
-// direct one over a failed link is: the engine's retries recover it).
-func (n *Node) relayVia(relay, to string, b []byte) bool {
-	c := n.pool.lookup(relay)
-	if c == nil {
-		return false
-	}
-	err := c.Send(n.ctx, protocol.OpRelay, appendRelay(make([]byte, 0, len(b)+len(to)+2), relayBatch, to, b), transport.FailFast)
-	if err != nil {
-		n.logger.Debug("fero: node: relaying failed", "to", to, "via", relay, "err", err)
-		return false
-	}
-	n.stats.relayed.Add(1)
-	return true
-}
-
-// probeServers sends a probe straight to every server of the map once per
-// probe interval, dialing one afresh if its connection is gone (a stalled
-// one dies at the transport's user timeout): a peer hears from this node
-// directly at least that often while the path works. The driver's.
-func (n *Node) probeServers(now time.Time) {
-	if n.cfg.Client {
-		return
-	}
-	routes := n.relay.routes(now)
-	for id, via := range routes {
-		if was, ok := n.relayRoutes[id]; !ok || was != via {
-			n.logger.Warn("fero: node: a server gossip shows alive has not been heard from over the data plane for a lease; sending to it through another server (docs/engine.md, rule 17)",
-				"peer", id, "via", via, "lease", n.relay.lease())
-		}
-	}
-	for id := range n.relayRoutes {
-		if _, ok := routes[id]; !ok && n.relay.sender(id) {
-			n.logger.Info("fero: node: heard from a server directly again; sending to it directly", "peer", id)
-		}
-	}
-	n.relayRoutes = routes
-	for _, id := range n.relay.probes(now) {
-		if c := n.pool.lookup(id); c != nil {
-			_ = c.Send(n.ctx, protocol.OpRelay, appendRelay(nil, relayProbe, "", nil), transport.FailFast)
-		} else {
-			n.dialLater(id, nil)
-		}
-	}
-}
-
 // serveRelay serves OpRelay: a probe, a batch or request to pass on (as
 // the relay), or a batch passed on (as the destination). Only a server
 // that proved the cluster secret (an adopted, unattached peer) sends
 // one, and only servers of this node's map are relayed for.
 func (n *Node) serveRelay(r *transport.Request) {
-	from, ok := n.pool.idOf(r.Conn())
+	from, ok := n.peers.pool.idOf(r.Conn())
 	if !ok || membership.IsAttached(from) || n.cfg.Client {
 		if r.Mode() == transport.ModeCall {
 			_ = r.Fail(errs.New(errs.PermissionDenied, "fero: relays are for the servers of a cluster"))
@@ -294,10 +247,10 @@ func (n *Node) serveRelay(r *transport.Request) {
 	now := time.Now()
 	switch kind {
 	case relayProbe:
-		n.relay.heard(from, now)
+		n.peers.relay.heard(from, now)
 	case relayBatch:
-		c := n.pool.lookup(id)
-		if c == nil || !n.relay.passes(from, id) {
+		c := n.peers.pool.lookup(id)
+		if c == nil || !n.peers.relay.passes(from, id) {
 			return // lost, as over the failed link
 		}
 		if err := c.Send(n.ctx, protocol.OpRelay, appendRelay(make([]byte, 0, len(payload)+len(from)+2), relayDeliver, from, payload), transport.FailFast); err == nil {
@@ -305,7 +258,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 		}
 	case relayDeliver:
 		// From the relay: the origin's batch, stepped as the origin's.
-		if !n.relay.sender(id) || membership.IsAttached(id) || !n.relay.sender(from) {
+		if !n.peers.relay.sender(id) || membership.IsAttached(id) || !n.peers.relay.sender(from) {
 			return
 		}
 		n.serveEngineFrom(r, id, payload, false)
@@ -318,9 +271,9 @@ func (n *Node) serveRelay(r *transport.Request) {
 // answer back; a request it cannot pass on is answered "retry" (nothing
 // was done), as a non-owner answers one.
 func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []byte) {
-	c := n.pool.lookup(to)
+	c := n.peers.pool.lookup(to)
 	oneway := r.Mode() == transport.ModeSend
-	if c == nil || !n.relay.passes(from, to) {
+	if c == nil || !n.peers.relay.passes(from, to) {
 		if !oneway {
 			_ = r.Reply([]byte{protocol.ReplyRetry})
 		}

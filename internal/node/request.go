@@ -1,16 +1,11 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
-	"slices"
-	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fero-go/fero/internal/doc"
@@ -201,45 +196,6 @@ func (b *builtinCall) Answer(reply []byte, err error) {
 	}
 }
 
-// deadlineCtx is a context with a deadline and no timer: its Done does
-// not close at the deadline. The built-in writes a remote caller makes
-// run in one, since all they need of the caller's deadline is to pass it
-// to the engine, which holds the write to it (rule 1); a timer per write
-// (context.WithDeadline) cost three allocations.
-type deadlineCtx struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-
-// deadlineSlack is how close to its deadline a request whose caller went
-// away is left to reach the deadline rather than be cancelled: the
-// caller's cancel, sent as its own deadline passed, arrives about when
-// the owner's copy of the deadline does.
-const deadlineSlack = 50 * time.Millisecond
-
-// handlerDeadline returns the context a handler runs in for a request
-// that carried its caller's deadline: it ends at deadline, as a local
-// caller's context would, with DeadlineExceeded. It also ends when the
-// request's context rc does (the caller cancelled, or its connection
-// closed), with Canceled, unless that happens within deadlineSlack of the
-// deadline: then the caller gave up because of its deadline, and the
-// handler sees the deadline. stop releases it.
-func handlerDeadline(rc context.Context, deadline time.Time) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(rc), deadline)
-	unhook := context.AfterFunc(rc, func() {
-		if time.Until(deadline) > deadlineSlack {
-			cancel()
-		}
-	})
-	return ctx, func() { unhook(); cancel() }
-}
-
-// ErrTooManyRequests is the answer when a node already runs its
-// configured maximum of handlers.
-var ErrTooManyRequests = errs.New(errs.ResourceExhausted, "fero: too many requests in flight on the owner")
-
 // Request sends a request to the owner of key's partition and returns the
 // handler's reply. With oneway it returns once the request is queued and
 // the reply is discarded. A request that meets a node which is not (or no
@@ -367,10 +323,10 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			}
 			op, b := protocol.OpRequest, wbuf
 			var c *transport.Conn
-			if via := n.relay.via(owner, time.Now()); via != "" {
+			if via := n.peers.relay.via(owner, time.Now()); via != "" {
 				// Rule 17: the owner has not been heard from directly for
 				// a lease; the relay calls it with the request, as is.
-				if c = n.pool.lookup(via); c != nil {
+				if c = n.peers.pool.lookup(via); c != nil {
 					op, b = protocol.OpRelay, appendRelay(make([]byte, 0, len(wbuf)+len(owner)+2), relayRequest, owner, wbuf)
 				}
 			}
@@ -444,258 +400,21 @@ func (n *Node) ownerOf(p int) (string, bool) {
 
 // connTo returns the connection to peer id, dialing it if needed.
 func (n *Node) connTo(ctx context.Context, id string) (*transport.Conn, error) {
-	if c := n.pool.lookup(id); c != nil {
+	if c := n.peers.pool.lookup(id); c != nil {
 		return c, nil
 	}
 	addr, ok := n.view.addr(id)
 	if !ok || addr == "" {
 		return nil, errs.Errorf(errs.Unavailable, "fero: no address for %s", id)
 	}
-	return n.pool.get(ctx, id, addr)
-}
-
-// handle runs the node's handler (or the built-in one) for a request this
-// node owns, bounded by the node's request limit, and turns a panic into
-// an Internal error.
-func (n *Node) handle(ctx context.Context, req *Request) (reply []byte, err error) {
-	select {
-	case n.handlers <- struct{}{}:
-		defer func() { <-n.handlers }()
-	default:
-		n.dropBegun(req)
-		return nil, ErrTooManyRequests
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			n.logger.Error("fero: node: request handler panicked", "verb", req.Verb, "key", req.Key, "panic", v, "stack", string(debug.Stack()))
-			reply, err = nil, errs.Errorf(errs.Internal, "fero: handler for %q panicked: %v", req.Verb, v)
-		}
-	}()
-	if n.cfg.Handler == nil {
-		return n.Builtin(ctx, req)
-	}
-	if !n.needsTurn(req) {
-		return n.cfg.Handler(ctx, req)
-	}
-	t, dup, err := n.beginTurn(ctx, req)
-	if err != nil || t == nil {
-		return dup, err // a retry of a call whose record was committed: its first reply
-	}
-	returned := false
-	defer func() {
-		if !returned { // it panicked: the turn goes back with nothing
-			_, _ = t.end(ctx, nil, errHandlerPanicked)
-		}
-	}()
-	reply, err = n.cfg.Handler(context.WithValue(ctx, turnCtxKey{}, t), req)
-	returned = true
-	if reply, err = t.end(ctx, reply, err); err != nil {
-		return nil, err
-	}
-	return reply, nil
-}
-
-// errHandlerPanicked ends the turn of a handler that panicked.
-var errHandlerPanicked = errs.New(errs.Internal, "fero: the handler panicked")
-
-// serveRequest answers OpRequest: the owner runs the handler in its own
-// goroutine; a non-owner forwards the request to the owner once.
-func (n *Node) serveRequest(r *transport.Request) {
-	var wr protocol.Request
-	if err := wr.Decode(r.Payload()); err != nil {
-		_ = r.Fail(errs.Errorf(errs.InvalidArgument, "fero: bad request: %v", err))
-		return
-	}
-	if r.Mode() == transport.ModeStream {
-		n.serveStream(r, &wr)
-		return
-	}
-	p := n.store.PartitionOf(wr.Key)
-	owner, ok := n.ownerOf(p)
-	oneway := r.Mode() == transport.ModeSend
-	// The caller's deadline, as what was left of it when it sent the
-	// request, from now.
-	var deadline time.Time
-	if wr.Timeout > 0 {
-		deadline = time.Now().Add(wr.Timeout)
-	}
-	// With a tracer, the owner's handling and a forward are spans, children
-	// of the caller's span when the request carries its context. (Each
-	// case has its own span variable, assigned before any closure takes
-	// it, so that it is captured by value: nothing to allocate untraced.)
-	traced := n.cfg.Tracer != nil
-	switch {
-	case ok && owner == n.id && !n.cfg.Client && n.cfg.Handler == nil:
-		// The built-in handling needs no goroutine: the driver answers.
-		// Queuing the write waits only on the driver (and on spilled
-		// writes), never on the caller, so the node's context will do: a
-		// request's own context costs an allocation per request.
-		ctx := n.ctx
-		var span trace.Span
-		if traced {
-			ctx, span = n.startSpan(remoteParent(ctx, wr.Trace), "fero.handle", trace.SpanKindServer, wr.Verb, p)
-		}
-		if !deadline.IsZero() {
-			// The write commits before the caller's deadline or not at all
-			// (rule 1): the engine holds it to the deadline the context
-			// names.
-			ctx = &deadlineCtx{ctx, deadline}
-		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: wr.Payload, Wait: wr.Wait, If: wr.If, Once: wr.Once, Meta: wr.Meta}
-		// The write queues without waking the driver; once the reader
-		// has dispatched its burst (this request alone, or all that
-		// arrived with it), it proposes the burst itself as one round if
-		// the engine is idle, or wakes the driver (Node.afterBurst). An
-		// unloaded write thus needs no hand-over to another goroutine
-		// (latency), and a burst is one round (throughput).
-		call := &builtinCall{n: n, r: r, span: span}
-		if !n.builtinAsync(ctx, req, burst, !oneway, call) {
-			if span != nil {
-				endSpan(span, protocol.ErrClosed)
-			}
-			_ = r.Fail(protocol.ErrClosed)
-		}
-	case ok && owner == n.id && !n.cfg.Client:
-		payload := wr.Payload
-		if oneway {
-			payload = append([]byte(nil), payload...) // the read buffer is reused once we return
-		}
-		req := &Request{Verb: wr.Verb, Key: wr.Key, Partition: p, Payload: payload, Wait: wr.Wait, If: wr.If, Once: wr.Once, Meta: wr.Meta}
-		// The turn's begin is proposed here, on the reader, in the order
-		// the calls came: the goroutines below may run in any order.
-		n.beginEarly(req, deadline)
-		parent := wr.Trace
-		ok := n.spawn(func() {
-			ctx := r.Context()
-			if !deadline.IsZero() {
-				var stop func()
-				ctx, stop = handlerDeadline(ctx, deadline)
-				defer stop()
-			}
-			var span trace.Span
-			if traced {
-				ctx, span = n.startSpan(remoteParent(ctx, parent), "fero.handle", trace.SpanKindServer, req.Verb, p)
-			}
-			reply, err := n.handle(ctx, req)
-			if span != nil {
-				endSpan(span, err)
-			}
-			if errors.Is(err, errTurnElsewhere) || errors.Is(err, errTurnMoved) {
-				// Nothing committed: the caller goes to the owner by then.
-				_ = r.Reply([]byte{protocol.ReplyRetry})
-				return
-			}
-			if err != nil {
-				if oneway {
-					n.logger.Debug("fero: node: one-way request failed", "verb", req.Verb, "key", req.Key, "err", err)
-				}
-				_ = r.Fail(err)
-				return
-			}
-			_ = r.Reply(protocol.AppendReply(nil, req.ReplyMeta, reply))
-		})
-		if !ok {
-			n.dropBegun(req)
-			_ = r.Fail(protocol.ErrClosed)
-		}
-	case ok && wr.Hops == 0 && owner != n.id:
-		if !deadline.IsZero() {
-			if wr.Timeout = time.Until(deadline); wr.Timeout <= 0 {
-				_ = r.Fail(context.DeadlineExceeded)
-				return
-			}
-		}
-		var finish func(error)
-		if traced {
-			_, span := n.startSpan(remoteParent(n.ctx, wr.Trace), "fero.forward", trace.SpanKindServer, wr.Verb, p)
-			if span.IsRecording() {
-				span.SetAttributes(attribute.String("fero.owner", owner))
-			}
-			wr.Trace = span.SpanContext() // the owner's span is the forward's child
-			finish = func(err error) { endSpan(span, err) }
-		}
-		n.forward(r, owner, &wr, finish)
-	default:
-		_ = r.Reply([]byte{protocol.ReplyRetry})
-	}
-}
-
-// forward sends a request on to the owner and relays its answer. It never
-// blocks the connection's reader: without a connection to the owner it
-// dials in the background, and a full outbox answers "retry". finish, if
-// set, is called once with how the forward ended (nil: the owner's answer
-// was relayed).
-func (n *Node) forward(r *transport.Request, owner string, wr *protocol.Request, finish func(error)) {
-	if finish == nil {
-		finish = func(error) {}
-	}
-	wr.Hops++
-	b := wr.Append(nil)
-	op := protocol.OpRequest
-	send := func(c *transport.Conn) {
-		if r.Mode() == transport.ModeSend {
-			err := c.Send(n.ctx, op, b, transport.FailFast)
-			if err != nil {
-				n.logger.Debug("fero: node: forwarding a one-way request failed", "to", owner, "err", err)
-			}
-			finish(err)
-			return
-		}
-		err := c.Go(r.Context(), op, b, func(reply []byte, err error) {
-			finish(err)
-			if err != nil {
-				_ = r.Fail(protocol.ForwardFailure(err))
-				return
-			}
-			_ = r.Reply(reply)
-		}, transport.FailFast)
-		if errors.Is(err, transport.ErrOutboxFull) {
-			finish(err)
-			_ = r.Reply([]byte{protocol.ReplyRetry})
-		} else if err != nil {
-			finish(err)
-			_ = r.Fail(err)
-		}
-	}
-	if via := n.relay.via(owner, time.Now()); via != "" {
-		if c := n.pool.lookup(via); c != nil {
-			// Rule 17: the owner has not been heard from directly for a
-			// lease; the relay calls it with the request, as is.
-			b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
-			op = protocol.OpRelay
-			send(c)
-			return
-		}
-	}
-	if c := n.pool.lookup(owner); c != nil {
-		send(c)
-		return
-	}
-	if r.Mode() == transport.ModeSend {
-		// The payload dies with this call; take a copy for the dial.
-		b = append([]byte(nil), b...)
-	}
-	if !n.spawn(func() {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		c, err := n.connTo(ctx, owner)
-		if err != nil {
-			finish(err)
-			_ = r.Reply([]byte{protocol.ReplyRetry})
-			return
-		}
-		send(c)
-	}) {
-		finish(protocol.ErrClosed)
-		_ = r.Fail(protocol.ErrClosed)
-	}
+	return n.peers.pool.get(ctx, id, addr)
 }
 
 // spawn runs f in a goroutine Close waits for, unless the node is closing.
 func (n *Node) spawn(f func()) bool {
-	n.spawnMu.RLock()
-	defer n.spawnMu.RUnlock()
-	if n.spawnClosed {
+	n.spawning.mu.RLock()
+	defer n.spawning.mu.RUnlock()
+	if n.spawning.closed {
 		return false
 	}
 	n.wg.Add(1)
@@ -708,145 +427,3 @@ func (n *Node) spawn(f func()) bool {
 
 // String names a request for logs.
 func (r *Request) String() string { return fmt.Sprintf("%s %q", r.Verb, r.Key) }
-
-// RequestAsync sends a request like Request but does not wait: done is
-// called exactly once with the handler's reply (valid only until done
-// returns) or an error. It returns an error, and never calls done, if the
-// request could not be sent. done may run on a connection's reader
-// goroutine or on a goroutine of its own: it must return promptly. The
-// caller may reuse payload once it returns.
-func (n *Node) RequestAsync(ctx context.Context, verb, key string, payload []byte, done func([]byte, error)) error {
-	return n.RequestAsyncTo(ctx, verb, key, payload, transport.AnswerFunc(done))
-}
-
-// RequestAsyncTo is RequestAsync with the answer given to done.
-func (n *Node) RequestAsyncTo(ctx context.Context, verb, key string, payload []byte, done transport.Answerer) error {
-	return n.timedRequestAsync(ctx, verb, key, payload, done, nil)
-}
-
-// timedRequestAsync is requestAsync, timed for the metrics when the node
-// keeps them; batch, if set, corks the request.
-func (n *Node) timedRequestAsync(ctx context.Context, verb, key string, payload []byte, done transport.Answerer, batch *CallBatch) error {
-	var began int64
-	if n.hot != nil {
-		began = n.since()
-	}
-	err := n.requestAsync(ctx, verb, key, payload, done, began, batch)
-	if err != nil && began != 0 {
-		n.hot.called(err, time.Duration(n.since()-began)) // done is not called
-	}
-	return err
-}
-
-// A CallBatch sends async requests whose frames wait, corked, in their
-// connections' outboxes until Flush: a caller's burst then leaves in one
-// write per connection, on the caller's goroutine, instead of waking each
-// connection's writer. A frame sent without corking on the same
-// connection meanwhile takes the corked ones along. For one goroutine at
-// a time.
-type CallBatch struct {
-	n     *Node
-	conns []*transport.Conn // corked since the last Flush
-}
-
-// NewCallBatch returns an empty batch of calls.
-func (n *Node) NewCallBatch() *CallBatch { return &CallBatch{n: n} }
-
-// RequestAsyncTo is Node.RequestAsyncTo with the request corked until
-// Flush. (A request the node runs itself, or sends before it has a
-// connection to the owner, leaves at once.)
-func (b *CallBatch) RequestAsyncTo(ctx context.Context, verb, key string, payload []byte, done transport.Answerer) error {
-	return b.n.timedRequestAsync(ctx, verb, key, payload, done, b)
-}
-
-// Flush writes every request the batch corked since the last Flush.
-func (b *CallBatch) Flush() {
-	for i, c := range b.conns {
-		c.Flush()
-		b.conns[i] = nil
-	}
-	b.conns = b.conns[:0]
-}
-
-// corked notes that c holds a request of the batch.
-func (b *CallBatch) corked(c *transport.Conn) {
-	if !slices.Contains(b.conns, c) {
-		b.conns = append(b.conns, c)
-	}
-}
-
-// requestAsync is RequestAsyncTo; a call timed for the metrics (began, on
-// the node's clock, not 0) is counted where its answer arrives, rather
-// than in a closure around done, which cost an allocation a call.
-func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byte, done transport.Answerer, began int64, batch *CallBatch) error {
-	if n.ctx.Err() != nil {
-		return protocol.ErrClosed
-	}
-	owner, ok := n.ownerOf(n.store.PartitionOf(key))
-	var c *transport.Conn
-	if ok && owner != n.id {
-		c = n.pool.lookup(owner)
-	}
-	if c == nil {
-		// No map yet, this node owns the key (the handler runs here), or
-		// no connection to the owner yet. The request runs after this
-		// returns, when the caller may have reused its buffer: it gets a
-		// copy.
-		call := &protocol.AsyncCall{Node: (*asyncNode)(n), Began: began, Done: done}
-		payload := bytes.Clone(payload)
-		if !n.spawn(func() {
-			reply, err := n.Request(ctx, verb, key, payload, false)
-			call.Node.FinishCall(call, reply, err)
-		}) {
-			return protocol.ErrClosed
-		}
-		return nil
-	}
-	w := protocol.Request{Verb: verb, Key: key, Payload: payload, Meta: protocol.MetaFrom(ctx)}
-	a, err := protocol.EncodeAsync(ctx, &w)
-	if err != nil {
-		return err
-	}
-	a.Call = protocol.AsyncCall{Ctx: ctx, Verb: verb, Key: key, Done: done, Node: (*asyncNode)(n), Began: began}
-	if batch != nil {
-		batch.corked(c)
-		return a.Send(ctx, c, protocol.CorkedCall...)
-	}
-	return a.Send(ctx, c)
-}
-
-// asyncNode is the node as its async calls see it (protocol.AsyncNode).
-type asyncNode Node
-
-// RetryCall makes call again the blocking way on a goroutine of its own,
-// once its owner moved.
-func (an *asyncNode) RetryCall(call protocol.AsyncCall, payload []byte) {
-	n := (*Node)(an)
-	if !n.spawn(func() {
-		reply, err := n.Request(call.Ctx, call.Verb, call.Key, payload, false)
-		an.FinishCall(&call, reply, err)
-	}) {
-		an.FinishCall(&call, nil, protocol.ErrClosed)
-	}
-}
-
-// FinishCall counts and times a timed call, and hands its result to done.
-func (an *asyncNode) FinishCall(call *protocol.AsyncCall, reply []byte, err error) {
-	if call.Began != 0 {
-		n := (*Node)(an)
-		n.hot.called(err, time.Duration(n.since()-call.Began))
-	}
-	call.Done.Answer(reply, err)
-}
-
-// requestBufs holds the buffers requests are encoded in, up to
-// protocol.MaxPooledRequest bytes each.
-var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// putRequestBuf returns bp to the pool, holding b, its latest contents.
-func putRequestBuf(bp *[]byte, b []byte) {
-	if cap(b) <= protocol.MaxPooledRequest {
-		*bp = b
-		requestBufs.Put(bp)
-	}
-}

@@ -47,42 +47,42 @@ func mustDeliver(b []byte) bool { return len(b) > 0 && b[0]&flagMustDeliver != 0
 // send sends one encoded engine batch to peer id on c without blocking
 // the driver: behind the peer's spilled batches if it has any, else at once,
 // spilling if its outbox is full. b is not retained.
-func (n *Node) send(id string, c *transport.Conn, b []byte) {
-	if n.spillTo(id, c, b, false) {
+func (ps *peers) send(id string, c *transport.Conn, b []byte) {
+	if ps.spillTo(id, c, b, false) {
 		return
 	}
-	err := c.Send(n.ctx, protocol.OpEngine, b, transport.FailFast)
+	err := c.Send(ps.ctx, protocol.OpEngine, b, transport.FailFast)
 	switch {
 	case err == nil:
 	case errors.Is(err, transport.ErrOutboxFull):
-		n.spillTo(id, c, b, true)
+		ps.spillTo(id, c, b, true)
 	default:
-		n.logger.Debug("fero: node: send failed", "to", id, "err", err)
+		ps.logger.Debug("fero: node: send failed", "to", id, "err", err)
 	}
 }
 
 // spillTo queues b for id if id is spilling already, or if start is set,
 // in which case it starts the drain. It reports whether b was taken
 // (queued, or dropped over the caps).
-func (n *Node) spillTo(id string, c *transport.Conn, b []byte, start bool) bool {
-	n.smu.Lock()
-	defer n.smu.Unlock()
-	sq, spilling := n.spills[id]
+func (ps *peers) spillTo(id string, c *transport.Conn, b []byte, start bool) bool {
+	ps.smu.Lock()
+	defer ps.smu.Unlock()
+	sq, spilling := ps.spills[id]
 	if !spilling && !start {
 		return false
 	}
 	if !spilling {
 		sq = &spillQueue{since: time.Now()}
-		n.spills[id] = sq
-		if !n.spawn(func() { n.drain(id, c, sq) }) {
-			delete(n.spills, id)
+		ps.spills[id] = sq
+		if !ps.spawn(func() { ps.drain(id, c, sq) }) {
+			delete(ps.spills, id)
 			return true // closing: nothing will be sent
 		}
 	}
 	must := mustDeliver(b)
 	switch {
 	case must && sq.must+len(b) > spillPeerCap:
-		n.logger.Warn("fero: node: peer too slow; dropping a forwarded write", "peer", id, "spilled", sq.must)
+		ps.logger.Warn("fero: node: peer too slow; dropping a forwarded write", "peer", id, "spilled", sq.must)
 		return true
 	case !must && sq.loose+len(b) > spillLooseCap:
 		return true // recovered by the engine's probes and fetches
@@ -91,7 +91,7 @@ func (n *Node) spillTo(id string, c *transport.Conn, b []byte, start bool) bool 
 	sq.q = append(sq.q, append([]byte(nil), b...))
 	if must {
 		sq.must += len(b)
-		n.spilled.Add(int64(len(b)))
+		ps.spilled.Add(int64(len(b)))
 	} else {
 		sq.loose += len(b)
 	}
@@ -100,61 +100,61 @@ func (n *Node) spillTo(id string, c *transport.Conn, b []byte, start bool) bool 
 
 // drain sends a peer's spilled batches in order, blocking on its outbox,
 // until the queue is empty or the connection fails.
-func (n *Node) drain(id string, c *transport.Conn, sq *spillQueue) {
+func (ps *peers) drain(id string, c *transport.Conn, sq *spillQueue) {
 	for {
-		n.smu.Lock()
+		ps.smu.Lock()
 		if len(sq.q) == 0 {
-			delete(n.spills, id)
-			n.smu.Unlock()
-			n.spillWake()
+			delete(ps.spills, id)
+			ps.smu.Unlock()
+			ps.spillWake()
 			return
 		}
 		b := sq.q[0]
 		sq.q[0] = nil
 		sq.q = sq.q[1:]
-		n.unspill(sq, b)
-		n.smu.Unlock()
-		if err := c.Send(n.ctx, protocol.OpEngine, b); err != nil {
-			n.logger.Debug("fero: node: spilled send failed; dropping the queue", "to", id, "err", err)
-			n.smu.Lock()
+		ps.unspill(sq, b)
+		ps.smu.Unlock()
+		if err := c.Send(ps.ctx, protocol.OpEngine, b); err != nil {
+			ps.logger.Debug("fero: node: spilled send failed; dropping the queue", "to", id, "err", err)
+			ps.smu.Lock()
 			for _, b := range sq.q {
-				n.unspill(sq, b)
+				ps.unspill(sq, b)
 			}
 			sq.q = nil
-			delete(n.spills, id)
-			n.smu.Unlock()
-			n.spillWake()
+			delete(ps.spills, id)
+			ps.smu.Unlock()
+			ps.spillWake()
 			return
 		}
 	}
 }
 
-// unspill takes b off sq's counts; n.smu is held.
-func (n *Node) unspill(sq *spillQueue, b []byte) {
+// unspill takes b off sq's counts; ps.smu is held.
+func (ps *peers) unspill(sq *spillQueue, b []byte) {
 	if !mustDeliver(b) {
 		sq.loose -= len(b)
 		return
 	}
 	sq.must -= len(b)
-	n.spilled.Add(-int64(len(b)))
-	n.spillWake()
+	ps.spilled.Add(-int64(len(b)))
+	ps.spillWake()
 }
 
-func (n *Node) spillWake() {
+func (ps *peers) spillWake() {
 	select {
-	case n.spillDrained <- struct{}{}:
+	case ps.spillDrained <- struct{}{}:
 	default:
 	}
 }
 
 // awaitSpill waits while more than spillLimit bytes are spilled.
-func (n *Node) awaitSpill(ctx context.Context) error {
-	for n.spilled.Load() > spillLimit {
+func (ps *peers) awaitSpill(ctx context.Context) error {
+	for ps.spilled.Load() > spillLimit {
 		select {
-		case <-n.spillDrained:
+		case <-ps.spillDrained:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-n.ctx.Done():
+		case <-ps.ctx.Done():
 			return protocol.ErrClosed
 		}
 	}

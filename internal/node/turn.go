@@ -116,9 +116,9 @@ func (n *Node) beginEarly(req *Request, deadline time.Time) {
 		return
 	}
 	done := make(chan partition.Completion, 1)
-	n.spawnMu.RLock()
-	defer n.spawnMu.RUnlock()
-	if n.spawnClosed {
+	n.spawning.mu.RLock()
+	defer n.spawning.mu.RUnlock()
+	if n.spawning.closed {
 		return
 	}
 	if n.props.tryPush(proposal{req: n.beginRequest(req, deadline), done: CompleteFunc(func(c partition.Completion) { done <- c })}) {
@@ -149,13 +149,13 @@ func (n *Node) dropBegun(req *Request) {
 func (n *Node) proposeTurn(ctx context.Context, req partition.Request) (partition.Completion, error) {
 	req.Deadline, _ = ctx.Deadline()
 	done := make(chan partition.Completion, 1)
-	n.spawnMu.RLock()
-	closed := n.spawnClosed
+	n.spawning.mu.RLock()
+	closed := n.spawning.closed
 	var err error
 	if !closed {
 		err = n.props.push(ctx, n.ctx, proposal{req: req, done: CompleteFunc(func(c partition.Completion) { done <- c })}, true)
 	}
-	n.spawnMu.RUnlock()
+	n.spawning.mu.RUnlock()
 	switch {
 	case closed:
 		return partition.Completion{}, protocol.ErrClosed
@@ -188,9 +188,9 @@ func (n *Node) awaitTurn(ctx context.Context, req partition.Request, done chan p
 // releaseTurn gives a turn back without a record, waiting for nothing.
 func (n *Node) releaseTurn(id uint64, p int, key string) {
 	req := partition.Request{Partition: p, Key: key, Wait: partition.WaitAck, Turn: partition.TurnEnd, TurnID: id}
-	n.spawnMu.RLock()
-	defer n.spawnMu.RUnlock()
-	if !n.spawnClosed {
+	n.spawning.mu.RLock()
+	defer n.spawning.mu.RUnlock()
+	if !n.spawning.closed {
 		_ = n.props.push(n.ctx, n.ctx, proposal{req: req, done: CompleteFunc(func(partition.Completion) {})}, true)
 	}
 }

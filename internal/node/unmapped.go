@@ -90,10 +90,10 @@ const formingWarnEvery = 5 * time.Second
 func (n *Node) warnForming(now time.Time) {
 	why := n.eng.Forming()
 	n.ms.SetEager(why != "")
-	if why == "" || now.Sub(n.formingWarned) < formingWarnEvery {
+	if why == "" || now.Sub(n.notes.formingWarned) < formingWarnEvery {
 		return
 	}
-	n.formingWarned = now
+	n.notes.formingWarned = now
 	n.logger.Warn("fero: node: no cluster formed yet; this server takes no writes and is not ready until it forms one or joins a formed one: "+why,
 		n.discoveryAttrs()...)
 }

@@ -7,9 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/transport"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // CallNodeAsync is CallNodeWait without waiting: done is called exactly
@@ -107,7 +108,7 @@ type AsyncCall struct {
 // answer to the call's Done, counting it for the node's metrics.
 type AsyncNode interface {
 	RetryCall(call AsyncCall, payload []byte)
-	FinishCall(call *AsyncCall, reply []byte, err error)
+	FinishCall(call AsyncCall, reply []byte, err error)
 }
 
 var asyncRequests = sync.Pool{New: func() any { return new(AsyncRequest) }}
@@ -169,7 +170,7 @@ func (call AsyncCall) retry(payload []byte) {
 // finish hands the call's result to its node, or to done.
 func (call *AsyncCall) finish(reply []byte, err error) {
 	if call.Node != nil {
-		call.Node.FinishCall(call, reply, err)
+		call.Node.FinishCall(*call, reply, err)
 		return
 	}
 	call.Done.Answer(reply, err)

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fero-go/fero/internal/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/fero-go/fero/internal/transport"
 )
 
 // retryingCaller answers the first request sent with GoTo "retry" once the

@@ -8,10 +8,11 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/transport"
 	"github.com/fero-go/fero/internal/wire"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Credential kinds an OpAuth names.

@@ -6,9 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/transport"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is returned by calls on a closed node.

@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fero-go/fero/internal/errs"
-	"github.com/fero-go/fero/internal/partition"
-	"github.com/fero-go/fero/internal/transport"
-	"github.com/fero-go/fero/internal/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fero-go/fero/internal/errs"
+	"github.com/fero-go/fero/internal/partition"
+	"github.com/fero-go/fero/internal/transport"
+	"github.com/fero-go/fero/internal/wire"
 )
 
 // TestAttempts: which failures a write that names its writer makes again,

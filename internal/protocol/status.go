@@ -3,9 +3,10 @@ package protocol
 import (
 	"fmt"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/wire"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // FormatMapVersion is how a partition map's version (a 64-bit hash) is

@@ -6,9 +6,10 @@ import (
 	"io"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/transport"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultStreamWindow is how many items a stream's handler sends ahead of
