@@ -66,7 +66,7 @@ func (n *Node) roleOf(c *transport.Conn) role {
 	}
 	// A connection this node dialed may carry the peer's requests before
 	// this side has adopted it (see idOfWait).
-	if id, ok := n.peers.pool.idOfWait(n.ctx, c); ok && !membership.IsAttached(id) {
+	if id, ok := n.peers.idOfWait(n.ctx, c); ok && !membership.IsAttached(id) {
 		return roleAdmin
 	}
 	n.auth.mu.Lock()

@@ -55,7 +55,7 @@ func (n *Node) backup(ctx context.Context, req protocol.BackupRequest) ([]byte, 
 		if req.Forwarded {
 			return nil, errs.Wrapf(partition.ErrNotOwner, "partition %d: this node's map names %s", req.Partition, owner)
 		}
-		c, err := n.connTo(ctx, owner)
+		c, err := n.peers.connTo(ctx, owner)
 		if err != nil {
 			return nil, err
 		}

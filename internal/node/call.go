@@ -89,7 +89,7 @@ func (n *Node) requestAsync(ctx context.Context, verb, key string, payload []byt
 	owner, ok := n.ownerOf(n.store.PartitionOf(key))
 	var c *transport.Conn
 	if ok && owner != n.id {
-		c = n.peers.pool.lookup(owner)
+		c = n.peers.conn(owner)
 	}
 	if c == nil {
 		// No map yet, this node owns the key (the handler runs here), or

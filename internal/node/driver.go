@@ -24,7 +24,7 @@ import (
 // the connection's reader: when the inbox is full the connection stops
 // reading, which pushes back on the sender.
 func (n *Node) serveEngine(r *transport.Request) {
-	from, ok := n.peers.pool.idOfWait(n.ctx, r.Conn())
+	from, ok := n.peers.idOfWait(n.ctx, r.Conn())
 	if !ok || r.Mode() != transport.ModeSend {
 		// Engine messages are a peer's, one-way. Never left unanswered:
 		// an open call holds its read block (issue 42: 4 connections

@@ -264,7 +264,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descs.gained, float64(s.Gained))
 	counter(descs.lost, float64(s.Lost))
 	counter(descs.subscriberDrops, float64(n.subs.drops.Load()))
-	gauge(descs.outboxBytes, float64(n.peers.pool.queued()))
+	gauge(descs.outboxBytes, float64(n.peers.queued()))
 	counter(descs.bpWaits, float64(n.tstats.BackpressureWaits.Load()))
 	counter(descs.bpSeconds, time.Duration(n.tstats.BackpressureNanos.Load()).Seconds())
 	for _, r := range []struct {

@@ -339,7 +339,7 @@ func (n *Node) Close() error {
 		n.cancel()
 		// Closing the connections first ends every request's context, so
 		// handlers that wait on theirs return before wg.Wait.
-		n.peers.pool.close()
+		n.peers.close()
 		n.attach.feed.close()
 		if cerr := n.srv.Close(); err == nil {
 			err = cerr

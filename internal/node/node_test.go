@@ -196,7 +196,7 @@ func crash(t *testing.T, nw *memnet.Network, n *Node) {
 	n.cancel()
 	n.wg.Wait()
 	n.srv.Close()
-	n.peers.pool.close()
+	n.peers.close()
 }
 
 // TestJoinAndCrashWhileWriting streams majority-acked writes from a client

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fero-go/fero/internal/errs"
 	"github.com/fero-go/fero/internal/partition"
 	"github.com/fero-go/fero/internal/protocol"
 	"github.com/fero-go/fero/internal/ring"
@@ -30,6 +31,11 @@ import (
 //   - out, outOrder, hdr, hdrFor and relayRoutes are the driver's: touched
 //     only on the driver (under the node's engMu).
 //   - relay (relays) has its own lock.
+//
+// The rest of the node reaches peers through its methods (Send, conn,
+// connTo, idOf, report, ...). Only the handshake is set up from outside:
+// Start configures the pool's hello (secrets, token, callbacks) and auth
+// shares its refusal limiter and keys (pool.go, auth.go).
 type peers struct {
 	self   string
 	client bool // a client node: it probes no servers
@@ -121,6 +127,32 @@ func (ps *peers) forget(gone func(id string) bool) {
 
 // conn returns the connection to peer id, nil without one.
 func (ps *peers) conn(id string) *transport.Conn { return ps.pool.lookup(id) }
+
+// connTo returns the connection to peer id, dialing it if needed.
+func (ps *peers) connTo(ctx context.Context, id string) (*transport.Conn, error) {
+	if c := ps.pool.lookup(id); c != nil {
+		return c, nil
+	}
+	addr, ok := ps.addr(id)
+	if !ok || addr == "" {
+		return nil, errs.Errorf(errs.Unavailable, "fero: no address for %s", id)
+	}
+	return ps.pool.get(ctx, id, addr)
+}
+
+// idOf names the peer at the other end of c, once it said hello;
+// idOfWait waits for its hello until ctx ends.
+func (ps *peers) idOf(c *transport.Conn) (string, bool) { return ps.pool.idOf(c) }
+
+func (ps *peers) idOfWait(ctx context.Context, c *transport.Conn) (string, bool) {
+	return ps.pool.idOfWait(ctx, c)
+}
+
+// queued is the bytes waiting in the outboxes of every peer connection.
+func (ps *peers) queued() int { return ps.pool.queued() }
+
+// close closes every peer connection.
+func (ps *peers) close() { ps.pool.close() }
 
 // Send sends one engine message without ever blocking the driver. With
 // no connection yet it dials in the background and keeps the message (up

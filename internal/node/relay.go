@@ -229,7 +229,7 @@ func (t *relays) routes(now time.Time) map[string]string {
 // that proved the cluster secret (an adopted, unattached peer) sends
 // one, and only servers of this node's map are relayed for.
 func (n *Node) serveRelay(r *transport.Request) {
-	from, ok := n.peers.pool.idOf(r.Conn())
+	from, ok := n.peers.idOf(r.Conn())
 	if !ok || membership.IsAttached(from) || n.cfg.Client {
 		if r.Mode() == transport.ModeCall {
 			_ = r.Fail(errs.New(errs.PermissionDenied, "fero: relays are for the servers of a cluster"))
@@ -249,7 +249,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 	case relayProbe:
 		n.peers.relay.heard(from, now)
 	case relayBatch:
-		c := n.peers.pool.lookup(id)
+		c := n.peers.conn(id)
 		if c == nil || !n.peers.relay.passes(from, id) {
 			return // lost, as over the failed link
 		}
@@ -271,7 +271,7 @@ func (n *Node) serveRelay(r *transport.Request) {
 // answer back; a request it cannot pass on is answered "retry" (nothing
 // was done), as a non-owner answers one.
 func (n *Node) relayRequestTo(r *transport.Request, from, to string, payload []byte) {
-	c := n.peers.pool.lookup(to)
+	c := n.peers.conn(to)
 	oneway := r.Mode() == transport.ModeSend
 	if c == nil || !n.peers.relay.passes(from, to) {
 		if !oneway {

@@ -326,13 +326,13 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			if via := n.peers.relay.via(owner, time.Now()); via != "" {
 				// Rule 17: the owner has not been heard from directly for
 				// a lease; the relay calls it with the request, as is.
-				if c = n.peers.pool.lookup(via); c != nil {
+				if c = n.peers.conn(via); c != nil {
 					op, b = protocol.OpRelay, appendRelay(make([]byte, 0, len(wbuf)+len(owner)+2), relayRequest, owner, wbuf)
 				}
 			}
 			if c == nil {
 				var err error
-				if c, err = n.connTo(ctx, owner); err != nil {
+				if c, err = n.peers.connTo(ctx, owner); err != nil {
 					if ctx.Err() != nil {
 						return nil, ctx.Err()
 					}
@@ -396,18 +396,6 @@ func (n *Node) ownerOf(p int) (string, bool) {
 	}
 	o, ok := m.Owner(p)
 	return o.ID, ok
-}
-
-// connTo returns the connection to peer id, dialing it if needed.
-func (n *Node) connTo(ctx context.Context, id string) (*transport.Conn, error) {
-	if c := n.peers.pool.lookup(id); c != nil {
-		return c, nil
-	}
-	addr, ok := n.view.addr(id)
-	if !ok || addr == "" {
-		return nil, errs.Errorf(errs.Unavailable, "fero: no address for %s", id)
-	}
-	return n.peers.pool.get(ctx, id, addr)
 }
 
 // spawn runs f in a goroutine Close waits for, unless the node is closing.

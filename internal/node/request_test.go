@@ -306,7 +306,7 @@ func TestNoWaitCallsKeepTheirValues(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.connTo(ctx, server.ID())
+	c, err := client.peers.connTo(ctx, server.ID())
 	require.NoError(t, err)
 	const n = 3000 // about 300 B each: many frames to a read block, many blocks
 	want := make([][]byte, n)

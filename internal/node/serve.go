@@ -259,7 +259,7 @@ func (n *Node) forward(r *transport.Request, owner string, wr *protocol.Request,
 		}
 	}
 	if via := n.peers.relay.via(owner, time.Now()); via != "" {
-		if c := n.peers.pool.lookup(via); c != nil {
+		if c := n.peers.conn(via); c != nil {
 			// Rule 17: the owner has not been heard from directly for a
 			// lease; the relay calls it with the request, as is.
 			b = appendRelay(make([]byte, 0, len(b)+len(owner)+2), relayRequest, owner, b)
@@ -268,7 +268,7 @@ func (n *Node) forward(r *transport.Request, owner string, wr *protocol.Request,
 			return
 		}
 	}
-	if c := n.peers.pool.lookup(owner); c != nil {
+	if c := n.peers.conn(owner); c != nil {
 		send(c)
 		return
 	}
@@ -279,7 +279,7 @@ func (n *Node) forward(r *transport.Request, owner string, wr *protocol.Request,
 	if !n.spawn(func() {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		c, err := n.connTo(ctx, owner)
+		c, err := n.peers.connTo(ctx, owner)
 		if err != nil {
 			finish(err)
 			_ = r.Reply([]byte{protocol.ReplyRetry})

@@ -71,7 +71,7 @@ func (r *streamRoute) OpenStream(ctx context.Context, w *protocol.Request, windo
 		}
 		return nil, l, nil
 	default:
-		c, err := n.connTo(ctx, owner)
+		c, err := n.peers.connTo(ctx, owner)
 		if err == nil {
 			ts, err := c.StreamWindow(ctx, protocol.OpRequest, w.Append(nil), window)
 			if err == nil {
