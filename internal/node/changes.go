@@ -255,7 +255,7 @@ type subscribers struct {
 	drops atomic.Uint64
 }
 
-// protocol.Stats returns the node's counters.
+// Stats returns the node's counters.
 func (n *Node) Stats() protocol.Stats {
 	return protocol.Stats{
 		Committed: n.stats.committed.Load(), Applied: n.stats.applied.Load(),

@@ -29,7 +29,7 @@ import (
 // by a newer one is refused.
 const diskFormat = 1
 
-// protocol.Meta keys of the data directory.
+// Meta keys of the data directory.
 const (
 	metaFormat     = "fero/format"
 	metaResource   = "fero/resource"

@@ -32,10 +32,10 @@ type Request struct {
 	// If makes a built-in write a compare-and-set: it commits only if
 	// the key's version is If.Version (doc.Change.Cond).
 	If protocol.IfVersion
-	// protocol.Once names the write or verb call for exactly-once (once.go): a
+	// Once names the write or verb call for exactly-once (once.go): a
 	// retry of one committed before is answered with its first outcome.
 	Once protocol.Once
-	// protocol.Meta is the request's metadata (the W3C trace context, ...), nil
+	// Meta is the request's metadata (the W3C trace context, ...), nil
 	// when it carried none. Read-only.
 	Meta protocol.Meta
 	// ReplyMeta is what the handler sends back with its reply besides the

@@ -14,7 +14,7 @@ import (
 // way to the owner) or a ForwardReply (its answer) that is lost leaves the
 // writer waiting for the write timeout. The driver never blocks on a
 // send, so when a peer's outbox is full its batches spill into a queue per
-// peer, which a goroutine drains with blocking sends, in order. protocol.Once a peer
+// peer, which a goroutine drains with blocking sends, in order. Once a peer
 // spills, every later batch for it queues behind, so nothing overtakes
 // what waits: a commit that jumped the queue would open a gap the copy
 // must fetch to fill, and writes to one key would lose their order.

@@ -107,7 +107,7 @@ func (n *Node) beginRequest(req *Request, deadline time.Time) partition.Request 
 // (req.begun). A partition remembers only its writers' latest
 // doc.DedupPerWriter sequences and refuses an older one it does not know
 // as too old to tell: proposed by each call's own goroutine, in whatever
-// order they ran, a caller's first protocol.Attempts were refused so by the
+// order they ran, a caller's first attempts were refused so by the
 // hundred (TestConcurrentCallsAreNotTooOld). Only calls that name their
 // writer need it; the queue's being full, or the node's closing, leaves
 // the begin to handle.

@@ -252,7 +252,7 @@ func (n *Node) afterBurst() {
 		return
 	}
 	if n.engMu.TryLock() {
-		// protocol.Once the node's context ends the driver completes what is
+		// Once the node's context ends the driver completes what is
 		// queued (and nothing is queued after), under engMu.
 		if n.ctx.Err() == nil {
 			n.eng.Clock(time.Now())

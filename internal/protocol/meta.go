@@ -7,6 +7,11 @@ import (
 	"github.com/fero-go/fero/internal/errs"
 )
 
+// A caller's request headers ride in its context (WithMeta) to the
+// requests it makes: a node's Request and CallNodeWait put them in the
+// request's metadata, and the owner's handler reads them from its
+// request's Meta.
+
 type metaKey struct{}
 
 // WithMeta returns a copy of ctx whose requests carry the pair name,
