@@ -86,7 +86,7 @@ func TestNodesTuneTheCollector(t *testing.T) {
 // TestOptions: Options applies its options in order, as if each were
 // passed itself, skips nil ones, and nests.
 func TestOptions(t *testing.T) {
-	c := newConfig([]Option{
+	c := newNodeConfig([]NodeOption{
 		WithID("first"),
 		Options(WithID("second"), nil, Concurrent("A"), Options(Concurrent("B"), WithoutRetry())),
 		Options(),
@@ -95,6 +95,6 @@ func TestOptions(t *testing.T) {
 	require.Equal(t, "second", c.id, "a later option wins, inside Options or not")
 	require.Equal(t, map[string]bool{"A": true, "B": true, "C": true}, c.concurrent)
 	require.True(t, c.noRetry)
-	c = newConfig([]Option{Options(WithID("inner")), WithID("outer")})
+	c = newNodeConfig([]NodeOption{Options(WithID("inner")), WithID("outer")})
 	require.Equal(t, "outer", c.id, "in order")
 }

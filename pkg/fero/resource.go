@@ -68,8 +68,8 @@ type Resource struct {
 // (see [Resource.WaitServers]), except that with [WithConnect] it waits up
 // to the connect wait for another server and then restores the store's
 // state if it found none.
-func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
-	cfg := newConfig(opts)
+func Open(ctx context.Context, name string, opts ...NodeOption) (*Resource, error) {
+	cfg := newNodeConfig(opts)
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
