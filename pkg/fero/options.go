@@ -269,23 +269,36 @@ func WithReplayAll() NodeOption { return nodeOption(func(c *config) { c.replayAl
 // Discovery and gossip.
 
 // Preset picks the gossip timing profile.
-type Preset = membership.Preset
+type Preset uint8
 
-// Gossip timing profiles.
+// Gossip timing profiles. Their values are the membership package's, so
+// that a Preset converts to its one as it is (TestPublicTypes).
 const (
 	// PresetLAN: probe every second, suspicion multiplier 4 (the default).
-	PresetLAN = membership.PresetLAN
+	PresetLAN Preset = iota + 1
 	// PresetLocal: loopback timings, for one machine and tests.
-	PresetLocal = membership.PresetLocal
+	PresetLocal
 )
 
 // MulticastConfig sets UDP multicast discovery: group, TTL, jitter and
-// interval (the original's udp.ip, udp.port, udp.ttl, udp.jitter).
-type MulticastConfig = membership.MulticastConfig
+// interval (the original's udp.ip, udp.port, udp.ttl, udp.jitter). A zero
+// field takes its default.
+type MulticastConfig struct {
+	// Group is the multicast group host:port (default 224.0.0.251:5354).
+	Group string
+	// TTL is the multicast TTL (default 128).
+	TTL int
+	// Jitter is the most a node waits before its first announcement
+	// (default 2s).
+	Jitter time.Duration
+	// Interval is how often a node that has no peers announces again
+	// (default 5s).
+	Interval time.Duration
+}
 
 // WithPreset picks the gossip timing profile (default [PresetLAN]).
 func WithPreset(p Preset) NodeOption {
-	return nodeOption(func(c *config) { c.membership = append(c.membership, membership.WithPreset(p)) })
+	return nodeOption(func(c *config) { c.membership = append(c.membership, membership.WithPreset(membership.Preset(p))) })
 }
 
 // WithBind sets the gossip address, host:port (default "0.0.0.0:0" with
@@ -340,7 +353,9 @@ func WithScanHosts(hosts ...string) NodeOption {
 // WithMulticast turns on UDP multicast discovery with the given settings
 // (zero fields take their defaults). It is on by default with PresetLAN.
 func WithMulticast(mc MulticastConfig) NodeOption {
-	return nodeOption(func(c *config) { c.membership = append(c.membership, membership.WithMulticast(mc)) })
+	return nodeOption(func(c *config) {
+		c.membership = append(c.membership, membership.WithMulticast(membership.MulticastConfig(mc)))
+	})
 }
 
 // WithoutMulticast turns multicast discovery off (the original's udp:
@@ -460,7 +475,9 @@ func WithLeaveTimeout(d time.Duration) NodeOption {
 // modulo the partition count (the original's hash). It must depend only
 // on the key's top-level segment, be deterministic and safe for concurrent
 // use.
-type Partitioner = ring.Partitioner
+type Partitioner interface {
+	Hash(key string) uint64
+}
 
 // WithPartitions sets the partition count (default 271).
 func WithPartitions(n int) NodeOption {
