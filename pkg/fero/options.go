@@ -38,9 +38,9 @@ type DialOption interface{ applyDial(*config) }
 
 // Option is a setting that both a node and a [Remote] read, such as a
 // credential, the transport's TLS and limits, tracing, and the call
-// interceptors: it can be given to [Open], [OpenMap] and [Dial] alike,
-// and a slice of them serves both (a []Option is not a []NodeOption:
-// spread it with a loop, or keep the two lists apart).
+// interceptors: one value can be given to [Open], [OpenMap] and [Dial]
+// alike. A slice does not convert (a []Option is not a []NodeOption):
+// append its options to each list one by one, or keep the lists apart.
 type Option interface {
 	NodeOption
 	DialOption
