@@ -74,19 +74,27 @@ type System struct {
 }
 
 // options returns the options of s every node takes.
-func (s System) options() []fero.Option {
-	var o []fero.Option
+func (s System) options() []fero.NodeOption {
+	var o []fero.NodeOption
 	if s.Metrics {
 		o = append(o, fero.WithMetrics(prometheus.NewRegistry()))
 	}
-	switch s.Trace {
-	case "never":
-		o = append(o, fero.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
-	case "all":
-		o = append(o, fero.WithTracerProvider(sdktrace.NewTracerProvider(
-			sdktrace.WithSyncer(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))))
+	for _, t := range s.tracing() {
+		o = append(o, t)
 	}
 	return o
+}
+
+// tracing returns the tracing option of s, which nodes and Remotes take.
+func (s System) tracing() []fero.Option {
+	switch s.Trace {
+	case "never":
+		return []fero.Option{fero.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))}
+	case "all":
+		return []fero.Option{fero.WithTracerProvider(sdktrace.NewTracerProvider(
+			sdktrace.WithSyncer(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample())))}
+	}
+	return nil
 }
 
 var (
@@ -94,20 +102,38 @@ var (
 	_ bench.FsyncCounter = System{}
 )
 
-func baseOptions() []fero.Option {
-	o := []fero.Option{
+func baseOptions() []fero.NodeOption {
+	o := []fero.NodeOption{
 		fero.WithBind("127.0.0.1:0"), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
 	}
-	// The soak (scripts/soak.sh) runs the cluster with a secret, as a node
-	// beside a hostile process must.
-	if path := os.Getenv(SecretFileEnv); path != "" {
-		secrets, err := fero.ReadSecretFile(path)
-		if err != nil {
-			panic(fmt.Sprintf("ferosut: %s: %v", SecretFileEnv, err))
-		}
-		o = append(o, fero.WithClusterSecret(secrets...))
+	if secret := secretOption(); secret != nil {
+		o = append(o, secret)
 	}
 	return o
+}
+
+// dialOptions returns the options every Remote takes: the cluster secret
+// of baseOptions, if any.
+func dialOptions() []fero.DialOption {
+	if secret := secretOption(); secret != nil {
+		return []fero.DialOption{secret}
+	}
+	return nil
+}
+
+// secretOption returns the cluster secret of SecretFileEnv's file, or nil
+// without one. The soak (scripts/soak.sh) runs the cluster with a secret,
+// as a node beside a hostile process must.
+func secretOption() fero.Option {
+	path := os.Getenv(SecretFileEnv)
+	if path == "" {
+		return nil
+	}
+	secrets, err := fero.ReadSecretFile(path)
+	if err != nil {
+		panic(fmt.Sprintf("ferosut: %s: %v", SecretFileEnv, err))
+	}
+	return fero.WithClusterSecret(secrets...)
 }
 
 // SecretFileEnv names a cluster secret file (fero secret) that every
@@ -136,7 +162,7 @@ func (s System) Serve(ctx context.Context, opts bench.ServeOptions, ready func(a
 }
 
 // serve runs the server node, with extra options, until ctx is done.
-func serve(ctx context.Context, opts bench.ServeOptions, extra []fero.Option, ready func(addr string)) error {
+func serve(ctx context.Context, opts bench.ServeOptions, extra []fero.NodeOption, ready func(addr string)) error {
 	o := append(baseOptions(), fero.WithListen(opts.Addr), fero.WithID(fmt.Sprintf("server-%d", opts.Index)))
 	o = append(o, extra...)
 	if seeds := gossipOf(opts.Peers); len(seeds) > 0 {
@@ -175,7 +201,7 @@ func (System) Fsyncs(ctx context.Context, addr string) (uint64, error) {
 	if len(data) == 0 {
 		return 0, fmt.Errorf("ferosut: %q is not a fero server's address (\"<gossip address> <data address>\")", addr)
 	}
-	rc, err := fero.Dial(ctx, data[0], baseOptions()...)
+	rc, err := fero.Dial(ctx, data[0], dialOptions()...)
 	if err != nil {
 		return 0, fmt.Errorf("ferosut: dial %s for its fsyncs: %w", data[0], err)
 	}
@@ -246,7 +272,10 @@ func (s System) Dial(ctx context.Context, opts bench.DialOptions) (bench.Conn, e
 func (s System) dialRemote(ctx context.Context, opts bench.DialOptions) (bench.Conn, error) {
 	c := newConn(opts)
 	addr := c.servers[opts.Index%len(c.servers)]
-	o := append(baseOptions(), s.options()...)
+	o := dialOptions()
+	for _, t := range s.tracing() {
+		o = append(o, t)
+	}
 	rc, err := fero.Dial(ctx, addr, o...)
 	if err != nil {
 		return nil, fmt.Errorf("ferosut: dial %s: %w", addr, err)
@@ -481,7 +510,7 @@ var (
 func dialAll(ctx context.Context, addrs []string) ([]*fero.Remote, error) {
 	remotes := make([]*fero.Remote, 0, len(addrs))
 	for _, addr := range addrs {
-		rc, err := fero.Dial(ctx, addr, baseOptions()...)
+		rc, err := fero.Dial(ctx, addr, dialOptions()...)
 		if err != nil {
 			return remotes, err
 		}

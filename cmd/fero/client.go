@@ -39,7 +39,7 @@ func (f *remoteFlags) register(cmd *cobra.Command) {
 // dial connects to --addr, proving --token-file's token or the cluster
 // secret when given.
 func (f *remoteFlags) dial(ctx context.Context) (*fero.Remote, error) {
-	var opts []fero.Option
+	var opts []fero.DialOption
 	switch {
 	case f.tokenFile != "":
 		tokens, err := fero.ReadSecretFile(f.tokenFile)

@@ -230,7 +230,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	opts := []fero.Option{
+	opts := []fero.NodeOption{
 		fero.WithLogger(logger), fero.WithListen(f.listen),
 		fero.WithPartitions(f.partitions), fero.WithReplicas(f.replicas), fero.WithVNodes(f.vnodes),
 		fero.WithHistoryMax(f.historyMax), fero.WithHistoryBytes(f.historyBytes), fero.WithQuorum(f.quorum), fero.WithMaxEntry(f.maxEntry),
@@ -241,7 +241,7 @@ func runServe(cmd *cobra.Command, resource string, f *serveFlags) error {
 	}
 	for _, d := range []struct {
 		v   time.Duration
-		opt func(time.Duration) fero.Option
+		opt func(time.Duration) fero.NodeOption
 	}{
 		{f.writeTimeout, fero.WithWriteTimeout}, {f.syncTimeout, fero.WithSyncTimeout},
 		{f.probeInterval, fero.WithProbeInterval}, {f.clockSkew, fero.WithClockSkew},
@@ -478,7 +478,7 @@ const defaultDirs = 64
 // started side by side in one directory each take their own, and a server
 // restarted takes back a directory with its identity and data (the ID is
 // the directory's).
-func openDefaultDir(ctx context.Context, resource, id string, opts []fero.Option, fs fero.Fsync) (*fero.Resource, string, error) {
+func openDefaultDir(ctx context.Context, resource, id string, opts []fero.NodeOption, fs fero.Fsync) (*fero.Resource, string, error) {
 	base := filepath.Join("fero-data", url.PathEscape(resource))
 	open := func(dir string) (*fero.Resource, error) {
 		return fero.Open(ctx, resource, append(slices.Clip(opts), fero.WithDataDir(dir), fero.WithFsync(fs))...)

@@ -42,7 +42,7 @@ const long = `ferogen reads the Go package in dir (default ".") and, for each in
 marked //fero:resource, generates a Go package with:
 
   - the resource's name and a constant per verb;
-  - Register<Iface>(impl) fero.Option, which mounts an implementation on the
+  - Register<Iface>(impl) fero.NodeOption, which mounts an implementation on the
     resource fero.Open opens, and <Iface>Handler(impl, next) fero.Handler;
     verbs the interface does not declare go to next, by default fero's
     built-in handling (ADD, UPDATE, REMOVE and GET as without a handler,

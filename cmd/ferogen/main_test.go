@@ -28,7 +28,7 @@ func TestHelp(t *testing.T) {
 	code, out, _ := runFerogen(t, "--help")
 	assert.Equal(t, 0, code)
 	for _, s := range []string{"//fero:resource users", "//fero:verb SIGNOUT", "//fero:resource users verbprefix=USERS_", "`msgpack:\"email\" fero:\"key\"`",
-		"Register<Iface>(impl) fero.Option", "--out", "--stub", "file:line:col"} {
+		"Register<Iface>(impl) fero.NodeOption", "--out", "--stub", "file:line:col"} {
 		assert.Contains(t, out, s)
 	}
 }

@@ -133,7 +133,7 @@ func startNodes(ctx context.Context, n, keys int, data string, restarted bool) (
 // runNode runs one server node: it waits until it sees every node, the
 // first node writes, and every node waits until it holds every key.
 func runNode(ctx context.Context, id, seed, data string, nodes, keys int, restarted bool) error {
-	opts := []fero.Option{
+	opts := []fero.NodeOption{
 		fero.WithID(id), fero.WithBind("127.0.0.1:0"), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
 		fero.WithDataDir(data), // fsync per write group: an acknowledged write is on disk
 	}

@@ -105,7 +105,7 @@ func runDemo(ctx context.Context, w io.Writer) (out *outcome, err error) {
 	svc := &InventoryService{}
 	seed := ""
 	for _, id := range []string{"server-1", "server-2", "server-3", "client"} {
-		opts := []fero.Option{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}
+		opts := []fero.NodeOption{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}
 		if id == "client" {
 			// A client owns no partition: it answers nothing, and sends
 			// alice's token with everything it asks.

@@ -242,7 +242,7 @@ func TestInventory(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, sku)
-		for name, opts := range map[string][]fero.Option{"no token": nil, "a wrong token": {bearer("mallory-token")}} {
+		for name, opts := range map[string][]fero.DialOption{"no token": nil, "a wrong token": {bearer("mallory-token")}} {
 			remote, err := fero.Dial(ctx, servers[0].Addr(), opts...)
 			require.NoError(t, err)
 			anon := stockfero.NewInventoryClient(remote)

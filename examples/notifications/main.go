@@ -44,8 +44,8 @@ func main() {
 
 // local configures a node for one machine: loopback gossip timings, no
 // multicast discovery.
-func local(id string, more ...fero.Option) []fero.Option {
-	return append([]fero.Option{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}, more...)
+func local(id string, more ...fero.NodeOption) []fero.NodeOption {
+	return append([]fero.NodeOption{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}, more...)
 }
 
 // expected is the mail the demo's changes call for, in no particular

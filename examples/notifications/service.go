@@ -42,7 +42,7 @@ type Service struct {
 
 // OpenService opens the service's two nodes: a client node of "users",
 // with usersOpts, and a server node of "notifications", with notesOpts.
-func OpenService(ctx context.Context, usersOpts, notesOpts []fero.Option) (*Service, error) {
+func OpenService(ctx context.Context, usersOpts, notesOpts []fero.NodeOption) (*Service, error) {
 	users, err := fero.Open(ctx, "users", append(usersOpts, fero.Client())...)
 	if err != nil {
 		return nil, fmt.Errorf("open users: %w", err)

@@ -161,8 +161,8 @@ func runDemo(ctx context.Context, w io.Writer) (views map[string]map[string]Sess
 
 // nodeOptions configures a node for one machine: loopback gossip timings,
 // no multicast discovery, and seed (if any) as the node to join.
-func nodeOptions(id, bind, seed string) []fero.Option {
-	opts := []fero.Option{
+func nodeOptions(id, bind, seed string) []fero.NodeOption {
+	opts := []fero.NodeOption{
 		fero.WithID(id),
 		fero.WithPreset(fero.PresetLocal),
 		fero.WithoutMulticast(),

@@ -75,7 +75,7 @@ func runDemo(ctx context.Context, w io.Writer) (out *outcome, err error) {
 	svc := &UsersService{SessionTTL: time.Hour}
 	seed := ""
 	for _, id := range []string{"server-1", "server-2", "server-3", "client"} {
-		opts := []fero.Option{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}
+		opts := []fero.NodeOption{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}
 		if id == "client" {
 			opts = append(opts, fero.Client()) // a client owns no partition: it answers nothing
 		} else {

@@ -31,8 +31,8 @@ func TestRegisterDuringRollingRestart(t *testing.T) {
 	dirs := map[string]string{}
 	servers := map[string]*fero.Resource{}
 	seeds := []string{}
-	open := func(id string, extra ...fero.Option) *fero.Resource {
-		opts := append([]fero.Option{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}, extra...)
+	open := func(id string, extra ...fero.NodeOption) *fero.Resource {
+		opts := append([]fero.NodeOption{fero.WithID(id), fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast()}, extra...)
 		if len(seeds) > 0 {
 			opts = append(opts, fero.WithSeeds(seeds...))
 		}
@@ -42,12 +42,12 @@ func TestRegisterDuringRollingRestart(t *testing.T) {
 	}
 	// Each server keeps its addresses across its restart, as a server
 	// restarted on its host does: its seeds, the others', stay true.
-	addrs := map[string][]fero.Option{}
+	addrs := map[string][]fero.NodeOption{}
 	for _, id := range ids {
 		dirs[id] = t.TempDir()
 		servers[id] = open(id, fero.WithHandler(svc.Handle), fero.WithDataDir(dirs[id]))
 		seeds = append(seeds, servers[id].GossipAddr())
-		addrs[id] = []fero.Option{fero.WithBind(servers[id].GossipAddr()), fero.WithListen(servers[id].Addr())}
+		addrs[id] = []fero.NodeOption{fero.WithBind(servers[id].GossipAddr()), fero.WithListen(servers[id].Addr())}
 	}
 	var clients []*fero.Resource
 	for i := range 3 {

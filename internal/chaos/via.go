@@ -81,7 +81,7 @@ func startVia(ctx context.Context, nt *Net, cl *Cluster, node string, servers []
 		return nil, fmt.Errorf("chaos: via: %w", err)
 	}
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) { return nt.Dial(ctx, node, addr) }
-	opts := []fero.Option{fero.WithToken(tokens[0]), fero.WithDialer(dial)}
+	opts := []fero.DialOption{fero.WithToken(tokens[0]), fero.WithDialer(dial)}
 	if cl.cfg.TLS {
 		cfg, err := tlsfiles.Config(tlsfiles.Files{CA: filepath.Join(PKIDir(cl.cfg.Dir), "ca.pem")}, false)
 		if err != nil {

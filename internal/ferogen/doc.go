@@ -44,15 +44,15 @@
 // Generate renders two files. The generated file, in a package of its own
 // (DefaultOut: the declarations cannot import what is generated from
 // them), starts with Header and holds per resource: the resource's name,
-// a constant per verb, Register<Iface> (a fero.Option mounting an
+// a constant per verb, Register<Iface> (a fero.NodeOption mounting an
 // implementation, with fero.Concurrent for the verbs marked concurrent)
 // and <Iface>Handler, New<Iface>Client (the interface,
 // implemented by calls to the owner of each request's key), and
 // Unimplemented<Iface>; once per package, RequestFromContext, which hands
 // a method the fero.Request it answers, and a reference to
-// fero.SupportPackageIsVersion3 (4 when a resource has a concurrent verb,
-// for fero.Options), so that it stops compiling against a pkg/fero it
-// was not made for. The stub (DefaultStub) is a starting
+// fero.SupportPackageIsVersion5 (the first with fero.NodeOption, which
+// Register<Iface> returns), so that it stops compiling against a pkg/fero
+// it was not made for. The stub (DefaultStub) is a starting
 // implementation that embeds Unimplemented<Iface>.
 //
 // Generate refuses output that would not build: a generated package the

@@ -475,9 +475,9 @@ func TestConcurrent(t *testing.T) {
 	out, err := Generate(p, Options{NoStub: true})
 	require.NoError(t, err)
 	src := string(out.Generated.Content)
-	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion4\n")
+	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion5\n")
 	assert.Contains(t, src, "\t\tfero.Concurrent(LedgerBalanceVerb, LedgerAuditVerb),\n")
-	assert.Contains(t, src, "func RegisterVault(impl ledger.Vault) fero.Option {\n\treturn fero.WithHandler(VaultHandler(impl, nil))\n}\n")
+	assert.Contains(t, src, "func RegisterVault(impl ledger.Vault) fero.NodeOption {\n\treturn fero.WithHandler(VaultHandler(impl, nil))\n}\n")
 
 	for _, m := range p.Resources[0].Methods { // p is this test's own load
 		m.Concurrent = false
@@ -485,9 +485,9 @@ func TestConcurrent(t *testing.T) {
 	out, err = Generate(p, Options{NoStub: true})
 	require.NoError(t, err)
 	src = string(out.Generated.Content)
-	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion3\n")
+	assert.Contains(t, src, "const _ = fero.SupportPackageIsVersion5\n")
 	assert.NotContains(t, src, "fero.Options(")
 	assert.NotContains(t, src, "fero.Concurrent(")
 	assert.NotContains(t, src, "concurrent")
-	assert.Contains(t, src, "func RegisterLedger(impl ledger.Ledger) fero.Option {\n\treturn fero.WithHandler(LedgerHandler(impl, nil))\n}\n")
+	assert.Contains(t, src, "func RegisterLedger(impl ledger.Ledger) fero.NodeOption {\n\treturn fero.WithHandler(LedgerHandler(impl, nil))\n}\n")
 }

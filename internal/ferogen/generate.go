@@ -445,15 +445,10 @@ func (g *genFile) render() ([]byte, []string, error) {
 	}
 	slices.Sort(sources)
 	views := g.views(im, "")
-	// The oldest pkg/fero the file can use: fero.Options came with 4, and
-	// only a resource with a concurrent verb needs it, so that the files
-	// of the others stay as they were.
-	version := 3
-	for _, v := range views {
-		if len(v.Concurrent) > 0 {
-			version = 4
-		}
-	}
+	// The oldest pkg/fero the file can use: fero.NodeOption, which every
+	// Register function returns, came with 5 (fero.Options, which a
+	// resource with a concurrent verb needs, with 4).
+	const version = 5
 	data := map[string]any{
 		"Package":   g.name,
 		"Decl":      g.decl.Name,

@@ -15,7 +15,7 @@ import (
 func TestAttachedClient(t *testing.T) {
 	secret, token := bytes.Repeat([]byte("s"), 32), bytes.Repeat([]byte("t"), 32)
 	c := newTestCluster(t, 1)
-	creds := []Option{WithClusterSecret(secret), WithClientTokens(token)}
+	creds := []NodeOption{WithClusterSecret(secret), WithClientTokens(token)}
 	a := c.open("a", creds...)
 	b := c.open("b", creds...)
 	c.settle(2)
@@ -24,8 +24,8 @@ func TestAttachedClient(t *testing.T) {
 	for i := range 20 {
 		require.NoError(t, retry(ctx, func() error { return a.Update(ctx, fmt.Sprint("before", i), i, Majority) }))
 	}
-	open := func(opts ...Option) (*Resource, error) {
-		return Open(ctx, "test", append([]Option{
+	open := func(opts ...NodeOption) (*Resource, error) {
+		return Open(ctx, "test", append([]NodeOption{
 			Client(), WithLogger(testLogger(t)), WithPartitions(32), WithSyncTimeout(500 * time.Millisecond),
 			WithTick(20 * time.Millisecond), WithAttach(a.Addr()),
 		}, opts...)...)

@@ -95,7 +95,7 @@ func BenchmarkSet(b *testing.B) {
 // synced every partition before the measurement.
 func benchPair(ctx context.Context, b *testing.B) (*Resource, []string) {
 	b.Helper()
-	base := []Option{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
+	base := []NodeOption{WithBind("127.0.0.1:0"), WithPreset(PresetLocal), WithoutMulticast()}
 	if os.Getenv("FERO_BENCH_METRICS") != "" {
 		// Each node's Prometheus metrics on (WithMetrics): run with and
 		// without to see what they cost.

@@ -101,19 +101,21 @@ func changeOf(ch node.Change) Change {
 
 // Overflow says what a change stream does when its consumer falls a full
 // buffer behind.
-type Overflow = node.Overflow
+type Overflow uint8
 
+// The overflow policies. Their values are the node's, so that an
+// Overflow converts to its one as it is (TestPublicTypes).
 const (
 	// DropNewest discards changes the buffer has no room for and counts
 	// them: the node never waits for a slow consumer. The default.
-	DropNewest = node.Drop
+	DropNewest Overflow = iota
 	// Block makes the node wait for the consumer. Nothing is lost, but a
 	// slow consumer slows the whole node: its commits, its replication and
 	// its answers. A Block consumer must not wait for a write to the same
 	// resource: once its buffer is full, the node waits for the consumer
 	// and the consumer for the node. Writes to another resource are fine,
 	// as are NoWait writes.
-	Block = node.Block
+	Block
 )
 
 // DefaultBuffer is a change stream's default buffer, in changes.
@@ -181,7 +183,7 @@ func (r *Resource) subscribe(commits bool, opts []StreamOption) *Subscription {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Subscription{sub: r.n.Subscribe(cfg.buffer, cfg.overflow, cfg.prefixes...), c: make(chan Change), commits: commits, done: make(chan struct{})}
+	s := &Subscription{sub: r.n.Subscribe(cfg.buffer, node.Overflow(cfg.overflow), cfg.prefixes...), c: make(chan Change), commits: commits, done: make(chan struct{})}
 	go s.run()
 	return s
 }

@@ -28,8 +28,8 @@ func newTestCluster(t *testing.T, seed uint64) *testCluster {
 	return &testCluster{t: t, nw: memnet.New(seed)}
 }
 
-func (c *testCluster) options(id string) []Option {
-	opts := []Option{
+func (c *testCluster) options(id string) []NodeOption {
+	opts := []NodeOption{
 		WithID(id), WithLogger(testLogger(c.t)),
 		WithPreset(PresetLocal), WithoutMulticast(), WithGossipTransport(c.nw.NewTransport()),
 		WithGossipTuning(testkit.ClusterTimers), WithLeaveTimeout(time.Second),
@@ -43,7 +43,7 @@ func (c *testCluster) options(id string) []Option {
 
 // open opens a node of the resource "test" with the cluster's options and
 // then opts.
-func (c *testCluster) open(id string, opts ...Option) *Resource {
+func (c *testCluster) open(id string, opts ...NodeOption) *Resource {
 	c.t.Helper()
 	r, err := Open(ctxT(c.t), "test", append(c.options(id), opts...)...)
 	require.NoError(c.t, err)

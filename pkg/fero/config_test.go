@@ -2,13 +2,19 @@ package fero
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/fero-go/fero/internal/gctune"
+	"github.com/fero-go/fero/internal/membership"
+	"github.com/fero-go/fero/internal/node"
+	"github.com/fero-go/fero/internal/protocol"
+	"github.com/fero-go/fero/internal/ring"
 )
 
 // TestGracefulLeavesKeepTheConfiguration: two of three servers that close
@@ -86,7 +92,7 @@ func TestNodesTuneTheCollector(t *testing.T) {
 // TestOptions: Options applies its options in order, as if each were
 // passed itself, skips nil ones, and nests.
 func TestOptions(t *testing.T) {
-	c := newConfig([]Option{
+	c := newNodeConfig([]NodeOption{
 		WithID("first"),
 		Options(WithID("second"), nil, Concurrent("A"), Options(Concurrent("B"), WithoutRetry())),
 		Options(),
@@ -95,6 +101,57 @@ func TestOptions(t *testing.T) {
 	require.Equal(t, "second", c.id, "a later option wins, inside Options or not")
 	require.Equal(t, map[string]bool{"A": true, "B": true, "C": true}, c.concurrent)
 	require.True(t, c.noRetry)
-	c = newConfig([]Option{Options(WithID("inner")), WithID("outer")})
+	c = newNodeConfig([]NodeOption{Options(WithID("inner")), WithID("outer")})
 	require.Equal(t, "outer", c.id, "in order")
+}
+
+// TestOptionKinds: an Option is a NodeOption and a DialOption, and
+// applies the same to either config; WithOptions and DialOptions bundle
+// like Options; a NodeOption-only bundle is not a DialOption, even of
+// shared options (what ferotest's status connection relies on).
+func TestOptionKinds(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	shared := WithOptions(WithClusterSecret(secret), nil, WithCallTimeout(time.Second))
+	n := newNodeConfig([]NodeOption{shared, WithID("a")})
+	d := newDialConfig([]DialOption{shared, DialOptions(WithRetry(time.Millisecond, time.Second, 3), nil), nil})
+	for _, c := range []*config{n, d} {
+		require.Equal(t, [][]byte{secret}, c.secrets)
+		require.Equal(t, time.Second, c.callTimeout)
+	}
+	require.Equal(t, "a", n.id)
+	require.Len(t, d.transport, 1, "WithRetry")
+
+	var o NodeOption = WithToken(secret)
+	_, ok := o.(DialOption)
+	require.True(t, ok, "a shared option given as a NodeOption is still a DialOption")
+	_, ok = WithDataDir("x").(DialOption)
+	require.False(t, ok)
+	_, ok = Options(WithToken(secret)).(DialOption)
+	require.False(t, ok, "Options bundles NodeOptions")
+	_, ok = DialOptions(WithToken(secret)).(NodeOption)
+	require.False(t, ok, "DialOptions bundles DialOptions")
+}
+
+// TestPublicTypes: the types pkg/fero owns convert to and from the
+// internal ones they stand for without changing a value: the constants
+// are the internal ones' (the conversions are plain), and Stats encodes
+// as the node's did, in JSON and msgpack.
+func TestPublicTypes(t *testing.T) {
+	require.Equal(t, membership.PresetLAN, membership.Preset(PresetLAN))
+	require.Equal(t, membership.PresetLocal, membership.Preset(PresetLocal))
+	require.Equal(t, node.Drop, node.Overflow(DropNewest))
+	require.Equal(t, node.Block, node.Overflow(Block))
+
+	ns := protocol.Stats{Committed: 1, Applied: 2, Dropped: 3, Restored: 4, Gained: 5, Lost: 6, Relayed: 7, RelayedFor: 8}
+	for _, enc := range []func(any) ([]byte, error){json.Marshal, msgpack.Marshal} {
+		want, err := enc(ns)
+		require.NoError(t, err)
+		got, err := enc(Stats(ns))
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	mc := MulticastConfig{Group: "224.0.0.1:1", TTL: 2, Jitter: 3, Interval: 4}
+	require.Equal(t, membership.MulticastConfig{Group: "224.0.0.1:1", TTL: 2, Jitter: 3, Interval: 4}, membership.MulticastConfig(mc))
+	var p Partitioner = ring.TopLevel('.')
+	require.Equal(t, ring.TopLevel('.').Hash("a.b"), p.Hash("a.b"), "a ring.Partitioner is a Partitioner, and back")
 }

@@ -25,5 +25,5 @@ import (
 // listener ([WithListen]), and gossip has its own hook
 // ([WithGossipTransport]).
 func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
-	return func(c *config) { c.transport = append(c.transport, transport.WithDialer(dial)) }
+	return option(func(c *config) { c.transport = append(c.transport, transport.WithDialer(dial)) })
 }

@@ -128,6 +128,58 @@
 // server of a cluster restores its initial state from the store after the
 // connect wait, and changes are replayed into the store (see [Replayer]).
 //
+// # Options: which kind each is
+//
+// Options are typed by what reads them, so that the compiler refuses one
+// given where it would do nothing: fero.Dial(ctx, addr, fero.WithDataDir(dir))
+// does not compile. A [NodeOption] configures a node that [Open] or
+// [OpenMap] starts, a [DialOption] a [Remote] that [Dial] opens, and an
+// [Option] is both: what a node and a Remote share.
+//
+// Option, for Open, OpenMap and Dial alike:
+//
+//	credentials         WithClusterSecret, WithToken (Open: only with WithAttach)
+//	transport           WithTLS, WithDialer, WithConnectTimeout, WithMaxFrame,
+//	                    WithMaxBatch, WithOutboxLimit, WithFrameTimeout
+//	calls and streams   WithCallInterceptors, WithStreamInterceptors, WithCallRetry,
+//	                    WithCallTimeout, WithoutRetry, WithTracerProvider
+//	bundle              WithOptions
+//
+// DialOption, for Dial only:
+//
+//	WithRetry (its redial backoff), DialOptions (a bundle)
+//
+// NodeOption, for Open and OpenMap only (the kind of node that does
+// nothing with one, or refuses it, in parentheses):
+//
+//	the node            Client, WithID, WithListen, WithLogger, WithDefaultWait,
+//	                    WithMaxRequests, WithTick, WithMetrics, WithoutGCTuning,
+//	                    Options (a bundle)
+//	requests            WithHandler, Concurrent, WithInterceptors (a client node
+//	                    owns no partition: nothing)
+//	connect             WithConnect, WithConnectWait, WithReplayAll
+//	gossip, discovery   WithPreset, WithBind, WithSeeds, WithRequireSeeds,
+//	                    WithPortRange, WithScanHosts, WithMulticast, WithoutMulticast,
+//	                    WithDNS, WithDNSServer, WithSecretKey, WithGossipTransport,
+//	                    WithGossipTuning, WithLeaveTimeout,
+//	                    WithExpect (a client node: Open fails)
+//	credentials taken   WithClientTokens, WithAttach (a server: Open fails)
+//	the ring            WithPartitions, WithVNodes, WithLoad, WithReplicas,
+//	                    WithPartitioner
+//	the engine          WithHistoryMax, WithHistoryBytes, WithQuorum, WithClockSkew,
+//	                    WithWriteTimeout, WithSyncTimeout, WithSyncQueueMax,
+//	                    WithTurnQueueMax, WithGapBufferMax, WithFetchMax,
+//	                    WithProbeInterval, WithMaxEntry
+//	connections taken   WithMaxConns, WithPreAuthLimits, WithNewConnRate,
+//	                    WithAuthTimeout, WithMaxInflight
+//	storage             WithDataDir (a client node: Open fails),
+//	                    WithFsync (without WithDataDir: nothing)
+//
+// Every Option is a NodeOption and a DialOption, so one value serves
+// both; a slice does not convert ([]Option is not []NodeOption), so code
+// that builds options for both keeps the shared ones apart and appends
+// them to each list.
+//
 // # Options and the original's constants
 //
 // Every option has a default; the original library's constants map to
@@ -136,7 +188,7 @@
 //	original constant        option                       default
 //	dht.vnodes               WithVNodes                   200
 //	connect.wait             WithConnectWait              1s
-//	retries.base/cap/max     WithRetry (a Remote's redial) 100ms, 60s, 5; nodes redial peers as the engine needs them
+//	retries.base/cap/max     WithRetry (a Remote's redial; a DialOption) 100ms, 60s, 5; nodes redial peers as the engine needs them
 //	retries.jitter           (always full jitter)         -
 //	connections.timeout      WithConnectTimeout           10s
 //	connections.jitter       (not needed: simultaneous dials resolve deterministically)

@@ -67,8 +67,10 @@ func ParseFsync(s string) (Fsync, error) {
 // voter it was at once, and a whole cluster restarted on its directories
 // keeps every acknowledged write. Without it a server keeps everything in
 // memory and comes back empty (docs/storage.md). An empty WithID takes the
-// node's ID from the directory. Not for clients.
-func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+// node's ID from the directory. Not for clients: Open refuses it on a
+// [Client] node.
+func WithDataDir(dir string) NodeOption { return nodeOption(func(c *config) { c.dataDir = dir }) }
 
 // WithFsync sets the data directory's fsync policy (default FsyncGroup).
-func WithFsync(f Fsync) Option { return func(c *config) { c.fsync = f.policy } }
+// Without [WithDataDir] (so on a client node) it does nothing.
+func WithFsync(f Fsync) NodeOption { return nodeOption(func(c *config) { c.fsync = f.policy }) }

@@ -33,15 +33,15 @@ type Interceptor func(next Handler) Handler
 // when it opens: with none, a call pays nothing for them. Writes (Update,
 // Add, Remove, Set) and Send do not go through them.
 func WithCallInterceptors(is ...CallInterceptor) Option {
-	return func(c *config) { c.callInterceptors = append(c.callInterceptors, is...) }
+	return option(func(c *config) { c.callInterceptors = append(c.callInterceptors, is...) })
 }
 
 // WithInterceptors makes every request this server node answers as the
 // key's owner go through is, around its handler (WithHandler's, or the
 // built-in handling: then every request, the built-in writes included,
 // takes the handler path, a goroutine each).
-func WithInterceptors(is ...Interceptor) Option {
-	return func(c *config) { c.interceptors = append(c.interceptors, is...) }
+func WithInterceptors(is ...Interceptor) NodeOption {
+	return nodeOption(func(c *config) { c.interceptors = append(c.interceptors, is...) })
 }
 
 // chainCalls composes is around call, the first outermost.

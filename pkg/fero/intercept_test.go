@@ -53,7 +53,7 @@ func TestInterceptors(t *testing.T) {
 			return next(WithHeader(ctx, "token", "s3cret"), verb, key, payload, reply)
 		}
 	}
-	opts := []Option{WithHandler(handler), WithInterceptors(logging("outer"), logging("inner"), auth)}
+	opts := []NodeOption{WithHandler(handler), WithInterceptors(logging("outer"), logging("inner"), auth)}
 	a := c.open("a", opts...)
 	c.open("b", opts...)
 	c.settle(2)

@@ -22,8 +22,8 @@ import (
 // make (fero_writes_total, fero_write_duration_seconds, fero_calls_total,
 // fero_call_duration_seconds): a counter and a histogram observation per
 // write, measured in docs/operations.md.
-func WithMetrics(reg prometheus.Registerer) Option {
-	return func(c *config) { c.metrics = reg }
+func WithMetrics(reg prometheus.Registerer) NodeOption {
+	return nodeOption(func(c *config) { c.metrics = reg })
 }
 
 // registerMetrics registers the node's collector on the configured

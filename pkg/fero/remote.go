@@ -44,13 +44,17 @@ type NodeStatus = protocol.StatusReport
 type MemberStatus = protocol.MemberReport
 
 // Dial connects to the node at addr (its data-plane address, which
-// [Resource.Addr] and `fero serve` print). Of the options, the transport's
-// apply (TLS, connect timeout, retry, frame size), and the credential it
-// proves on every connection: [WithToken], or [WithClusterSecret]'s first
-// secret (which also lets it forget servers). A node with credentials
-// refuses a connection that proves none.
-func Dial(ctx context.Context, addr string, opts ...Option) (*Remote, error) {
-	cfg := newConfig(opts)
+// [Resource.Addr] and `fero serve` print). It takes [DialOption]s: the
+// [Option]s a node takes too (the transport's: TLS, connect timeout,
+// frame size, dialer; tracing; the call and stream interceptors,
+// [WithCallRetry], [WithCallTimeout], [WithoutRetry]; and a credential)
+// and [WithRetry], its redial backoff. A node's own options (a
+// [NodeOption], such as [WithDataDir]) do not compile here. The
+// credential is proved on every connection: [WithToken], or
+// [WithClusterSecret]'s first secret (which also lets it forget servers).
+// A node with credentials refuses a connection that proves none.
+func Dial(ctx context.Context, addr string, opts ...DialOption) (*Remote, error) {
+	cfg := newDialConfig(opts)
 	if err := checkSecrets(cfg.secrets); err != nil {
 		return nil, err
 	}

@@ -69,8 +69,8 @@ type Resource struct {
 // (see [Resource.WaitServers]), except that with [WithConnect] it waits up
 // to the connect wait for another server and then restores the store's
 // state if it found none.
-func Open(ctx context.Context, name string, opts ...Option) (*Resource, error) {
-	cfg := newConfig(opts)
+func Open(ctx context.Context, name string, opts ...NodeOption) (*Resource, error) {
+	cfg := newNodeConfig(opts)
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
 	}
@@ -576,10 +576,22 @@ const modulePath = "github.com/fero-go/fero"
 func (r *Resource) node() *node.Node { return r.n }
 
 // Stats counts what happened to this node's copy since it opened.
-type Stats = protocol.Stats
+type Stats struct {
+	Committed uint64 `msgpack:"committed" json:"committed"` // changes this node committed as owner
+	Applied   uint64 `msgpack:"applied" json:"applied"`     // owners' commits applied to this copy
+	Dropped   uint64 `msgpack:"dropped" json:"dropped"`     // uncommitted changes undone (rule 6)
+	Restored  uint64 `msgpack:"restored" json:"restored"`   // partitions replaced by a snapshot
+	Gained    uint64 `msgpack:"gained" json:"gained"`       // partitions this node took ownership of
+	Lost      uint64 `msgpack:"lost" json:"lost"`           // partitions this node stopped owning
+	// Relayed counts the engine batches this server sent a peer through
+	// another server, RelayedFor the batches and requests it passed on
+	// for two others (docs/engine.md, rule 17).
+	Relayed    uint64 `msgpack:"relayed,omitempty" json:"relayed,omitempty"`
+	RelayedFor uint64 `msgpack:"relayed_for,omitempty" json:"relayed_for,omitempty"`
+}
 
 // Stats returns this node's counters.
-func (r *Resource) Stats() Stats { return r.n.Stats() }
+func (r *Resource) Stats() Stats { return Stats(r.n.Stats()) }
 
 // SetAsync applies a change without waiting for it: it returns once the
 // change is queued on this node, and calls done exactly once when the

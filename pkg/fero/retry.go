@@ -36,14 +36,14 @@ type RetryPolicy struct {
 // fails otherwise, runs out of attempts or its context ends. Each attempt
 // goes through the interceptors of WithCallInterceptors.
 func WithCallRetry(p RetryPolicy) Option {
-	return func(c *config) { c.retry = &p }
+	return option(func(c *config) { c.retry = &p })
 }
 
 // WithCallTimeout bounds every Call of the Resource or Remote being opened
 // by d, unless its context has an earlier deadline; the deadline reaches
 // the owner's handler (docs/ferogen.md, Deadlines and headers).
 func WithCallTimeout(d time.Duration) Option {
-	return func(c *config) { c.callTimeout = d }
+	return option(func(c *config) { c.callTimeout = d })
 }
 
 // callChain returns the call interceptors of cfg, fero's own first: the

@@ -186,7 +186,7 @@ type StreamInterceptor func(next StreamFunc) StreamFunc
 // WithStreamInterceptors makes every Stream the Resource or Remote being
 // opened starts go through is, composed once when it opens.
 func WithStreamInterceptors(is ...StreamInterceptor) Option {
-	return func(c *config) { c.streamInterceptors = append(c.streamInterceptors, is...) }
+	return option(func(c *config) { c.streamInterceptors = append(c.streamInterceptors, is...) })
 }
 
 // chainStreams composes is around open, the first outermost.

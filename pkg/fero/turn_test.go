@@ -52,7 +52,7 @@ func TestOneTurnPerKey(t *testing.T) {
 	}{{"turns", false}, {"concurrent", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestCluster(t, 11)
-			opts := []Option{WithHandler(incr(3*time.Millisecond, nil, nil))}
+			opts := []NodeOption{WithHandler(incr(3*time.Millisecond, nil, nil))}
 			if tc.concurrent {
 				opts = append(opts, Concurrent("INCR"))
 			}
@@ -141,7 +141,7 @@ func TestHandlerWritesAreFencedAcrossAHandoff(t *testing.T) {
 			c := newTestCluster(t, 13)
 			gate := make(chan struct{})
 			var arrived atomic.Int64
-			opts := []Option{WithHandler(incr(0, gate, &arrived))}
+			opts := []NodeOption{WithHandler(incr(0, gate, &arrived))}
 			if tc.concurrent {
 				opts = append(opts, Concurrent("INCR"))
 			}

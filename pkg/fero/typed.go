@@ -23,7 +23,7 @@ type Map[V any] struct {
 }
 
 // OpenMap opens the named resource (see [Open]) in its typed form.
-func OpenMap[V any](ctx context.Context, name string, opts ...Option) (*Map[V], error) {
+func OpenMap[V any](ctx context.Context, name string, opts ...NodeOption) (*Map[V], error) {
 	r, err := Open(ctx, name, opts...)
 	if err != nil {
 		return nil, err

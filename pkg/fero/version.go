@@ -20,3 +20,8 @@ const SupportPackageIsVersion3 = true
 // has such a verb: its Register function combines WithHandler and
 // Concurrent with [Options].
 const SupportPackageIsVersion4 = true
+
+// SupportPackageIsVersion5 is referenced by code ferogen generates from
+// the version whose Register functions return a [NodeOption] (options
+// typed by what reads them: [Open], [Dial] or both).
+const SupportPackageIsVersion5 = true

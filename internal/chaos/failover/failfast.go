@@ -82,7 +82,7 @@ func arrayName(i, arrays int) string { return fmt.Sprintf("a%d", i%arrays) }
 // FailFast runs one kill.
 func FailFast(ctx context.Context, c FailFastConfig) (*Report, error) {
 	c.defaults()
-	var opts []fero.Option
+	var opts []fero.NodeOption
 	if c.WithoutRetry {
 		opts = append(opts, fero.WithoutRetry())
 	}

@@ -210,7 +210,7 @@ func Once(ctx context.Context, c Config) (Result, error) {
 // top of what loopback and the servers need), and waits until the client
 // sees every server. stop kills the servers and closes the client; call
 // it even on an error.
-func startCluster(ctx context.Context, c Config, opts ...fero.Option) (cl *fero.Resource, servers []*server, stop func(), err error) {
+func startCluster(ctx context.Context, c Config, opts ...fero.NodeOption) (cl *fero.Resource, servers []*server, stop func(), err error) {
 	stop = func() {
 		if cl != nil {
 			_ = cl.Close()
@@ -235,7 +235,7 @@ func startCluster(ctx context.Context, c Config, opts ...fero.Option) (cl *fero.
 	if c.Preset == "lan" {
 		preset = fero.PresetLAN
 	}
-	opts = append([]fero.Option{fero.Client(), fero.WithID("client"), fero.WithSeeds(servers[0].gossip),
+	opts = append([]fero.NodeOption{fero.Client(), fero.WithID("client"), fero.WithSeeds(servers[0].gossip),
 		fero.WithBind("127.0.0.1:0"), fero.WithListen("127.0.0.1:0"), fero.WithPreset(preset), fero.WithoutMulticast(),
 		fero.WithPartitions(partitions)}, opts...)
 	cl, err = fero.Open(ctx, "failover", opts...)

@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer func() { err = errors.Join(err, trace.Close()) }()
 
-	opts := []fero.Option{fero.Client(), fero.WithPreset(fero.PresetLAN), fero.WithoutMulticast()}
+	opts := []fero.NodeOption{fero.Client(), fero.WithPreset(fero.PresetLAN), fero.WithoutMulticast()}
 	if len(cfg.Attach) > 0 {
 		opts = append(opts, fero.WithAttach(cfg.Attach...), fero.WithToken(cfg.Token))
 	} else {

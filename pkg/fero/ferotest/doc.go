@@ -78,8 +78,10 @@
 //     its way to the other copies, and this waits for it.
 //
 // The waits read each node's status through a [fero.Remote] dialed to the
-// node's data-plane address with the node's own options, so a node opened
-// with fero.WithClusterSecret or fero.WithTLS is reached with them; a node
+// node's data-plane address with those of the node's own options that
+// fero.Dial takes too (each a fero.Option; one inside a fero.Options
+// bundle, a NodeOption, is not), so a node opened with
+// fero.WithClusterSecret or fero.WithTLS is reached with them; a node
 // that only accepts client tokens (fero.WithClientTokens) needs
 // fero.WithToken among its options too. These connections do not go
 // through the kit's links: no partition or delay hides a node from the

@@ -35,7 +35,7 @@ type Option func(*config)
 
 type config struct {
 	servers  int
-	nodeOpts []fero.Option
+	nodeOpts []fero.NodeOption
 	wait     time.Duration
 	level    slog.Level
 }
@@ -48,7 +48,7 @@ func WithServers(n int) Option { return func(c *config) { c.servers = n } }
 // WithNodeOptions gives every node of the cluster opts, after the kit's
 // defaults and before the options of [Cluster.Add]: handlers, a Connect
 // store, ring settings. Repeated, it appends.
-func WithNodeOptions(opts ...fero.Option) Option {
+func WithNodeOptions(opts ...fero.NodeOption) Option {
 	return func(c *config) { c.nodeOpts = append(c.nodeOpts, opts...) }
 }
 
@@ -81,8 +81,8 @@ type Cluster struct {
 type member struct {
 	r    *fero.Resource
 	tr   *memnet.Transport
-	ep   *endpoint     // the node on the data plane
-	opts []fero.Option // the node's, for the kit's status connection
+	ep   *endpoint         // the node on the data plane
+	opts []fero.DialOption // those of the node's that a Remote takes, for the kit's status connection
 	// remote is the kit's status connection to the node, dialed on first
 	// use; only the test's goroutine touches it.
 	remote *fero.Remote
@@ -128,7 +128,7 @@ func NewCluster(tb testing.TB, resource string, opts ...Option) *Cluster {
 // closed when the test ends. During a partition a new node is in the
 // group of the nodes no group lists. Add fails the test if the node does
 // not open.
-func (c *Cluster) Add(opts ...fero.Option) *fero.Resource {
+func (c *Cluster) Add(opts ...fero.NodeOption) *fero.Resource {
 	c.tb.Helper()
 	c.mu.Lock()
 	c.added++
@@ -140,7 +140,7 @@ func (c *Cluster) Add(opts ...fero.Option) *fero.Resource {
 	c.mu.Unlock()
 
 	tr := c.nw.NewTransport()
-	all := []fero.Option{
+	all := []fero.NodeOption{
 		fero.WithID(id), fero.WithLogger(c.logger),
 		fero.WithPreset(fero.PresetLocal), fero.WithoutMulticast(),
 		fero.WithGossipTransport(tr), fero.WithGossipTuning(gossipTimings), fero.WithLeaveTimeout(time.Second),
@@ -165,7 +165,7 @@ func (c *Cluster) Add(opts ...fero.Option) *fero.Resource {
 	}
 	c.data.register(ep, r.ID(), r.Addr())
 	c.mu.Lock()
-	c.nodes = append(c.nodes, &member{r: r, tr: tr, ep: ep, opts: all})
+	c.nodes = append(c.nodes, &member{r: r, tr: tr, ep: ep, opts: dialable(all)})
 	c.mu.Unlock()
 	return r
 }
@@ -482,9 +482,25 @@ func (c *Cluster) statuses(ctx context.Context, nodes []*member) ([]view, string
 	return vs, ""
 }
 
+// dialable returns those of a node's options that a Remote takes too
+// (those that are a fero.Option: the cluster secret, a token, TLS, the
+// transport's settings), for the kit's status connection. An option
+// bundled with fero.Options is a NodeOption only, so it is left out:
+// bundle credentials with fero.WithOptions.
+func dialable(opts []fero.NodeOption) []fero.DialOption {
+	var out []fero.DialOption
+	for _, o := range opts {
+		if d, ok := o.(fero.DialOption); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // status asks the node for its status, with every partition's detail,
 // over the kit's connection to it, which it dials with the node's own
-// options (so with its cluster secret, token and TLS, if it has them).
+// options that a Remote takes (so with its cluster secret, token and
+// TLS, if it has them).
 func (m *member) status(ctx context.Context) (*fero.NodeStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()

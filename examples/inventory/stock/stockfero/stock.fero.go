@@ -16,7 +16,7 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion4
+const _ = fero.SupportPackageIsVersion5
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
@@ -54,7 +54,7 @@ const (
 // read: they run without their key's turn (fero.Concurrent), many at once
 // for one key, beside its writes. With InventoryHandler, pass
 // fero.Concurrent(InventoryGetVerb) as well.
-func RegisterInventory(impl stock.Inventory) fero.Option {
+func RegisterInventory(impl stock.Inventory) fero.NodeOption {
 	return fero.Options(
 		fero.WithHandler(InventoryHandler(impl, nil)),
 		fero.Concurrent(InventoryGetVerb),

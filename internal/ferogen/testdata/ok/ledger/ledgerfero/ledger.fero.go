@@ -16,7 +16,7 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion4
+const _ = fero.SupportPackageIsVersion5
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
@@ -54,7 +54,7 @@ const (
 // read: they run without their key's turn (fero.Concurrent), many at once
 // for one key, beside its writes. With LedgerHandler, pass
 // fero.Concurrent(LedgerBalanceVerb, LedgerAuditVerb) as well.
-func RegisterLedger(impl ledger.Ledger) fero.Option {
+func RegisterLedger(impl ledger.Ledger) fero.NodeOption {
 	return fero.Options(
 		fero.WithHandler(LedgerHandler(impl, nil)),
 		fero.Concurrent(LedgerBalanceVerb, LedgerAuditVerb),
@@ -221,7 +221,7 @@ const (
 // built-in handling (Request.Next): ADD, UPDATE, REMOVE and GET work as
 // without a handler, and any other verb is answered CodeUnimplemented.
 // To answer those yourself, use VaultHandler.
-func RegisterVault(impl ledger.Vault) fero.Option {
+func RegisterVault(impl ledger.Vault) fero.NodeOption {
 	return fero.WithHandler(VaultHandler(impl, nil))
 }
 

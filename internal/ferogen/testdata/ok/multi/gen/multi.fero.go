@@ -16,7 +16,7 @@ import (
 // The code below relies on what this version of pkg/fero provides for
 // generated code: against a pkg/fero it was not made for, it does not
 // compile.
-const _ = fero.SupportPackageIsVersion3
+const _ = fero.SupportPackageIsVersion5
 
 // Caller sends a request with a verb and a key to the owner of the key's
 // partition and decodes the reply: *fero.Resource (a server or client
@@ -46,7 +46,7 @@ const (
 // built-in handling (Request.Next): ADD, UPDATE, REMOVE and GET work as
 // without a handler, and any other verb is answered CodeUnimplemented.
 // To answer those yourself, use SessionsHandler.
-func RegisterSessions(impl multi.Sessions) fero.Option {
+func RegisterSessions(impl multi.Sessions) fero.NodeOption {
 	return fero.WithHandler(SessionsHandler(impl, nil))
 }
 
@@ -128,7 +128,7 @@ const (
 // built-in handling (Request.Next): ADD, UPDATE, REMOVE and GET work as
 // without a handler, and any other verb is answered CodeUnimplemented.
 // To answer those yourself, use CartsHandler.
-func RegisterCarts(impl multi.Carts) fero.Option {
+func RegisterCarts(impl multi.Carts) fero.NodeOption {
 	return fero.WithHandler(CartsHandler(impl, nil))
 }
 
