@@ -7,19 +7,21 @@ import (
 	"time"
 )
 
-// SyncMode says when a [Committer] makes writes durable.
+// SyncMode says when a server's writes are made durable.
 type SyncMode int
 
 const (
-	// SyncEachGroup: a write waits for an fsync that began after it was
-	// made. Writes that arrive while one fsync runs share the next one
-	// (group commit), so writers never wait for more than two fsyncs and
-	// the fsync rate adapts to the disk.
+	// SyncEachGroup: the caller (the node) syncs once per write round
+	// itself: it calls Store.Sync after the round's writes and lets none of
+	// the round's acknowledgements out before that returns. The writes
+	// that arrive while one round's fsync runs go into the next round, so
+	// one fsync covers them all and the fsync rate follows the disk. It
+	// needs no [Committer].
 	SyncEachGroup SyncMode = iota
 	// SyncInterval: writes are acknowledged at once and made durable by an
-	// fsync every SyncPolicy.Interval; a crash of the machine loses up to
-	// an interval of acknowledged writes, a crash of the process those
-	// still buffered.
+	// fsync every SyncPolicy.Interval (a [Committer]'s timer); a crash of
+	// the machine loses up to an interval of acknowledged writes, a crash
+	// of the process those still buffered.
 	SyncInterval
 	// SyncNever: no fsync until Close; the operating system writes back
 	// when it likes. A crash can lose any acknowledged write.
@@ -45,34 +47,27 @@ type SyncPolicy struct {
 	Interval time.Duration
 }
 
-// Committer runs a SyncPolicy over a Store: writers make their writes,
-// then Wait. Under SyncEachGroup one goroutine loops, taking every writer
-// waiting and calling Store.Sync once for all of them; under SyncInterval
-// one goroutine calls Sync every interval; SyncNever starts none.
+// Committer runs SyncInterval over a Store: one goroutine calls Store.Sync
+// every interval. The other policies need none: under SyncEachGroup the
+// caller syncs once per write round itself, and under SyncNever nothing
+// syncs before Store.Close.
 type Committer struct {
 	store  Store
 	policy SyncPolicy
 	stop   chan struct{}
 	done   chan struct{}
-	wake   chan struct{}
 
 	mu      sync.Mutex
-	next    *group // the writers the next Sync covers; nil if none
-	lastErr error  // the last Sync's error (SyncInterval)
+	lastErr error // the last failed Sync's error
 	closed  bool
 	syncs   uint64 // Store.Sync calls made
 }
 
-// group is the writers one Sync covers.
-type group struct {
-	done chan struct{}
-	err  error
-}
-
-// NewCommitter starts a Committer for s. Close stops it.
+// NewCommitter starts a Committer for s under a SyncInterval policy.
+// Close stops it. Any other mode is an error: SyncEachGroup is the
+// caller's own Sync each write round, SyncNever no Sync at all.
 func NewCommitter(s Store, policy SyncPolicy) (*Committer, error) {
 	switch policy.Mode {
-	case SyncEachGroup, SyncNever:
 	case SyncInterval:
 		if policy.Interval == 0 {
 			policy.Interval = 100 * time.Millisecond
@@ -80,6 +75,10 @@ func NewCommitter(s Store, policy SyncPolicy) (*Committer, error) {
 		if policy.Interval < 0 {
 			return nil, fmt.Errorf("storage: sync interval %v is negative", policy.Interval)
 		}
+	case SyncEachGroup:
+		return nil, fmt.Errorf("storage: a Committer runs only the %v policy, not %v: under %v the caller syncs once per write round itself", SyncInterval, policy.Mode, policy.Mode)
+	case SyncNever:
+		return nil, fmt.Errorf("storage: a Committer runs only the %v policy, not %v: under %v nothing syncs before Close", SyncInterval, policy.Mode, policy.Mode)
 	default:
 		return nil, fmt.Errorf("storage: unknown %v", policy.Mode)
 	}
@@ -88,51 +87,21 @@ func NewCommitter(s Store, policy SyncPolicy) (*Committer, error) {
 		policy: policy,
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
-		wake:   make(chan struct{}, 1),
 	}
-	switch policy.Mode {
-	case SyncEachGroup:
-		go c.runGroups()
-	case SyncInterval:
-		go c.runInterval()
-	default:
-		close(c.done)
-	}
+	go c.runInterval()
 	return c, nil
 }
 
-// Wait returns once the writes its caller made before calling it are as
-// durable as the policy makes them: under SyncEachGroup, after a Sync
-// that began after the call (its error, if it failed); under the others
-// at once, with the error of the last Sync, if it failed. A write whose
-// Wait ended with ctx's error may still become durable.
+// Wait returns at once: ErrClosed after Close, else the error of the last
+// Sync that failed, if one did. Writes are acknowledged before they are
+// durable under SyncInterval; ctx is not used.
 func (c *Committer) Wait(ctx context.Context) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return ErrClosed
 	}
-	if c.policy.Mode != SyncEachGroup {
-		err := c.lastErr
-		c.mu.Unlock()
-		return err
-	}
-	g := c.next
-	if g == nil {
-		g = &group{done: make(chan struct{})}
-		c.next = g
-	}
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case <-g.done:
-		return g.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.lastErr
 }
 
 // Syncs returns how many times the Committer has called Store.Sync.
@@ -140,30 +109,6 @@ func (c *Committer) Syncs() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.syncs
-}
-
-func (c *Committer) runGroups() {
-	defer close(c.done)
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-c.wake:
-		}
-		c.mu.Lock()
-		g := c.next
-		c.next = nil
-		c.mu.Unlock()
-		if g == nil {
-			continue
-		}
-		// Writers that arrive from here on join the next group.
-		g.err = c.store.Sync()
-		c.mu.Lock()
-		c.syncs++
-		c.mu.Unlock()
-		close(g.done)
-	}
 }
 
 func (c *Committer) runInterval() {
@@ -186,9 +131,8 @@ func (c *Committer) runInterval() {
 	}
 }
 
-// Close stops the Committer and waits for its goroutine; writers still
-// waiting get ErrClosed. It neither syncs nor closes the Store (Store.Close
-// syncs). It is idempotent.
+// Close stops the Committer and waits for its goroutine. It neither syncs
+// nor closes the Store (Store.Close syncs). It is idempotent.
 func (c *Committer) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -200,13 +144,5 @@ func (c *Committer) Close() error {
 	c.mu.Unlock()
 	close(c.stop)
 	<-c.done
-	c.mu.Lock()
-	g := c.next
-	c.next = nil
-	c.mu.Unlock()
-	if g != nil {
-		g.err = ErrClosed
-		close(g.done)
-	}
 	return nil
 }

@@ -15,15 +15,20 @@
 // The driver steps the engine for a round, then hands the round's new
 // entries to [Store.Append] (one call per partition touched),
 // truncations to [Store.TruncateAfter] and changed promises to
-// [Store.SetMeta]. None of these waits for the disk. A [Committer] then
+// [Store.SetMeta]. None of these waits for the disk. The driver then
 // makes them durable under the user's [SyncPolicy]:
 //
-//   - SyncEachGroup: acknowledgements wait for a [Store.Sync] that began
-//     after their writes; every write that arrives while one fsync runs is
-//     covered by the next (group commit), so the fsync rate follows the
-//     disk and the batch grows with the load.
-//   - SyncInterval: acknowledged at once, fsynced every interval.
-//   - SyncNever: acknowledged at once, never fsynced before Close.
+//   - SyncEachGroup: the caller (the node) syncs once per write round
+//     itself: one [Store.Sync] after the round's writes, before any of the
+//     round's acknowledgements go out. The inputs that arrive while one
+//     round's fsync runs are taken by the next round, so one fsync covers
+//     them all (group commit): the fsync rate follows the disk and the
+//     batch grows with the load.
+//   - SyncInterval: acknowledged at once (each round handed to the
+//     operating system with [Store.Flush]), fsynced every interval by a
+//     [Committer].
+//   - SyncNever: acknowledged at once (Flush each round), never fsynced
+//     before Close.
 //
 // [Store.SaveSnapshot] writes a partition's snapshot and drops the entries
 // it covers; it is durable when it returns. At start-up, Open recovers
@@ -75,10 +80,15 @@
 // The shape is fero's write path: 271 partitions, keys of 10 bytes,
 // values of 100.
 //
-//   - BenchmarkGroupCommit/<impl>/<policy>/writers=N: N writers, each
-//     owning its share of the partitions, write one entry at a time and
-//     wait on a Committer. Reports writes/s, fsyncs/s and writes/fsync
-//     (group), or writes/s alone (never: the CPU cost of a write).
+//   - BenchmarkGroupCommit/<impl>/<policy>/writers=N: the driver's
+//     shape. N writers, each owning its share of the partitions, queue one
+//     entry at a time for the next round and wait for it; one goroutine
+//     runs the rounds, as the node's engine loop does: it takes every
+//     write queued, appends them (one Append per partition touched) and
+//     calls Store.Sync once for the round (group) or Store.Flush (never),
+//     then lets the round's writers go on. Reports writes/s, fsyncs/s and
+//     writes/fsync (group), or writes/s, flushes/s and writes/flush
+//     (never: the CPU cost of a write and its round).
 //   - BenchmarkSpace/<impl>: writes -storage.entries entries (Sync every
 //     256 appends of 16), snapshots every partition at its end (the state:
 //     each key's latest value, -storage.keys keys a partition) and reports

@@ -1,7 +1,6 @@
 package storage_test
 
 import (
-	"context"
 	"fmt"
 	"log"
 	"os"
@@ -9,8 +8,9 @@ import (
 	"github.com/fero-go/fero/internal/storage"
 )
 
-// A driver's round: append each partition's new entries, wait for the
-// group's fsync, and now and then snapshot a partition to drop its log.
+// A driver's round: append each partition's new entries, sync once for
+// the whole round (the node's default policy, SyncEachGroup), and now and
+// then snapshot a partition to drop its log.
 func Example() {
 	dir, err := os.MkdirTemp("", "fero-storage-example-")
 	if err != nil {
@@ -19,10 +19,6 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	s, err := storage.OpenSegmentLog(dir, storage.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	c, err := storage.NewCommitter(s, storage.SyncPolicy{Mode: storage.SyncEachGroup})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -37,13 +33,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	// Acknowledge the round's writes once this returns.
-	if err := c.Wait(context.Background()); err != nil {
+	if err := s.Sync(); err != nil {
 		log.Fatal(err)
 	}
 	if err := s.SaveSnapshot(7, storage.Snapshot{Base: 2, Epoch: ep, State: []byte("user-1=2")}); err != nil {
 		log.Fatal(err)
 	}
-	_ = c.Close()
 	_ = s.Close()
 
 	s, err = storage.OpenSegmentLog(dir, storage.Options{})

@@ -87,12 +87,13 @@ type Store interface {
 	TruncateAfter(p int, offset uint64) error
 	// Sync makes every Append, TruncateAfter and SetMeta that returned
 	// before Sync was called durable (an fsync, or none when nothing was
-	// written since the last Sync). Writes may go on while it runs; a
-	// [Committer] shares one Sync among every writer that arrived during
-	// the one before (group commit). A failed Sync promises nothing about
-	// writes since the last successful one, and the store refuses writes
-	// from then on: the kernel may have dropped the pages it could not
-	// write, so a later fsync could succeed without them.
+	// written since the last Sync). Writes may go on while it runs. Under
+	// SyncEachGroup the caller (the node) calls it once per write round
+	// itself, so one Sync covers every write the round took (group
+	// commit). A failed Sync promises nothing about writes since the last
+	// successful one, and the store refuses writes from then on: the
+	// kernel may have dropped the pages it could not write, so a later
+	// fsync could succeed without them.
 	Sync() error
 	// Flush hands every write made so far to the operating system without
 	// waiting for the disk: a crash of the process alone then loses
