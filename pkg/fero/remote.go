@@ -36,13 +36,6 @@ type Remote struct {
 	stream StreamFunc // Stream through its interceptors
 }
 
-// NodeStatus is one node's view of its cluster, as [Remote.Status]
-// returns it.
-type NodeStatus = protocol.StatusReport
-
-// MemberStatus is one member in a [NodeStatus].
-type MemberStatus = protocol.MemberReport
-
 // Dial connects to the node at addr (its data-plane address, which
 // [Resource.Addr] and `fero serve` print). It takes [DialOption]s: the
 // [Option]s a node takes too (the transport's: TLS, connect timeout,
