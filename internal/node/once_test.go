@@ -280,7 +280,7 @@ func concurrently(goroutines, each int, op func(g, i int) error) map[string]int 
 // client node, each on its own sub-key of one key (one partition), and
 // none is refused. Before, a call took its sequence before it was sent,
 // and the owner began each call's turn on the call's own goroutine, in
-// whatever order they ran: 110 to 254 of 4,000 first protocol.Attempts, never
+// whatever order they ran: 110 to 254 of 4,000 first attempts, never
 // applied, were refused as "a retry older than the owner's memory of its
 // writer" in each of three runs.
 func TestConcurrentCallsAreNotTooOld(t *testing.T) {

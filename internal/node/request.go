@@ -350,7 +350,7 @@ func (n *Node) request(ctx context.Context, verb, key string, payload []byte, on
 			if req.Once.Writer != "" && req.Once.Seq == 0 {
 				reply, err = n.callFirst(ctx, c, op, owner, &req.Once, &wr)
 				tries.Once = req.Once
-				wbuf = wr.Append(wbuf[:0]) // the later protocol.Attempts', with the sequence
+				wbuf = wr.Append(wbuf[:0]) // the later attempts', with the sequence
 			} else {
 				reply, err = c.Call(ctx, op, b)
 			}

@@ -106,7 +106,7 @@ func FuzzRequestDecode(f *testing.F) {
 			require.True(t, retry, "an answer of status %d", b[0])
 		}
 		// protocol.CallNode retries a retry until its context ends: one that
-		// has ended stops it at the first protocol.Pause.
+		// has ended stops it at the first pause.
 		done, stop := context.WithCancel(ctx)
 		stop()
 		reply2, err2 := protocol.CallNode(done, replyCaller{reply: b}, "FUZZ", "k", nil)

@@ -15,7 +15,7 @@ import (
 // ErrClosed is returned by calls on a closed node.
 var ErrClosed = errs.New(errs.Unavailable, "node closed")
 
-// retryBackoff bounds the Pause before a request that met a non-owner is
+// retryBackoff bounds the pause before a request that met a non-owner is
 // sent again, while the maps converge.
 const (
 	RetryBackoffMin = 5 * time.Millisecond

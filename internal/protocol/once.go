@@ -66,11 +66,11 @@ func Rerouted(err error) bool {
 	return errors.Is(err, partition.ErrNotOwner)
 }
 
-// Attempts follows the Attempts of one write or call that names its
+// Attempts follows the attempts of one write or call that names its
 // writer's sequence. Once an attempt has failed indefinite, the write may
 // have committed, and only the owner's table can tell: a later attempt
 // refused before the owner looked (not owner, no quorum, a sync under way,
-// all Unavailable) is made again, and if the Attempts end without the
+// all Unavailable) is made again, and if the attempts end without the
 // owner's word, the caller is told indefinite, whatever the last refusal
 // said. (The fault suite's set and cas workloads saw a push that had
 // committed answered "no quorum", definite, by its retry.)
@@ -105,7 +105,7 @@ func (a *Attempts) Again(err error) bool {
 	return time.Now().Before(a.budget)
 }
 
-// Answer is what the caller is told when the Attempts end with err.
+// Answer is what the caller is told when the attempts end with err.
 func (a *Attempts) Answer(err error) error {
 	if err != nil && a.uncertain && errs.Definite(err) {
 		return errs.Errorf(errs.Aborted, "fero: an attempt failed indefinite, and the last was refused before the owner could tell whether it had committed: %w", err)

@@ -49,7 +49,7 @@ type WaitSpec struct {
 // In the seven-element form wait and k are nil when the caller chose no
 // wait level. meta is a flat array of strings, name then value
 // (docs/operations.md, "The metadata slot"): W3C trace context today
-// ("Traceparent", "tracestate"), and the slot for deadlines and headers
+// ("traceparent", "tracestate"), and the slot for deadlines and headers
 // a caller sends to a handler.
 type Request struct {
 	Verb    string
@@ -59,7 +59,7 @@ type Request struct {
 	Wait    WaitSpec
 	Meta    Meta
 	// Trace is the caller's span, carried in the metadata as the W3C
-	// "Traceparent" (and "tracestate") pairs, written and read without
+	// "traceparent" (and "tracestate") pairs, written and read without
 	// allocating (trace.go); the zero SpanContext carries none.
 	Trace trace.SpanContext
 	// Timeout is what was left of the caller's deadline when the request
@@ -240,7 +240,7 @@ func (w *Request) Decode(b []byte) error {
 				break
 			}
 			// The trace context is read into Trace, without allocating;
-			// a Traceparent that does not parse is ignored, as W3C asks.
+			// a traceparent that does not parse is ignored, as W3C asks.
 			switch string(name) {
 			case TraceparentName:
 				w.Trace, _ = ParseTraceparent(value)

@@ -18,14 +18,14 @@ import (
 )
 
 // TestAttempts: which failures a write that names its writer makes again,
-// and what its caller is told when the Attempts end.
+// and what its caller is told when the attempts end.
 func TestAttempts(t *testing.T) {
 	once := Once{Writer: "w", Seq: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	// Lost track of (indefinite): again; then a refusal of the retry is
-	// made again too, and if the Attempts end on it the caller is told
+	// made again too, and if the attempts end on it the caller is told
 	// indefinite: the first attempt may have committed. (Before, the
 	// refusal reached the caller as definite: the fault suite's set
 	// workload found committed pushes answered "no quorum".)
@@ -62,7 +62,7 @@ func TestAttempts(t *testing.T) {
 	c := NewAttempts(ctx, Once{})
 	assert.False(t, c.Again(partition.ErrOwnershipLost))
 
-	// Past the budget, no more Attempts.
+	// Past the budget, no more attempts.
 	expired, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer stop()
 	d := NewAttempts(expired, once)
@@ -70,7 +70,7 @@ func TestAttempts(t *testing.T) {
 }
 
 // TestTraceparent: W3C Trace Context level 1's rules for reading a
-// Traceparent, and writing one back.
+// traceparent, and writing one back.
 func TestTraceparent(t *testing.T) {
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	sc, ok := ParseTraceparent([]byte(tp))
@@ -99,7 +99,7 @@ func TestTraceparent(t *testing.T) {
 		_, ok := ParseTraceparent([]byte(bad))
 		require.False(t, ok, bad)
 	}
-	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = ParseTraceparent([]byte(tp)) }), "reading a Traceparent allocates")
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = ParseTraceparent([]byte(tp)) }), "reading a traceparent allocates")
 }
 
 func TestWireRequestRoundTrip(t *testing.T) {
@@ -142,7 +142,7 @@ func TestWireRequestRoundTrip(t *testing.T) {
 	}
 }
 
-// remoteSpan is the remote span context a Traceparent names.
+// remoteSpan is the remote span context a traceparent names.
 func remoteSpan(t *testing.T, tp string) trace.SpanContext {
 	t.Helper()
 	sc, ok := ParseTraceparent([]byte(tp))
@@ -155,4 +155,28 @@ func withState(t *testing.T, sc trace.SpanContext, state string) trace.SpanConte
 	ts, err := trace.ParseTraceState(state)
 	require.NoError(t, err)
 	return sc.WithTraceState(ts)
+}
+
+// TestRequestMetadataNames pins the names a request's metadata carries on
+// the wire: older and newer nodes read them by these exact bytes, and the
+// W3C trace context's are W3C's. (The split into this package once
+// capitalised "traceparent" and every round trip still passed.)
+func TestRequestMetadataNames(t *testing.T) {
+	ts, err := trace.ParseTraceState("k=v")
+	require.NoError(t, err)
+	w := Request{
+		Verb: "V", Key: "k", Timeout: time.Second, If: IfVersion{Set: true, Version: 7},
+		Once:  Once{Writer: "w", Seq: 9},
+		Trace: remoteSpan(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").WithTraceState(ts),
+		Meta:  Meta{"x-user", "u"},
+	}
+	var fields []any
+	require.NoError(t, msgpack.Unmarshal(w.Append(nil), &fields))
+	require.Len(t, fields, 7)
+	var names []string
+	meta := fields[6].([]any)
+	for i := 0; i < len(meta); i += 2 {
+		names = append(names, meta[i].(string))
+	}
+	require.Equal(t, []string{"fero-timeout", "fero-if-version", "fero-writer", "fero-seq", "traceparent", "tracestate", "x-user"}, names)
 }

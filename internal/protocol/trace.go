@@ -11,14 +11,14 @@ import (
 const TracerName = "github.com/fero-go/fero"
 
 // The W3C trace context's names, and the length of a version-00
-// Traceparent: "00-" 32 hex digits "-" 16 hex digits "-" 2 hex digits.
+// traceparent: "00-" 32 hex digits "-" 16 hex digits "-" 2 hex digits.
 const (
-	TraceparentName = "Traceparent"
+	TraceparentName = "traceparent"
 	TracestateName  = "tracestate"
 	TraceparentLen  = 55
 )
 
-// AppendTraceparent appends sc as a version-00 Traceparent.
+// AppendTraceparent appends sc as a version-00 traceparent.
 func AppendTraceparent(b []byte, sc trace.SpanContext) []byte {
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = append(b, "00-"...)
@@ -29,7 +29,7 @@ func AppendTraceparent(b []byte, sc trace.SpanContext) []byte {
 	return hex.AppendEncode(b, []byte{byte(sc.TraceFlags())})
 }
 
-// ParseTraceparent reads a Traceparent as W3C Trace Context level 1 says:
+// ParseTraceparent reads a traceparent as W3C Trace Context level 1 says:
 // lower-case hex, version ff refused, a version-00 one exactly 55 bytes,
 // a later version at least that with what follows ignored, and an
 // all-zero trace or span id invalid. It does not allocate. The span
