@@ -246,7 +246,7 @@ type stats struct {
 
 // subscribers are a node's change streams (Subscribe).
 type subscribers struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards all, idx and closed
 	all     map[*Subscription]struct{}
 	idx     subIndex
 	closed  bool

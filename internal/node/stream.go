@@ -168,7 +168,7 @@ func streamErr(ctx context.Context) error {
 // streamRuns are the stream handlers a node runs as owner, by partition,
 // so that a change of owner ends them.
 type streamRuns struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards runs
 	runs map[*streamRun]struct{}
 }
 
