@@ -28,7 +28,7 @@ const (
 
 // auth holds what the node accepts from connections that are not peers'.
 type auth struct {
-	mu      sync.Mutex // guards conns and proving
+	mu      sync.Mutex               // guards conns and proving
 	tokens  atomic.Pointer[[][]byte] // token keys; read on every request, so without the lock
 	conns   map[*transport.Conn]role
 	proving map[*transport.Conn]authProving
