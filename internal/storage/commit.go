@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -92,10 +91,10 @@ func NewCommitter(s Store, policy SyncPolicy) (*Committer, error) {
 	return c, nil
 }
 
-// Wait returns at once: ErrClosed after Close, else the error of the last
-// Sync that failed, if one did. Writes are acknowledged before they are
-// durable under SyncInterval; ctx is not used.
-func (c *Committer) Wait(ctx context.Context) error {
+// Err returns ErrClosed after Close, else the error of the last Sync
+// that failed, if one did. (Writes are acknowledged before they are
+// durable under SyncInterval: nothing waits for a Sync.)
+func (c *Committer) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

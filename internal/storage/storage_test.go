@@ -2,7 +2,6 @@ package storage
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -384,11 +383,11 @@ func TestCommitterPolicies(t *testing.T) {
 	c, err := NewCommitter(s, SyncPolicy{Mode: SyncInterval, Interval: time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, s.Append(0, entries(ep1, 1, 1)))
-	require.NoError(t, c.Wait(context.Background()))
+	require.NoError(t, c.Err())
 	require.Eventually(t, func() bool { return c.Syncs() > 0 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close())
-	require.ErrorIs(t, c.Wait(context.Background()), ErrClosed)
+	require.ErrorIs(t, c.Err(), ErrClosed)
 	_, err = NewCommitter(s, SyncPolicy{Mode: SyncInterval, Interval: -1})
 	require.Error(t, err)
 	// The node syncs each round itself under SyncEachGroup, and not at
