@@ -130,6 +130,7 @@ func ServeChild(ctx context.Context, reg Registry, spec ServeSpec, stdin io.Read
 				d := UsageOf(kids)
 				u.CPU.User += d.CPU.User
 				u.CPU.Sys += d.CPU.Sys
+				u.CPU.Waits += d.CPU.Waits
 				u.ProgramMaxRSS = d.MaxRSS
 				if err := out.json(u); err != nil {
 					return err

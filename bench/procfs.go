@@ -13,17 +13,28 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// CPUTimes is CPU time used, split by mode.
+// CPUTimes is CPU time used, split by mode, and how often the threads
+// blocked.
 type CPUTimes struct {
 	User time.Duration `json:"user_ns"`
 	Sys  time.Duration `json:"sys_ns"`
+	// Waits counts the voluntary context switches of every thread: each
+	// is a thread that blocked (on a socket, a futex, a timer) and had to
+	// be woken again, which is what a round trip's wake-ups cost.
+	Waits uint64 `json:"waits,omitempty"`
 }
 
 // Total is user plus system time.
 func (c CPUTimes) Total() time.Duration { return c.User + c.Sys }
 
 // Sub is the CPU used between o and c.
-func (c CPUTimes) Sub(o CPUTimes) CPUTimes { return CPUTimes{c.User - o.User, c.Sys - o.Sys} }
+func (c CPUTimes) Sub(o CPUTimes) CPUTimes {
+	d := CPUTimes{User: c.User - o.User, Sys: c.Sys - o.Sys}
+	if c.Waits > o.Waits {
+		d.Waits = c.Waits - o.Waits
+	}
+	return d
+}
 
 // Usage is one process's resource use as the harness reports it.
 type Usage struct {
@@ -77,8 +88,9 @@ func selfPeakRSS() (int64, bool) {
 func rusageToUsage(ru *syscall.Rusage) Usage {
 	return Usage{
 		CPU: CPUTimes{
-			User: time.Duration(ru.Utime.Nano()),
-			Sys:  time.Duration(ru.Stime.Nano()),
+			User:  time.Duration(ru.Utime.Nano()),
+			Sys:   time.Duration(ru.Stime.Nano()),
+			Waits: uint64(ru.Nvcsw), // every thread's (RUSAGE_SELF)
 		},
 		// Linux reports ru_maxrss in KiB.
 		MaxRSS: int64(ru.Maxrss) * 1024,
@@ -255,9 +267,26 @@ func usageOfPids(fs procfs.FS, pids []int) Usage {
 		}
 		u.CPU.User += time.Duration(st.UTime) * tick
 		u.CPU.Sys += time.Duration(st.STime) * tick
+		u.CPU.Waits += threadWaits(fs, pid)
 		if status, err := p.NewStatus(); err == nil {
 			u.MaxRSS += int64(status.VmHWM)
 		}
 	}
 	return u
+}
+
+// threadWaits sums the voluntary context switches of every thread of
+// process pid (/proc/<pid>/task/*/status); 0 where /proc has none.
+func threadWaits(fs procfs.FS, pid int) uint64 {
+	threads, err := fs.AllThreads(pid)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, t := range threads {
+		if st, err := t.NewStatus(); err == nil {
+			n += st.VoluntaryCtxtSwitches
+		}
+	}
+	return n
 }

@@ -241,3 +241,23 @@ func TestInterruptRead(t *testing.T) {
 	// Without a Done channel there is nothing to watch.
 	InterruptRead(context.Background(), a)()
 }
+
+// TestSelfUsageCountsWaits: a thread that blocks counts a wait (a
+// voluntary context switch) in SelfUsage, which the report turns into
+// wake-ups per record.
+func TestSelfUsageCountsWaits(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc: getrusage's context switches are Linux's")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, err := SelfUsage()
+	require.NoError(t, err)
+	for range 5 {
+		time.Sleep(2 * time.Millisecond) // the locked thread blocks
+	}
+	after, err := SelfUsage()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, after.CPU.Sub(before.CPU).Waits, uint64(1), "five sleeps on a locked thread")
+	assert.Equal(t, uint64(0), before.CPU.Sub(after.CPU).Waits, "a count never goes negative")
+}

@@ -91,6 +91,12 @@ type Group struct {
 	ClientCPU      Spread        `json:"client_cpu_seconds"`
 	ServerCPU      Spread        `json:"server_cpu_seconds"`
 	ClientMaxRSS   Spread        `json:"client_max_rss_bytes"`
+	// ClientWaits and ServerWaits are the voluntary context switches per
+	// record completed, all client or all server processes together:
+	// how often their threads blocked, and had to be woken, per write or
+	// per round trip (CPUTimes.Waits).
+	ClientWaits Spread `json:"client_waits_per_record"`
+	ServerWaits Spread `json:"server_waits_per_record"`
 	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
 	// Processes is each process's CPU seconds and peak RSS, by name, in
 	// the order of the first run's.
@@ -197,6 +203,8 @@ func buildGroup(k trialKey, trs []*TrialResult) *Group {
 	g.ClientCPU = collect(func(t *TrialResult) float64 { return t.ClientCPU.Total().Seconds() })
 	g.ServerCPU = collect(func(t *TrialResult) float64 { return t.ServerCPU.Total().Seconds() })
 	g.ClientMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ClientMaxRSS) })
+	g.ClientWaits = collect(func(t *TrialResult) float64 { return perRecord(t.ClientCPU.Waits, t.Records) })
+	g.ServerWaits = collect(func(t *TrialResult) float64 { return perRecord(t.ServerCPU.Waits, t.Records) })
 	g.ServerMaxRSS = collect(func(t *TrialResult) float64 { return float64(t.ServerMaxRSS) })
 	if len(trs) > 0 {
 		for _, pu := range trs[0].Processes {
@@ -451,6 +459,13 @@ func (r *Report) writeCosts(w io.Writer, g *Group) {
 		fmt.Fprintf(w, " (steal %s)", spreadF(g.MachineSteal, 100, "%.0f%%"))
 	}
 	fmt.Fprintln(w)
+	if g.ClientWaits.Max > 0 {
+		fmt.Fprintf(w, "  thread wake-ups per record (voluntary context switches): client %s", spreadF(g.ClientWaits, 1, "%.2f"))
+		if !g.Attached {
+			fmt.Fprintf(w, ", server %s", spreadF(g.ServerWaits, 1, "%.2f"))
+		}
+		fmt.Fprintln(w)
+	}
 	if g.Clamped > 0 {
 		fmt.Fprintf(w, "  %d latencies fell outside the histogram range and were clamped to it\n", g.Clamped)
 	}
@@ -684,4 +699,12 @@ func writeHgrm(path string, h *Recorder) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// perRecord is n per record, or 0 without records.
+func perRecord(n uint64, records int64) float64 {
+	if records <= 0 {
+		return 0
+	}
+	return float64(n) / float64(records)
 }

@@ -307,6 +307,7 @@ func (r *Runner) Run(ctx context.Context, t Trial, p Params) (res TrialResult, e
 		cpu := serverAfter[i].CPU.Sub(serverBefore[i].CPU)
 		res.ServerCPU.User += cpu.User
 		res.ServerCPU.Sys += cpu.Sys
+		res.ServerCPU.Waits += cpu.Waits
 		res.Processes = append(res.Processes, ProcessUsage{Name: s.name, CPU: cpu})
 	}
 	for i, c := range clients {
@@ -443,6 +444,7 @@ func (res *TrialResult) merge(results []ClientResult) error {
 		res.Tick = cr.Tick
 		res.ClientCPU.User += cr.CPU.User
 		res.ClientCPU.Sys += cr.CPU.Sys
+		res.ClientCPU.Waits += cr.CPU.Waits
 		res.GOMAXPROCS = cr.GOMAXPROCS
 		for name, enc := range cr.Histograms {
 			h, err := DecodeRecorder(enc)
