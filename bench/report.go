@@ -95,9 +95,9 @@ type Group struct {
 	// record completed, all client or all server processes together:
 	// how often their threads blocked, and had to be woken, per write or
 	// per round trip (CPUTimes.Waits).
-	ClientWaits Spread `json:"client_waits_per_record"`
-	ServerWaits Spread `json:"server_waits_per_record"`
-	ServerMaxRSS   Spread        `json:"server_max_rss_bytes"`
+	ClientWaits  Spread `json:"client_waits_per_record"`
+	ServerWaits  Spread `json:"server_waits_per_record"`
+	ServerMaxRSS Spread `json:"server_max_rss_bytes"`
 	// Processes is each process's CPU seconds and peak RSS, by name, in
 	// the order of the first run's.
 	Processes []ProcessSpread `json:"processes,omitempty"`
