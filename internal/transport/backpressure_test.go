@@ -602,3 +602,40 @@ func TestAfterBurstAnswersWhatTheBurstPutOff(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.Eventually(t, func() bool { return bursts.Load() > before }, 10*time.Second, 5*time.Millisecond, "no call as the reader ended")
 }
+
+// TestGoWriteNowWritesOnTheCaller: a call sent with Go and WriteNow on an
+// idle connection is written by its caller, as Call's is, not handed to
+// the writer goroutine (one wake-up fewer per round trip); without the
+// option Go always leaves it to the writer.
+func TestGoWriteNowWritesOnTheCaller(t *testing.T) {
+	ts := newTestServer(t)
+	ctx := ctxT(t)
+	c, err := DialConn(ctx, ts.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	var direct atomic.Int64
+	c.out.mu.Lock()
+	write := c.out.direct
+	require.NotNil(t, write)
+	c.out.direct = func(b []byte) (int, error) {
+		direct.Add(1)
+		return write(b)
+	}
+	c.out.mu.Unlock()
+	call := func(opts ...CallOption) {
+		got := make(chan error, 1)
+		require.NoError(t, c.Go(ctx, opEcho, []byte{1}, func(_ []byte, err error) { got <- err }, opts...))
+		require.NoError(t, <-got)
+	}
+	const calls = 100
+	for range calls {
+		call()
+	}
+	require.Zero(t, direct.Load(), "Go without WriteNow wrote on the caller")
+	for range calls {
+		call(WriteNow)
+	}
+	// The connection is idle between calls; a rare frame of its own (a
+	// ping) may find it busy and leave one call to the writer.
+	require.GreaterOrEqual(t, direct.Load(), int64(calls-5), "Go with WriteNow: calls written by their caller")
+}
