@@ -24,9 +24,7 @@ const (
 
 // SendThenWait queues a call of op with payload b on c, calls sent once
 // it is queued (the order it leaves in is fixed then; sent is called
-// whatever happens), and waits for the answer, as Call does. Since it
-// waits anyway, it writes the frame itself when the connection is idle
-// (transport.WriteNow), as Call does, rather than wake the writer.
+// whatever happens), and waits for the answer, as Call does.
 func SendThenWait(ctx context.Context, c transport.Caller, op uint32, b []byte, sent func()) ([]byte, error) {
 	type answer struct {
 		reply []byte
@@ -35,7 +33,7 @@ func SendThenWait(ctx context.Context, c transport.Caller, op uint32, b []byte, 
 	got := make(chan answer, 1)
 	err := c.Go(ctx, op, b, func(reply []byte, err error) {
 		got <- answer{slices.Clone(reply), err} // the reply is the reader's until done returns
-	}, writeNowCall...)
+	})
 	sent()
 	if err != nil {
 		return nil, err
@@ -179,7 +177,3 @@ func Pause(ctx, node context.Context, backoff *time.Duration) error {
 	*backoff = min(2**backoff, RetryBackoffMax)
 	return nil
 }
-
-// writeNowCall is SendThenWait's option, as a slice made once: a variadic
-// argument through an interface escapes.
-var writeNowCall = []transport.CallOption{transport.WriteNow}

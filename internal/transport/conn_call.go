@@ -268,7 +268,7 @@ func (c *Conn) GoTo(ctx context.Context, op uint32, payload []byte, to Answerer,
 		p.release()
 		return err
 	}
-	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), hasOption(opts, WriteNow), hasOption(opts, Corked)); err != nil {
+	if err := c.queueFrame(ctx, wire.KindCall, id, op, payload, failFast(opts), false, hasOption(opts, Corked)); err != nil {
 		if c.unregister(id) {
 			p.release()
 			return err

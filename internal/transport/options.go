@@ -446,12 +446,6 @@ const FailFast CallOption = 1
 // then flushes it, in one write on its own goroutine.
 const Corked CallOption = 2
 
-// WriteNow makes Go and GoTo write the call's frame on the caller's
-// goroutine when the connection is idle, as Call always does, rather than
-// wake the writer goroutine for it: for a caller that waits for the
-// answer anyway (one wake-up fewer per round trip). Corked wins over it.
-const WriteNow CallOption = 3
-
 func failFast(opts []CallOption) bool { return hasOption(opts, FailFast) }
 
 func hasOption(opts []CallOption, want CallOption) bool {
